@@ -1,0 +1,112 @@
+"""The registry of named actions: what a job's ``kind`` means.
+
+An action is a plain function with a pydantic params model. Plain actions take ``(params)``;
+browser actions take ``(driver, params)`` and get a fresh Selenium session from the host's Grid.
+Both return a JSON-serialisable dict, stored as the job's result.
+
+    @register("prices", PricesParams, needs_browser=True)
+    def prices(driver, params): ...
+
+User actions are loaded from 'module:function' paths named in the ``actions`` setting; importing
+the module runs its ``@register`` decorators. A plain function not decorated is registered under
+its attribute name with free-form params.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from common.errors import SettingsError, SubmitError, UnknownAction
+
+
+class FreeParams(BaseModel):
+    """Params model of an undecorated user function: any JSON object."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+@dataclass(frozen=True)
+class Action:
+    name: str
+    func: Callable[..., dict[str, Any]]
+    params_model: type[BaseModel]
+    needs_browser: bool = False
+
+    def validate(self, payload: Any) -> BaseModel:
+        """Validate a payload; SubmitError names the first bad field."""
+        if not isinstance(payload, dict):
+            raise SubmitError(f"payload of {self.name!r} must be a JSON object")
+        try:
+            return self.params_model.model_validate(payload)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"]) or "payload"
+            raise SubmitError(f"payload.{where}: {err['msg']}") from None
+
+
+_REGISTRY: dict[str, Action] = {}
+_LOCK = threading.Lock()
+_BUILTINS_LOADED = False
+BUILTIN_MODULES = ("common.builtin_actions", "consumer.selenium_actions")
+
+
+def register(
+    name: str, params_model: type[BaseModel] = FreeParams, *, needs_browser: bool = False
+) -> Callable[[Callable[..., dict[str, Any]]], Callable[..., dict[str, Any]]]:
+    def decorate(func: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+        with _LOCK:
+            _REGISTRY[name] = Action(name, func, params_model, needs_browser)
+        func.__scrapefleet_action__ = name  # type: ignore[attr-defined]
+        return func
+
+    return decorate
+
+
+def _load_builtins() -> None:
+    global _BUILTINS_LOADED
+    if _BUILTINS_LOADED:
+        return
+    for module in BUILTIN_MODULES:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:  # a real missing dependency inside the module
+                raise
+    _BUILTINS_LOADED = True
+
+
+def load_user_actions(paths: Iterable[str]) -> None:
+    """Import 'module:function' paths; a bad path raises SettingsError naming it."""
+    for path in paths:
+        module_name, _, attr = path.partition(":")
+        if not module_name or not attr:
+            raise SettingsError(f"invalid setting actions: {path!r} is not 'module:function'")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise SettingsError(f"invalid setting actions: cannot import {path!r}: {exc}") from None
+        func = getattr(module, attr, None)
+        if not callable(func):
+            raise SettingsError(f"invalid setting actions: {path!r} is not a function")
+        if not hasattr(func, "__scrapefleet_action__"):
+            register(attr)(func)
+
+
+def get_action(kind: str) -> Action:
+    _load_builtins()
+    try:
+        return _REGISTRY[kind]
+    except KeyError:
+        known = ", ".join(sorted(_REGISTRY)) or "none"
+        raise UnknownAction(f"unknown job kind {kind!r} (known: {known})") from None
+
+
+def action_names() -> list[str]:
+    _load_builtins()
+    return sorted(_REGISTRY)

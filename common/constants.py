@@ -1,0 +1,41 @@
+"""Every tunable default of scrapefleet in one place, each with its unit in its name.
+
+Settings (common.settings) take their defaults from here; code that needs a fixed number
+imports it from here rather than writing a literal.
+"""
+
+from typing import Final
+
+# Fleet shape.
+DEFAULT_HOST_CAPACITY: Final = 6  # concurrent jobs per consumer host
+RESTART_EVERY_JOBS: Final = 20  # browser stack (Grid + Xvfb) restarted after this many claims
+REBOOT_EVERY_JOBS: Final = 80  # host rebooted after this many claims since boot
+
+# Producer.
+PRODUCER_INTERVAL_S: Final = 2.0  # assignment cycle period when nothing wakes it earlier
+PRODUCER_WAKE_DEBOUNCE_S: Final = 0.005  # batch finished-job notifications this long
+PRODUCER_ADVISORY_LOCK_KEY: Final = 0x5C_4A_9E_F1  # pg_advisory_lock key of the active producer
+PENDING_SCAN_FACTOR: Final = 4  # read this many pending rows per free slot (lock keys skip some)
+PROBE_TIMEOUT_S: Final = 3.0  # one host probe, connect + command
+PROBE_FAILURES_OFFLINE: Final = 3  # consecutive probe failures before a host is offline
+OFFLINE_GRACE_S: Final = 60.0  # offline this long -> its queued jobs go back to pending
+RESCUE_AFTER_S: Final = 60.0  # processing job with no heartbeat this long -> rescued
+LOCAL_STATE_STALE_S: Final = 15.0  # a consumer state file older than this is a failed probe
+
+# Consumer.
+CONSUMER_POLL_S: Final = 1.0  # claim poll when no NOTIFY arrives
+HEARTBEAT_S: Final = 5.0  # host and running-job heartbeat period
+JOB_TIMEOUT_S: Final = 300.0  # hard limit of one job attempt
+
+# Retries.
+DEFAULT_MAX_ATTEMPTS: Final = 3
+BACKOFF_BASE_S: Final = 5.0  # delay before the 2nd attempt; doubles each attempt
+BACKOFF_MAX_S: Final = 600.0
+BACKOFF_JITTER: Final = 0.2  # +/- this fraction of the delay, so retries do not stampede
+
+# NOTIFY channels.
+CHANNEL_ASSIGNED: Final = "scrapefleet_assigned"  # payload: host name that got work
+CHANNEL_FINISHED: Final = "scrapefleet_finished"  # payload: host name that freed a slot
+
+# The consumer status document (local state file, `scrapefleet-consumer status --json`).
+STATUS_FORMAT_VERSION: Final = 1

@@ -1,0 +1,104 @@
+"""Settings from environment variables (SCRAPEFLEET_*) and an optional TOML file.
+
+Precedence: keyword arguments > environment > TOML file (SCRAPEFLEET_CONFIG or --config) >
+defaults from common.constants. An invalid value raises SettingsError naming the setting.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from common import constants as C
+from common.errors import SettingsError
+
+CONFIG_ENV = "SCRAPEFLEET_CONFIG"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SCRAPEFLEET_", extra="forbid", frozen=True)
+
+    # Where everything lives.
+    database_url: str | None = Field(
+        default=None, description="PostgreSQL URL; unset -> the demo starts an embedded server"
+    )
+    state_dir: Path = Field(default=Path("/var/lib/scrapefleet"), description="status files")
+    artifacts_dir: Path = Field(default=Path("/var/lib/scrapefleet/artifacts"))
+    actions: list[str] = Field(
+        default_factory=list, description="user actions as 'module:function' dotted paths"
+    )
+
+    # Fleet.
+    capacity: int = Field(default=C.DEFAULT_HOST_CAPACITY, ge=1, le=64)
+    restart_every: int = Field(default=C.RESTART_EVERY_JOBS, ge=0, description="0 = never")
+    reboot_every: int = Field(default=C.REBOOT_EVERY_JOBS, ge=0, description="0 = never")
+
+    # Producer.
+    producer_interval_s: float = Field(default=C.PRODUCER_INTERVAL_S, gt=0)
+    probe_timeout_s: float = Field(default=C.PROBE_TIMEOUT_S, gt=0)
+    probe_failures_offline: int = Field(default=C.PROBE_FAILURES_OFFLINE, ge=1)
+    offline_grace_s: float = Field(default=C.OFFLINE_GRACE_S, ge=0)
+    rescue_after_s: float = Field(default=C.RESCUE_AFTER_S, gt=0)
+    local_state_stale_s: float = Field(default=C.LOCAL_STATE_STALE_S, gt=0)
+
+    # Consumer.
+    consumer_poll_s: float = Field(default=C.CONSUMER_POLL_S, gt=0)
+    heartbeat_s: float = Field(default=C.HEARTBEAT_S, gt=0)
+    job_timeout_s: float = Field(default=C.JOB_TIMEOUT_S, gt=0)
+
+    # Retries.
+    max_attempts: int = Field(default=C.DEFAULT_MAX_ATTEMPTS, ge=1, le=100)
+    backoff_base_s: float = Field(default=C.BACKOFF_BASE_S, ge=0)
+    backoff_max_s: float = Field(default=C.BACKOFF_MAX_S, ge=0)
+
+    log_level: str = Field(default="INFO")
+
+    @field_validator("database_url")
+    @classmethod
+    def _postgres_only(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("postgresql", "postgres://")):
+            raise ValueError("must be a postgresql:// URL")
+        return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        if value.upper() not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
+            raise ValueError("must be DEBUG, INFO, WARNING or ERROR")
+        return value.upper()
+
+
+def load_settings(config_file: Path | str | None = None, **overrides: Any) -> Settings:
+    """Build Settings, turning any validation problem into one SettingsError line."""
+    file_values: dict[str, Any] = {}
+    path = config_file or os.environ.get(CONFIG_ENV)
+    if path:
+        try:
+            with open(path, "rb") as handle:
+                file_values = tomllib.load(handle)
+        except OSError as exc:
+            raise SettingsError(f"config file {path}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise SettingsError(f"config file {path}: {exc}") from None
+    # Environment beats the file: drop file keys that the environment sets.
+    for key in list(file_values):
+        if f"SCRAPEFLEET_{key.upper()}" in os.environ:
+            del file_values[key]
+    try:
+        return Settings(**{**file_values, **overrides})
+    except ValidationError as exc:
+        raise SettingsError(_first_problem(exc)) from None
+
+
+def _first_problem(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    name = ".".join(str(p) for p in err["loc"]) or "settings"
+    env = f"SCRAPEFLEET_{name.upper()}"
+    if err["type"] == "extra_forbidden":
+        return f"unknown setting {name!r}"
+    return f"invalid setting {name} ({env}): {err['msg']}"
