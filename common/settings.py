@@ -58,6 +58,27 @@ class Settings(BaseSettings):
 
     log_level: str = Field(default="INFO")
 
+    # Browser stack: consumer/browser_stack.py, selenium_actions.py, artifacts.py.
+    # Defaults are Debian's paths; the jar is searched in <repo>/.ci/node and /opt/scrapefleet.
+    grid_jar: Path | None = Field(
+        default=None, description="Selenium Server 4 jar; unset -> search the usual places"
+    )
+    java_binary: Path = Field(default=Path("/usr/bin/java"))
+    xvfb_binary: Path = Field(default=Path("/usr/bin/Xvfb"))
+    chromium_binary: Path = Field(default=Path("/usr/bin/chromium"))
+    chromedriver_binary: Path = Field(default=Path("/usr/bin/chromedriver"))
+    page_load_timeout_s: float = Field(default=30.0, gt=0)
+    script_timeout_s: float = Field(default=30.0, gt=0)
+    stack_start_timeout_s: float = Field(default=60.0, gt=0, description="Grid /status ready")
+    stack_stop_timeout_s: float = Field(default=10.0, gt=0, description="SIGTERM, then SIGKILL")
+    session_create_timeout_s: float = Field(default=60.0, gt=0, description="new WebDriver")
+    grid_session_timeout_s: int = Field(
+        default=120, ge=10, description="Grid reaps a session idle this long"
+    )
+    screen_width_px: int = Field(default=1366, ge=320, le=7680)
+    screen_height_px: int = Field(default=768, ge=240, le=4320)
+    artifact_retention_days: float = Field(default=14.0, gt=0)
+
     @field_validator("database_url")
     @classmethod
     def _postgres_only(cls, value: str | None) -> str | None:

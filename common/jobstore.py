@@ -1,0 +1,650 @@
+"""Every statement that changes a job row or a host row, and nothing else.
+
+Each job status change is one conditional UPDATE (``WHERE ... status = expected``), so two
+actors can never both move the same job; the ``jobs_audit`` trigger writes a job_events row for
+each change. Callers pass an open SQLAlchemy Connection inside their own transaction; these
+functions never commit, so a caller can group several of them atomically.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from common.constants import CHANNEL_ASSIGNED, CHANNEL_FINISHED
+from common.errors import NotFound, SubmitError
+from common.host_status import HostStatus
+
+# ---------------------------------------------------------------- jobs: submit
+
+
+@dataclass(frozen=True)
+class NewJob:
+    kind: str
+    payload: dict[str, Any] = field(default_factory=dict)
+    priority: int = 0
+    max_attempts: int | None = None  # None -> the settings' default
+    not_before: datetime | None = None
+    dedupe_key: str | None = None
+    lock_key: str | None = None
+
+
+@dataclass(frozen=True)
+class InsertResult:
+    ids: list[int]  # of the jobs inserted, in input order
+    skipped_duplicates: int  # rows whose dedupe key matched an unfinished job
+
+
+_COPY_COLUMNS = (
+    "seq",
+    "kind",
+    "payload",
+    "priority",
+    "max_attempts",
+    "not_before",
+    "dedupe_key",
+    "lock_key",
+)
+
+
+def insert_jobs(
+    conn: Connection,
+    jobs: Sequence[NewJob],
+    *,
+    default_max_attempts: int,
+    progress: Callable[[int], None] | None = None,
+) -> InsertResult:
+    """Insert many jobs fast: COPY into a temporary table, then one INSERT ... SELECT that skips
+    rows whose dedupe key is held by an unfinished job. All or nothing with the caller's
+    transaction."""
+    if not jobs:
+        return InsertResult([], 0)
+    conn.execute(
+        sa.text(
+            "CREATE TEMP TABLE incoming_jobs (seq int, kind text, payload jsonb, priority int,"
+            " max_attempts int, not_before timestamptz, dedupe_key text, lock_key text)"
+            " ON COMMIT DROP"
+        )
+    )
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    with (
+        raw.cursor() as cur,
+        cur.copy(  # type: ignore[attr-defined]
+            f"COPY incoming_jobs ({', '.join(_COPY_COLUMNS)}) FROM STDIN"
+        ) as copy,
+    ):
+        for seq, job in enumerate(jobs):
+            copy.write_row(
+                (
+                    seq,
+                    job.kind,
+                    json.dumps(job.payload),
+                    job.priority,
+                    job.max_attempts or default_max_attempts,
+                    job.not_before,
+                    job.dedupe_key,
+                    job.lock_key,
+                )
+            )
+            if progress and seq % 1000 == 999:
+                progress(1000)
+    if progress:
+        progress(len(jobs) % 1000)
+    ids = conn.execute(
+        sa.text(
+            "INSERT INTO jobs (kind, payload, priority, max_attempts, not_before, dedupe_key,"
+            " lock_key)"
+            " SELECT kind, payload, priority, max_attempts, not_before, dedupe_key, lock_key"
+            " FROM incoming_jobs ORDER BY seq"
+            " ON CONFLICT (dedupe_key)"
+            "   WHERE dedupe_key IS NOT NULL AND status IN ('pending', 'queued', 'processing')"
+            " DO NOTHING RETURNING id"
+        )
+    ).scalars()
+    inserted = sorted(ids)
+    conn.execute(sa.text("DROP TABLE incoming_jobs"))
+    return InsertResult(inserted, len(jobs) - len(inserted))
+
+
+# ---------------------------------------------------------------- jobs: producer
+
+
+@dataclass(frozen=True)
+class PendingJob:
+    id: int
+    lock_key: str | None
+
+
+def lock_pending_jobs(conn: Connection, limit: int) -> list[PendingJob]:
+    """The highest-priority, oldest pending jobs that may run now, row-locked for this
+    transaction; rows another transaction holds are skipped, not waited for."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT id, lock_key FROM jobs"
+            " WHERE status = 'pending' AND (not_before IS NULL OR not_before <= now())"
+            " ORDER BY priority DESC, id LIMIT :limit FOR UPDATE SKIP LOCKED"
+        ),
+        {"limit": limit},
+    )
+    return [PendingJob(r.id, r.lock_key) for r in rows]
+
+
+def assign_jobs(conn: Connection, assignments: Sequence[tuple[int, str]]) -> list[tuple[int, str]]:
+    """pending -> queued on the planned host, then NOTIFY each host that got work."""
+    if not assignments:
+        return []
+    rows = conn.execute(
+        sa.text(
+            "UPDATE jobs SET status = 'queued', host = a.host, queued_at = now()"
+            " FROM unnest(CAST(:ids AS bigint[]), CAST(:hosts AS text[])) AS a(id, host)"
+            " WHERE jobs.id = a.id AND jobs.status = 'pending'"
+            " RETURNING jobs.id, jobs.host"
+        ),
+        {"ids": [a[0] for a in assignments], "hosts": [a[1] for a in assignments]},
+    ).all()
+    for host in sorted({r.host for r in rows}):
+        conn.execute(
+            sa.text("SELECT pg_notify(:channel, :host)"),
+            {"channel": CHANNEL_ASSIGNED, "host": host},
+        )
+    return [(r.id, r.host) for r in rows]
+
+
+def rescue_stale_processing(conn: Connection, stale_after_s: float) -> list[int]:
+    """Jobs processing with no heartbeat for ``stale_after_s``: their consumer is gone. Back to
+    pending, or failed when that attempt was the last. A heartbeating job is never touched."""
+    return _end_interrupted(
+        conn,
+        "status = 'processing' AND heartbeat_at < now() - make_interval(secs => :stale)",
+        {"stale": stale_after_s},
+        f"rescued: no heartbeat for {stale_after_s:g} s",
+    )
+
+
+def requeue_from_unavailable_hosts(conn: Connection, grace_s: float) -> list[int]:
+    """Queued jobs of hosts offline or disabled for longer than ``grace_s`` go back to pending,
+    using no attempt (they never started)."""
+    _audit_message(conn, f"requeued: host unavailable for more than {grace_s:g} s")
+    return list(
+        conn.execute(
+            sa.text(
+                "UPDATE jobs SET status = 'pending', host = NULL, queued_at = NULL"
+                " WHERE status = 'queued' AND host IN ("
+                "   SELECT name FROM hosts WHERE state IN ('offline', 'disabled')"
+                "   AND state_changed_at < now() - make_interval(secs => :grace))"
+                " RETURNING id"
+            ),
+            {"grace": grace_s},
+        ).scalars()
+    )
+
+
+# ---------------------------------------------------------------- jobs: consumer
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    id: int
+    kind: str
+    payload: dict[str, Any]
+    attempt: int  # this attempt's number, 1-based
+    max_attempts: int
+    lock_key: str | None
+
+
+@dataclass(frozen=True)
+class Claim:
+    jobs: list[ClaimedJob]
+    jobs_since_restart: int
+    jobs_since_boot: int
+
+
+def claim_jobs(conn: Connection, host: str, limit: int) -> Claim:
+    """queued -> processing for up to ``limit`` of this host's jobs, attempts + 1, and the host's
+    job counters advanced in the same transaction (they drive restarts and reboots)."""
+    rows = conn.execute(
+        sa.text(
+            "WITH picked AS ("
+            "  SELECT id FROM jobs WHERE host = :host AND status = 'queued'"
+            "  ORDER BY priority DESC, id LIMIT :limit FOR UPDATE SKIP LOCKED)"
+            " UPDATE jobs SET status = 'processing', attempts = jobs.attempts + 1,"
+            "   started_at = now(), heartbeat_at = now()"
+            " FROM picked WHERE jobs.id = picked.id"
+            " RETURNING jobs.id, jobs.kind, jobs.payload, jobs.attempts, jobs.max_attempts,"
+            "   jobs.lock_key"
+        ),
+        {"host": host, "limit": limit},
+    ).all()
+    counters = conn.execute(
+        sa.text(
+            "UPDATE hosts SET jobs_since_restart = jobs_since_restart + :n,"
+            " jobs_since_boot = jobs_since_boot + :n, jobs_total = jobs_total + :n"
+            " WHERE name = :host RETURNING jobs_since_restart, jobs_since_boot"
+        ),
+        {"host": host, "n": len(rows)},
+    ).one_or_none()
+    if counters is None:
+        raise NotFound(f"host {host!r} is not registered")
+    claimed = [
+        ClaimedJob(r.id, r.kind, r.payload, r.attempts, r.max_attempts, r.lock_key)
+        for r in sorted(rows, key=lambda r: r.id)
+    ]
+    return Claim(claimed, counters.jobs_since_restart, counters.jobs_since_boot)
+
+
+def complete_job(
+    conn: Connection, host: str, job_id: int, attempt: int, result: dict[str, Any]
+) -> bool:
+    """processing -> completed, only if this host still owns this attempt; NOTIFY the producer."""
+    row = conn.execute(
+        sa.text(
+            "WITH done AS ("
+            "  UPDATE jobs SET status = 'completed', result = CAST(:result AS jsonb),"
+            "    finished_at = now(), heartbeat_at = now()"
+            "  WHERE id = :id AND status = 'processing' AND attempts = :attempt AND host = :host"
+            "  RETURNING id)"
+            " SELECT id, pg_notify(:channel, :host) FROM done"
+        ),
+        {
+            "id": job_id,
+            "attempt": attempt,
+            "host": host,
+            "result": json.dumps(result),
+            "channel": CHANNEL_FINISHED,
+        },
+    ).first()
+    return row is not None
+
+
+def fail_attempt(
+    conn: Connection,
+    host: str,
+    job_id: int,
+    attempt: int,
+    error: str,
+    *,
+    retry_at: datetime | None,
+    artifacts: dict[str, Any] | None = None,
+) -> str | None:
+    """End a failed attempt: back to pending with ``not_before = retry_at``, or failed when
+    ``retry_at`` is None. Returns the new status, or None if the attempt was no longer ours."""
+    return conn.execute(
+        sa.text(
+            "WITH ended AS ("
+            "  UPDATE jobs SET"
+            "    status = CASE WHEN :retry THEN 'pending' ELSE 'failed' END,"
+            "    host = CASE WHEN :retry THEN NULL ELSE host END,"
+            "    not_before = :retry_at, last_error = :error,"
+            "    artifacts = coalesce(CAST(:artifacts AS jsonb), artifacts),"
+            "    finished_at = CASE WHEN :retry THEN NULL ELSE now() END"
+            "  WHERE id = :id AND status = 'processing' AND attempts = :attempt AND host = :host"
+            "  RETURNING status)"
+            " SELECT status, pg_notify(:channel, :host) FROM ended"
+        ),
+        {
+            "id": job_id,
+            "attempt": attempt,
+            "host": host,
+            "retry": retry_at is not None,
+            "retry_at": retry_at,
+            "error": error,
+            "artifacts": json.dumps(artifacts) if artifacts is not None else None,
+            "channel": CHANNEL_FINISHED,
+        },
+    ).scalar()
+
+
+def release_job(conn: Connection, host: str, job_id: int, attempt: int, reason: str) -> bool:
+    """processing -> pending giving the attempt back: the host, not the job, failed (a browser
+    stack that would not start, a consumer draining before the job began)."""
+    _audit_message(conn, reason)
+    return (
+        conn.execute(
+            sa.text(
+                "UPDATE jobs SET status = 'pending', host = NULL, attempts = attempts - 1,"
+                " started_at = NULL, queued_at = NULL"
+                " WHERE id = :id AND status = 'processing' AND attempts = :attempt AND host = :host"
+                " RETURNING id"
+            ),
+            {"id": job_id, "attempt": attempt, "host": host},
+        ).first()
+        is not None
+    )
+
+
+def heartbeat(conn: Connection, host: str, job_ids: Sequence[int]) -> str | None:
+    """Mark this host's running jobs and the host itself alive; returns the host's state as the
+    database has it (an operator may have drained or disabled it)."""
+    if job_ids:
+        conn.execute(
+            sa.text(
+                "UPDATE jobs SET heartbeat_at = now()"
+                " WHERE id = ANY(:ids) AND status = 'processing' AND host = :host"
+            ),
+            {"ids": list(job_ids), "host": host},
+        )
+    return conn.execute(
+        sa.text("UPDATE hosts SET heartbeat_at = now() WHERE name = :host RETURNING state"),
+        {"host": host},
+    ).scalar()
+
+
+def recover_host_jobs(conn: Connection, host: str) -> list[int]:
+    """At consumer start: jobs this host left processing when it died go back to pending, or
+    to failed when the interrupted attempt was the last one."""
+    return _end_interrupted(
+        conn,
+        "status = 'processing' AND host = :host",
+        {"host": host},
+        f"interrupted: consumer on {host} stopped mid-attempt",
+    )
+
+
+def requeue_host_queued(conn: Connection, host: str, reason: str) -> list[int]:
+    """A host that will not run its queued jobs (draining, stopping) hands them back."""
+    _audit_message(conn, reason)
+    return list(
+        conn.execute(
+            sa.text(
+                "UPDATE jobs SET status = 'pending', host = NULL, queued_at = NULL"
+                " WHERE status = 'queued' AND host = :host RETURNING id"
+            ),
+            {"host": host},
+        ).scalars()
+    )
+
+
+def _end_interrupted(
+    conn: Connection, where: str, params: dict[str, Any], message: str
+) -> list[int]:
+    _audit_message(conn, message)
+    return list(
+        conn.execute(
+            sa.text(
+                "UPDATE jobs SET"
+                "  status = CASE WHEN attempts >= max_attempts THEN 'failed' ELSE 'pending' END,"
+                "  host = CASE WHEN attempts >= max_attempts THEN host END,"
+                "  finished_at = CASE WHEN attempts >= max_attempts THEN now() END,"
+                "  queued_at = CASE WHEN attempts >= max_attempts THEN queued_at END,"
+                "  last_error = :message"
+                f" WHERE {where} RETURNING id"
+            ),
+            {**params, "message": message},
+        ).scalars()
+    )
+
+
+# ---------------------------------------------------------------- jobs: operator
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """Which jobs an operator command acts on: explicit ids, or every job matching the rest."""
+
+    ids: Sequence[int] = ()
+    kind: str | None = None
+    host: str | None = None
+
+    def clause(self) -> tuple[str, dict[str, Any]]:
+        parts, params = [], {}
+        if self.ids:
+            parts.append("id = ANY(:ids)")
+            params["ids"] = list(self.ids)
+        if self.kind:
+            parts.append("kind = :kind")
+            params["kind"] = self.kind
+        if self.host:
+            parts.append("host = :host")
+            params["host"] = self.host
+        if not parts:
+            raise SubmitError("name job ids or a filter (--kind, --host); refusing to act on all")
+        return " AND ".join(parts), params
+
+
+def cancel_jobs(conn: Connection, which: JobFilter) -> list[int]:
+    """pending or queued -> cancelled. A job already processing is left to finish."""
+    where, params = which.clause()
+    _audit_message(conn, "cancelled by operator")
+    return sorted(
+        conn.execute(
+            sa.text(
+                "UPDATE jobs SET status = 'cancelled', finished_at = now()"
+                f" WHERE status IN ('pending', 'queued') AND {where} RETURNING id"
+            ),
+            params,
+        ).scalars()
+    )
+
+
+def retry_jobs(conn: Connection, which: JobFilter) -> list[int]:
+    """failed (or cancelled) -> pending with a fresh set of attempts."""
+    where, params = which.clause()
+    _audit_message(conn, "retried by operator")
+    return sorted(
+        conn.execute(
+            sa.text(
+                "UPDATE jobs SET status = 'pending', attempts = 0, host = NULL, not_before = NULL,"
+                " queued_at = NULL, started_at = NULL, finished_at = NULL"
+                f" WHERE status IN ('failed', 'cancelled') AND {where} RETURNING id"
+            ),
+            params,
+        ).scalars()
+    )
+
+
+# ---------------------------------------------------------------- hosts
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    name: str
+    capacity: int
+    address: str | None = None
+    ssh_port: int = 22
+    ssh_user: str = "scrapefleet"
+    ssh_key_file: str | None = None
+    known_hosts_file: str | None = None
+
+
+def add_host(conn: Connection, spec: HostSpec) -> bool:
+    """Create the host, or update its settings if it exists (so provisioning can re-run).
+    Returns True when it was created."""
+    created = conn.execute(
+        sa.text(
+            "INSERT INTO hosts AS h (name, capacity, address, ssh_port, ssh_user, ssh_key_file,"
+            " known_hosts_file)"
+            " VALUES (:name, :capacity, :address, :ssh_port, :ssh_user, :ssh_key_file,"
+            " :known_hosts_file)"
+            " ON CONFLICT (name) DO UPDATE SET capacity = EXCLUDED.capacity,"
+            " address = EXCLUDED.address, ssh_port = EXCLUDED.ssh_port,"
+            " ssh_user = EXCLUDED.ssh_user, ssh_key_file = EXCLUDED.ssh_key_file,"
+            " known_hosts_file = EXCLUDED.known_hosts_file"
+            " RETURNING (xmax = 0) AS created"
+        ),
+        spec.__dict__,
+    ).scalar_one()
+    if created:
+        record_host_event(conn, spec.name, "added", to_state="active")
+    return bool(created)
+
+
+@dataclass(frozen=True)
+class Registration:
+    capacity: int
+    state: str
+    jobs_since_restart: int
+    jobs_since_boot: int
+
+
+def register_consumer(conn: Connection, name: str, capacity: int, boot_id: str) -> Registration:
+    """A consumer starting up: create its host row if new. A new boot id resets the since-boot
+    counter. Its state becomes active unless an operator drained or disabled it."""
+    old = conn.execute(
+        sa.text("SELECT state, boot_id FROM hosts WHERE name = :name FOR UPDATE"), {"name": name}
+    ).first()
+    if old is None:
+        add_host(conn, HostSpec(name=name, capacity=capacity))
+    row = conn.execute(
+        sa.text(
+            "UPDATE hosts SET boot_id = :boot_id, heartbeat_at = now(),"
+            " jobs_since_boot = CASE WHEN boot_id IS DISTINCT FROM :boot_id"
+            "   THEN 0 ELSE jobs_since_boot END"
+            " WHERE name = :name"
+            " RETURNING capacity, state, jobs_since_restart, jobs_since_boot"
+        ),
+        {"name": name, "boot_id": boot_id},
+    ).one()
+    state = row.state
+    if state not in ("draining", "disabled"):
+        set_host_state(conn, name, "active", "consumer started")
+        state = "active"
+    return Registration(row.capacity, state, row.jobs_since_restart, row.jobs_since_boot)
+
+
+def set_host_state(
+    conn: Connection,
+    name: str,
+    to_state: str,
+    reason: str | None = None,
+    *,
+    expected: Sequence[str] | None = None,
+) -> bool:
+    """Move a host to ``to_state`` (only from one of ``expected`` when given), recording the
+    change in host_events. Returns False when nothing changed."""
+    row = conn.execute(
+        sa.text(
+            "WITH old AS (SELECT name, state FROM hosts WHERE name = :name FOR UPDATE)"
+            " UPDATE hosts h SET state = :to_state, state_reason = :reason,"
+            "   state_changed_at = now()"
+            " FROM old WHERE h.name = old.name AND old.state <> :to_state"
+            "   AND (CAST(:expected AS text[]) IS NULL OR old.state = ANY(CAST(:expected AS text[])))"
+            " RETURNING old.state AS from_state"
+        ),
+        {
+            "name": name,
+            "to_state": to_state,
+            "reason": reason,
+            "expected": list(expected) if expected else None,
+        },
+    ).first()
+    if row is None:
+        return False
+    record_host_event(
+        conn, name, "state", from_state=row.from_state, to_state=to_state, message=reason
+    )
+    return True
+
+
+def drain_host(conn: Connection, name: str, reason: str = "drained by operator") -> list[int]:
+    """No new work for the host; its queued jobs go back to pending for the others. Jobs it is
+    running finish there."""
+    _require_host(conn, name)
+    set_host_state(conn, name, "draining", reason)
+    return requeue_host_queued(conn, name, f"requeued: host {name} draining")
+
+
+def enable_host(conn: Connection, name: str) -> bool:
+    _require_host(conn, name)
+    conn.execute(
+        sa.text("UPDATE hosts SET probe_failures = 0, last_probe_error = NULL WHERE name = :name"),
+        {"name": name},
+    )
+    return set_host_state(conn, name, "active", "enabled by operator")
+
+
+def remove_host(conn: Connection, name: str) -> None:
+    """Remove a host that runs nothing; its queued jobs go back to pending first."""
+    _require_host(conn, name)
+    running = conn.execute(
+        sa.text("SELECT count(*) FROM jobs WHERE host = :name AND status = 'processing'"),
+        {"name": name},
+    ).scalar_one()
+    if running:
+        raise SubmitError(f"host {name!r} is running {running} job(s): drain it and wait first")
+    requeue_host_queued(conn, name, f"requeued: host {name} removed")
+    conn.execute(sa.text("DELETE FROM hosts WHERE name = :name"), {"name": name})
+    record_host_event(conn, name, "removed")
+
+
+def record_probe_success(conn: Connection, name: str, status: HostStatus) -> None:
+    conn.execute(
+        sa.text(
+            "UPDATE hosts SET last_seen_at = now(), probe_failures = 0, last_probe_error = NULL,"
+            " reported_running = :running, memory_available_bytes = :memory, boot_id = :boot_id"
+            " WHERE name = :name"
+        ),
+        {
+            "name": name,
+            "running": status.running,
+            "memory": status.memory_available_bytes,
+            "boot_id": status.boot_id,
+        },
+    )
+
+
+def record_probe_failure(conn: Connection, name: str, reason: str) -> int:
+    """Count one more consecutive failure; returns the count."""
+    return conn.execute(
+        sa.text(
+            "UPDATE hosts SET probe_failures = probe_failures + 1, last_probe_error = :reason"
+            " WHERE name = :name RETURNING probe_failures"
+        ),
+        {"name": name, "reason": reason},
+    ).scalar_one()
+
+
+def reset_restart_counter(conn: Connection, name: str, details: dict[str, Any]) -> None:
+    """After a browser stack restart: the since-restart count starts again; the event keeps
+    the figures (duration, memory before/after, processes killed)."""
+    conn.execute(
+        sa.text("UPDATE hosts SET jobs_since_restart = 0 WHERE name = :name"), {"name": name}
+    )
+    record_host_event(conn, name, "restart", details=details)
+
+
+def record_host_event(
+    conn: Connection,
+    host: str,
+    event: str,
+    *,
+    from_state: str | None = None,
+    to_state: str | None = None,
+    message: str | None = None,
+    details: dict[str, Any] | None = None,
+) -> None:
+    conn.execute(
+        sa.text(
+            "INSERT INTO host_events (host, event, from_state, to_state, message, details)"
+            " VALUES (:host, :event, :from_state, :to_state, :message, CAST(:details AS jsonb))"
+        ),
+        {
+            "host": host,
+            "event": event,
+            "from_state": from_state,
+            "to_state": to_state,
+            "message": message,
+            "details": json.dumps(details) if details is not None else None,
+        },
+    )
+
+
+def _require_host(conn: Connection, name: str) -> None:
+    if (
+        conn.execute(sa.text("SELECT 1 FROM hosts WHERE name = :name"), {"name": name}).first()
+        is None
+    ):
+        raise NotFound(f"no host named {name!r}")
+
+
+def _audit_message(conn: Connection, message: str) -> None:
+    """The message the audit trigger writes for the job changes of this transaction."""
+    conn.execute(
+        sa.text("SELECT set_config('scrapefleet.audit_message', :m, true)"), {"m": message}
+    )

@@ -1,0 +1,38 @@
+"""`scrapefleet db upgrade`: run the Alembic migrations shipped in the ``migrations`` package."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+
+import migrations
+from common.db import sqlalchemy_url, wrapped_errors
+
+
+def alembic_config(url: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    # '%' is ConfigParser's interpolation character; a password may contain it.
+    rendered = sqlalchemy_url(url).render_as_string(hide_password=False)
+    config.set_main_option("sqlalchemy.url", rendered.replace("%", "%%"))
+    return config
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    with wrapped_errors():
+        command.upgrade(alembic_config(url), revision)
+
+
+def current_revision(url: str) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
+    from common.db import make_engine
+
+    engine = make_engine(url)
+    try:
+        with wrapped_errors(), engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+    finally:
+        engine.dispose()

@@ -1,0 +1,83 @@
+"""Read-only queries shared by the daemons and the CLI (writes live in common.jobstore)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from common.errors import NotFound
+
+
+@dataclass(frozen=True)
+class HostRow:
+    name: str
+    capacity: int
+    state: str
+    address: str | None
+    ssh_port: int
+    ssh_user: str
+    ssh_key_file: str | None
+    known_hosts_file: str | None
+    probe_failures: int
+    memory_available_bytes: int | None
+
+
+def hosts(conn: Connection) -> list[HostRow]:
+    rows = conn.execute(
+        sa.text(
+            "SELECT name, capacity, state, address, ssh_port, ssh_user, ssh_key_file,"
+            " known_hosts_file, probe_failures, memory_available_bytes FROM hosts ORDER BY name"
+        )
+    )
+    return [HostRow(**r._mapping) for r in rows]
+
+
+def in_flight_by_host(conn: Connection) -> dict[str, int]:
+    """Queued + processing jobs per host, as the database counts them."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT host, count(*) AS n FROM jobs"
+            " WHERE status IN ('queued', 'processing') GROUP BY host"
+        )
+    )
+    return {r.host: r.n for r in rows}
+
+
+def busy_lock_keys(conn: Connection) -> set[str]:
+    """Lock keys held by a queued or running job anywhere in the fleet."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT lock_key FROM jobs"
+            " WHERE lock_key IS NOT NULL AND status IN ('queued', 'processing')"
+        )
+    )
+    return {r.lock_key for r in rows}
+
+
+def status_counts(conn: Connection) -> dict[str, int]:
+    return {r.status: r.jobs for r in conn.execute(sa.text("SELECT * FROM job_status_counts"))}
+
+
+def host_load(conn: Connection) -> list[dict[str, Any]]:
+    return [dict(r._mapping) for r in conn.execute(sa.text("SELECT * FROM host_load"))]
+
+
+def job(conn: Connection, job_id: int) -> dict[str, Any]:
+    row = conn.execute(sa.text("SELECT * FROM jobs WHERE id = :id"), {"id": job_id}).first()
+    if row is None:
+        raise NotFound(f"no job with id {job_id}")
+    return dict(row._mapping)
+
+
+def job_events(conn: Connection, job_id: int) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        sa.text(
+            "SELECT at, from_status, to_status, host, message FROM job_events"
+            " WHERE job_id = :id ORDER BY id"
+        ),
+        {"id": job_id},
+    )
+    return [dict(r._mapping) for r in rows]

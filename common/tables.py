@@ -1,0 +1,146 @@
+"""The declared schema. Alembic migrations create it; a test checks they agree.
+
+Tables are a user interface (ops read them at a psql prompt), so names say what they hold:
+``jobs``, ``hosts``, ``job_events`` (one row per job status change, written by a trigger so
+that even a hand-written UPDATE is audited), ``host_events`` (state changes, restarts, reboots).
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
+
+JOB_STATUSES = ("pending", "queued", "processing", "completed", "failed", "cancelled")
+UNFINISHED = ("pending", "queued", "processing")
+IN_FLIGHT = ("queued", "processing")
+HOST_STATES = ("active", "draining", "restarting", "rebooting", "offline", "disabled")
+
+metadata = sa.MetaData()
+TS = sa.DateTime(timezone=True)
+
+
+def _in(column: str, values: tuple[str, ...]) -> sa.TextClause:
+    return sa.text(f"{column} IN ({', '.join(repr(v) for v in values)})")
+
+
+jobs = sa.Table(
+    "jobs",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("payload", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
+    sa.Column("priority", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("status", sa.Text, nullable=False, server_default="pending"),
+    sa.Column("host", sa.Text),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("max_attempts", sa.Integer, nullable=False, server_default="3"),
+    sa.Column("not_before", TS),
+    sa.Column("last_error", sa.Text),
+    sa.Column("result", JSONB),
+    sa.Column("artifacts", JSONB),
+    sa.Column("dedupe_key", sa.Text),
+    sa.Column("lock_key", sa.Text),
+    sa.Column("created_at", TS, nullable=False, server_default=sa.text("now()")),
+    sa.Column("queued_at", TS),
+    sa.Column("started_at", TS),
+    sa.Column("finished_at", TS),
+    sa.Column("heartbeat_at", TS),
+    sa.CheckConstraint(_in("status", JOB_STATUSES), name="jobs_status_valid"),
+    sa.CheckConstraint("max_attempts >= 1", name="jobs_max_attempts_positive"),
+    sa.CheckConstraint("attempts >= 0", name="jobs_attempts_not_negative"),
+    comment="One row per job; status is its place in the flow",
+)
+# The producer's query: pending jobs by priority then age. Partial, so it stays small whatever
+# the history.
+sa.Index(
+    "jobs_pending_idx",
+    jobs.c.priority.desc(),
+    jobs.c.id,
+    postgresql_where=sa.text("status = 'pending'"),
+)
+# A consumer's claim and the per-host counts: the few jobs in flight, by host.
+sa.Index(
+    "jobs_in_flight_by_host_idx",
+    jobs.c.host,
+    jobs.c.status,
+    postgresql_where=_in("status", IN_FLIGHT),
+)
+# No two unfinished jobs share a dedupe key.
+sa.Index(
+    "jobs_dedupe_key_unfinished_key",
+    jobs.c.dedupe_key,
+    unique=True,
+    postgresql_where=sa.text(f"dedupe_key IS NOT NULL AND {_in('status', UNFINISHED).text}"),
+)
+# Two jobs with one lock key are never queued or running at once, anywhere in the fleet: the
+# planner avoids it, and this index makes it impossible.
+sa.Index(
+    "jobs_lock_key_in_flight_key",
+    jobs.c.lock_key,
+    unique=True,
+    postgresql_where=sa.text(f"lock_key IS NOT NULL AND {_in('status', IN_FLIGHT).text}"),
+)
+# Views (recent failures, throughput, completed per host) read by finish time.
+sa.Index(
+    "jobs_finished_at_idx", jobs.c.finished_at, postgresql_where=sa.text("finished_at IS NOT NULL")
+)
+
+hosts = sa.Table(
+    "hosts",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("capacity", sa.Integer, nullable=False, server_default="6"),
+    sa.Column("state", sa.Text, nullable=False, server_default="active"),
+    sa.Column("state_reason", sa.Text),
+    sa.Column("state_changed_at", TS, nullable=False, server_default=sa.text("now()")),
+    # How the producer reaches it (NULL address = a local probe on the producer's machine).
+    sa.Column("address", sa.Text),
+    sa.Column("ssh_port", sa.Integer, nullable=False, server_default="22"),
+    sa.Column("ssh_user", sa.Text, nullable=False, server_default="scrapefleet"),
+    sa.Column("ssh_key_file", sa.Text),
+    sa.Column("known_hosts_file", sa.Text),
+    # What the last probe and the consumer itself reported.
+    sa.Column("boot_id", sa.Text),
+    sa.Column("jobs_since_restart", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("jobs_since_boot", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("jobs_total", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("reported_running", sa.Integer),
+    sa.Column("memory_available_bytes", sa.BigInteger),
+    sa.Column("probe_failures", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("last_probe_error", sa.Text),
+    sa.Column("last_seen_at", TS),
+    sa.Column("heartbeat_at", TS),
+    sa.Column("created_at", TS, nullable=False, server_default=sa.text("now()")),
+    sa.CheckConstraint(_in("state", HOST_STATES), name="hosts_state_valid"),
+    sa.CheckConstraint("capacity BETWEEN 1 AND 64", name="hosts_capacity_range"),
+    comment="Consumer hosts: capacity, state, counters, probe",
+)
+
+job_events = sa.Table(
+    "job_events",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    sa.Column("job_id", sa.BigInteger, nullable=False),
+    sa.Column("from_status", sa.Text),
+    sa.Column("to_status", sa.Text, nullable=False),
+    sa.Column("host", sa.Text),
+    sa.Column("at", TS, nullable=False, server_default=sa.text("now()")),
+    sa.Column("message", sa.Text),
+    comment="One row per job status change (by trigger)",
+)
+sa.Index("job_events_job_id_idx", job_events.c.job_id)
+
+host_events = sa.Table(
+    "host_events",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    sa.Column("host", sa.Text, nullable=False),
+    sa.Column("event", sa.Text, nullable=False),  # state change, restart, reboot, probe_failed ...
+    sa.Column("from_state", sa.Text),
+    sa.Column("to_state", sa.Text),
+    sa.Column("at", TS, nullable=False, server_default=sa.text("now()")),
+    sa.Column("message", sa.Text),
+    sa.Column("details", JSONB),
+    comment="Host state changes, restarts, reboots",
+)
+sa.Index("host_events_host_at_idx", host_events.c.host, host_events.c.at)
