@@ -76,7 +76,7 @@ def insert_jobs(
     assert raw is not None
     with (
         raw.cursor() as cur,
-        cur.copy(  # type: ignore[attr-defined]
+        cur.copy(
             f"COPY incoming_jobs ({', '.join(_COPY_COLUMNS)}) FROM STDIN"
         ) as copy,
     ):
@@ -393,7 +393,8 @@ class JobFilter:
     host: str | None = None
 
     def clause(self) -> tuple[str, dict[str, Any]]:
-        parts, params = [], {}
+        parts: list[str] = []
+        params: dict[str, Any] = {}
         if self.ids:
             parts.append("id = ANY(:ids)")
             params["ids"] = list(self.ids)
@@ -524,7 +525,8 @@ def set_host_state(
             " UPDATE hosts h SET state = :to_state, state_reason = :reason,"
             "   state_changed_at = now()"
             " FROM old WHERE h.name = old.name AND old.state <> :to_state"
-            "   AND (CAST(:expected AS text[]) IS NULL OR old.state = ANY(CAST(:expected AS text[])))"
+            "   AND (CAST(:expected AS text[]) IS NULL"
+            "        OR old.state = ANY(CAST(:expected AS text[])))"
             " RETURNING old.state AS from_state"
         ),
         {
@@ -648,3 +650,16 @@ def _audit_message(conn: Connection, message: str) -> None:
     conn.execute(
         sa.text("SELECT set_config('scrapefleet.audit_message', :m, true)"), {"m": message}
     )
+
+
+def reactivate_after_own_drain(conn: Connection, name: str, own_reason: str) -> bool:
+    """A consumer killed while draining for its own shutdown left its host 'draining' under
+    ``own_reason``; when it starts again the host is active again. A drain by an operator has
+    another reason and stays. Returns True when the host was reactivated."""
+    row = conn.execute(
+        sa.text("SELECT state, state_reason FROM hosts WHERE name = :name FOR UPDATE"),
+        {"name": name},
+    ).first()
+    if row is None or row.state != "draining" or row.state_reason != own_reason:
+        return False
+    return set_host_state(conn, name, "active", "consumer restarted", expected=["draining"])

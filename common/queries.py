@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,3 +82,25 @@ def job_events(conn: Connection, job_id: int) -> list[dict[str, Any]]:
         {"id": job_id},
     )
     return [dict(r._mapping) for r in rows]
+
+
+def job_statuses(conn: Connection, job_ids: Sequence[int]) -> dict[int, str]:
+    rows = conn.execute(
+        sa.text("SELECT id, status FROM jobs WHERE id = ANY(:ids)"), {"ids": list(job_ids)}
+    )
+    return {r.id: r.status for r in rows}
+
+
+def host_is_idle(conn: Connection, host: str) -> bool:
+    """Nothing queued or processing on ``host`` and nothing pending anywhere (a pending job may
+    yet be assigned here): what a consumer's run-until-idle mode waits for."""
+    return bool(
+        conn.execute(
+            sa.text(
+                "SELECT NOT EXISTS (SELECT 1 FROM jobs WHERE host = :host"
+                "   AND status IN ('queued', 'processing'))"
+                " AND NOT EXISTS (SELECT 1 FROM jobs WHERE status = 'pending')"
+            ),
+            {"host": host},
+        ).scalar_one()
+    )

@@ -1,0 +1,97 @@
+"""The Python API for submitting jobs and reading results; the admin CLI uses it too.
+
+from common.api import Client
+with Client("postgresql://...") as client:
+    job_id = client.submit("http_get", {"url": "https://example.org/"})
+    print(client.wait([job_id], timeout_s=60))
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any
+
+from common import jobstore, queries
+from common.actions import load_user_actions
+from common.db import make_engine, transaction, wrapped_errors
+from common.errors import SettingsError
+from common.jobstore import InsertResult, NewJob
+from common.settings import Settings, load_settings
+from common.submit_file import validate_job
+
+FINISHED = ("completed", "failed", "cancelled")
+
+
+class Client:
+    def __init__(self, database_url: str | None = None, settings: Settings | None = None) -> None:
+        self.settings = settings or load_settings()
+        url = database_url or self.settings.database_url
+        if not url:
+            raise SettingsError("database_url is not set (SCRAPEFLEET_DATABASE_URL)")
+        load_user_actions(self.settings.actions)
+        self.engine = make_engine(url, application_name="scrapefleet-client")
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def submit(
+        self,
+        kind: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        priority: int = 0,
+        max_attempts: int | None = None,
+        not_before: datetime | None = None,
+        dedupe_key: str | None = None,
+        lock_key: str | None = None,
+    ) -> int | None:
+        """Submit one job; returns its id, or None when its dedupe key is already in use."""
+        job = validate_job(
+            {
+                "kind": kind,
+                "payload": payload or {},
+                "priority": priority,
+                "max_attempts": max_attempts,
+                "not_before": not_before,
+                "dedupe_key": dedupe_key,
+                "lock_key": lock_key,
+            }
+        )
+        ids = self.submit_many([job]).ids
+        return ids[0] if ids else None
+
+    def submit_many(
+        self, jobs: Sequence[NewJob], progress: Callable[[int], None] | None = None
+    ) -> InsertResult:
+        """Insert already-validated jobs in one transaction: all of them or none."""
+        with transaction(self.engine) as conn:
+            return jobstore.insert_jobs(
+                conn, jobs, default_max_attempts=self.settings.max_attempts, progress=progress
+            )
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        with wrapped_errors(), self.engine.connect() as conn:
+            return queries.job(conn, job_id)
+
+    def status_counts(self) -> dict[str, int]:
+        with wrapped_errors(), self.engine.connect() as conn:
+            return queries.status_counts(conn)
+
+    def wait(self, job_ids: Sequence[int], timeout_s: float, poll_s: float = 0.2) -> dict[int, str]:
+        """Wait until every job has finished or the timeout passes; returns their statuses."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with wrapped_errors(), self.engine.connect() as conn:
+                statuses = queries.job_statuses(conn, job_ids)
+            if all(s in FINISHED for s in statuses.values()) or time.monotonic() > deadline:
+                return statuses
+            time.sleep(poll_s)

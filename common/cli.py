@@ -1,0 +1,305 @@
+"""`scrapefleet`: the admin CLI (database, jobs, hosts, status, the demo).
+
+Every ScrapefleetError becomes one line on stderr: exit 2 for bad input or settings (nothing
+was changed), exit 1 for a database that cannot be reached or a thing that does not exist.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from common import jobstore, queries
+from common.api import Client
+from common.db import transaction, wrapped_errors
+from common.errors import DatabaseUnavailable, NotFound, ScrapefleetError, SettingsError
+from common.jobstore import HostSpec, JobFilter
+from common.settings import Settings, load_settings
+from common.submit_file import detect_format, parse_jobs
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _exit_code(exc: ScrapefleetError) -> int:
+    return 1 if isinstance(exc, DatabaseUnavailable | NotFound) else 2
+
+
+@contextmanager
+def _one_line_errors() -> Iterator[None]:
+    try:
+        yield
+    except ScrapefleetError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(_exit_code(exc))
+
+
+class _Context:
+    def __init__(self, config: Path | None) -> None:
+        self.config = config
+        self._settings: Settings | None = None
+        self._client: Client | None = None
+
+    @property
+    def settings(self) -> Settings:
+        if self._settings is None:
+            self._settings = load_settings(self.config)
+        return self._settings
+
+    def database_url(self) -> str:
+        if not self.settings.database_url:
+            raise SettingsError("database_url is not set (SCRAPEFLEET_DATABASE_URL or --config)")
+        return self.settings.database_url
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            self._client = Client(self.database_url(), self.settings)
+        return self._client
+
+
+pass_ctx = click.make_pass_decorator(_Context)
+
+
+@click.group()
+@click.option("--config", type=click.Path(path_type=Path), help="TOML settings file")
+@click.pass_context
+def cli(ctx: click.Context, config: Path | None) -> None:
+    """scrapefleet: schedule scraping jobs over a fleet of Selenium hosts."""
+    ctx.obj = _Context(config)
+    ctx.call_on_close(lambda: ctx.obj._client and ctx.obj._client.close())
+
+
+# ---------------------------------------------------------------- db
+
+
+@cli.group()
+def db() -> None:
+    """Database schema."""
+
+
+@db.command("upgrade")
+@pass_ctx
+def db_upgrade(ctx: _Context) -> None:
+    """Create or migrate the schema to the latest version."""
+    from common.migrate import current_revision, upgrade
+
+    with _one_line_errors():
+        url = ctx.database_url()
+        upgrade(url)
+        click.echo(f"database at revision {current_revision(url)}")
+
+
+# ---------------------------------------------------------------- submit
+
+
+@cli.command()
+@click.argument("file", type=click.File("r"), default="-")
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "csv"]), help="default: by extension")
+@pass_ctx
+def submit(ctx: _Context, file: Any, fmt: str | None) -> None:
+    """Submit the jobs in FILE (JSON lines or CSV; '-' for stdin) in one transaction.
+
+    A bad line stops everything: its number and field are printed, exit 2, nothing inserted.
+    """
+    with _one_line_errors():
+        client = ctx.client  # settings and user actions first: they validate the lines
+        fmt = detect_format(getattr(file, "name", None), fmt)
+        jobs = list(parse_jobs(file, fmt))
+        with click.progressbar(length=len(jobs), label="inserting", file=sys.stderr) as bar:
+            result = client.submit_many(jobs, progress=bar.update)
+        skipped = f", {result.skipped_duplicates} skipped (dedupe key in use)"
+        click.echo(
+            f"submitted {len(result.ids)} jobs{skipped if result.skipped_duplicates else ''}"
+        )
+
+
+# ---------------------------------------------------------------- status
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@pass_ctx
+def status(ctx: _Context, as_json: bool) -> None:
+    """Jobs per status and load per host."""
+    with _one_line_errors(), wrapped_errors(), ctx.client.engine.connect() as conn:
+        counts = queries.status_counts(conn)
+        hosts = queries.host_load(conn)
+    if as_json:
+        click.echo(json.dumps({"jobs": counts, "hosts": hosts}, default=str, indent=2))
+        return
+    click.echo(render_status(counts, hosts))
+
+
+def render_status(counts: dict[str, int], hosts: list[dict[str, Any]]) -> str:
+    lines = ["jobs:  " + "  ".join(f"{s} {n}" for s, n in counts.items())]
+    lines.append(f"{'host':<16}{'state':<12}{'running':>8}{'queued':>8}{'cap':>5}{'done/1h':>9}")
+    for h in hosts:
+        lines.append(
+            f"{h['host']:<16}{h['state']:<12}{h['running']:>8}{h['queued']:>8}"
+            f"{h['capacity']:>5}{h['completed_last_hour']:>9}"
+        )
+    if not hosts:
+        lines.append("(no hosts: `scrapefleet hosts add NAME`, or start a consumer)")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- jobs
+
+
+@cli.group()
+def jobs() -> None:
+    """Inspect, retry and cancel jobs."""
+
+
+@jobs.command("show")
+@click.argument("job_id", type=int)
+@pass_ctx
+def jobs_show(ctx: _Context, job_id: int) -> None:
+    """A job's row, its audit trail and its failure artifacts."""
+    with _one_line_errors(), wrapped_errors(), ctx.client.engine.connect() as conn:
+        row = queries.job(conn, job_id)
+        events = queries.job_events(conn, job_id)
+    error = row.pop("last_error")
+    artifacts = row.pop("artifacts") or {}
+    for key, value in row.items():
+        shown = json.dumps(value, default=str) if isinstance(value, dict | list) else value
+        click.echo(f"{key:>13}: {shown}")
+    click.echo("\nhistory:")
+    for e in events:
+        message = f"  ({e['message']})" if e["message"] else ""
+        moved = f"{e['from_status'] or '-':>10} -> {e['to_status']:<10}"
+        click.echo(f"  {e['at']:%Y-%m-%d %H:%M:%S.%f}  {moved} {e['host'] or ''}{message}")
+    if artifacts:
+        click.echo("\nartifacts:")
+        for key, value in artifacts.items():
+            click.echo(f"  {key}: {value}")
+    if error:
+        click.echo(f"\nlast error:\n{error}")
+
+
+def _filter_options(func: F) -> F:
+    func = click.argument("ids", nargs=-1, type=int)(func)
+    func = click.option("--kind", help="every job of this kind")(func)
+    return click.option("--host", help="every job on this host")(func)
+
+
+@jobs.command("retry")
+@_filter_options
+@pass_ctx
+def jobs_retry(ctx: _Context, ids: tuple[int, ...], kind: str | None, host: str | None) -> None:
+    """Failed or cancelled jobs -> pending again, with fresh attempts."""
+    with _one_line_errors(), transaction(ctx.client.engine) as conn:
+        moved = jobstore.retry_jobs(conn, JobFilter(ids, kind, host))
+    click.echo(f"retried {len(moved)} job(s)")
+
+
+@jobs.command("cancel")
+@_filter_options
+@pass_ctx
+def jobs_cancel(ctx: _Context, ids: tuple[int, ...], kind: str | None, host: str | None) -> None:
+    """Pending or queued jobs -> cancelled (running ones finish)."""
+    with _one_line_errors(), transaction(ctx.client.engine) as conn:
+        moved = jobstore.cancel_jobs(conn, JobFilter(ids, kind, host))
+    click.echo(f"cancelled {len(moved)} job(s)")
+
+
+# ---------------------------------------------------------------- hosts
+
+
+@cli.group()
+def hosts() -> None:
+    """Add, list, drain, enable and remove consumer hosts."""
+
+
+@hosts.command("add")
+@click.argument("name")
+@click.option("--capacity", type=click.IntRange(1, 64), help="default: the capacity setting")
+@click.option("--address", help="SSH address; omit for a consumer on this machine")
+@click.option("--port", "ssh_port", type=int, default=22, show_default=True)
+@click.option("--user", "ssh_user", default="scrapefleet", show_default=True)
+@click.option("--key-file", "ssh_key_file", help="private key the producer probes with")
+@click.option("--known-hosts", "known_hosts_file", help="known_hosts file with the host's key")
+@pass_ctx
+def hosts_add(ctx: _Context, name: str, capacity: int | None, **ssh: Any) -> None:
+    """Add a host (or update its settings)."""
+    with _one_line_errors():
+        spec = HostSpec(name=name, capacity=capacity or ctx.settings.capacity, **ssh)
+        with transaction(ctx.client.engine) as conn:
+            created = jobstore.add_host(conn, spec)
+    click.echo(f"host {name} {'added' if created else 'updated'} (capacity {spec.capacity})")
+
+
+@hosts.command("list")
+@pass_ctx
+def hosts_list(ctx: _Context) -> None:
+    """Every host with its state and load."""
+    with _one_line_errors(), wrapped_errors(), ctx.client.engine.connect() as conn:
+        rows = queries.host_load(conn)
+    click.echo(render_status({}, rows).split("\n", 1)[1])
+
+
+@hosts.command("drain")
+@click.argument("name")
+@pass_ctx
+def hosts_drain(ctx: _Context, name: str) -> None:
+    """Stop giving NAME work; its queued jobs go to other hosts, running ones finish."""
+    with _one_line_errors(), transaction(ctx.client.engine) as conn:
+        requeued = jobstore.drain_host(conn, name)
+    click.echo(f"host {name} draining; {len(requeued)} queued job(s) handed back")
+
+
+@hosts.command("enable")
+@click.argument("name")
+@pass_ctx
+def hosts_enable(ctx: _Context, name: str) -> None:
+    """Let NAME take work again."""
+    with _one_line_errors(), transaction(ctx.client.engine) as conn:
+        jobstore.enable_host(conn, name)
+    click.echo(f"host {name} active")
+
+
+@hosts.command("remove")
+@click.argument("name")
+@pass_ctx
+def hosts_remove(ctx: _Context, name: str) -> None:
+    """Remove NAME (it must run nothing: drain it first)."""
+    with _one_line_errors(), transaction(ctx.client.engine) as conn:
+        jobstore.remove_host(conn, name)
+    click.echo(f"host {name} removed")
+
+
+# ---------------------------------------------------------------- demo
+
+
+@cli.command()
+@click.option(
+    "--jobs", "job_count", type=click.IntRange(1, 100_000), default=300, show_default=True
+)
+@click.option("--hosts", "host_count", type=click.IntRange(1, 10), default=2, show_default=True)
+@click.option("--keep-db", is_flag=True, help="leave the embedded database running afterwards")
+@pass_ctx
+def demo(ctx: _Context, job_count: int, host_count: int, keep_db: bool) -> None:
+    """A producer and consumer hosts process a batch of http_get jobs end to end.
+
+    With no database_url set, an embedded PostgreSQL (pgserver) is started for it.
+    """
+    from common.demo import run_demo
+
+    with _one_line_errors():
+        sys.exit(
+            run_demo(ctx.settings, job_count=job_count, host_count=host_count, keep_db=keep_db)
+        )
+
+
+def main() -> None:
+    cli(prog_name="scrapefleet")
+
+
+if __name__ == "__main__":
+    main()

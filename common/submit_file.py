@@ -1,0 +1,122 @@
+"""Parse a file of jobs (JSON lines or CSV) into validated NewJobs, or fail naming line and field.
+
+JSON lines: one object per line, keys as in ``JobLine``; blank lines are skipped.
+CSV: a header row; columns ``kind``, ``priority``, ``max_attempts``, ``not_before``,
+``dedupe_key``, ``lock_key``, ``payload`` (a JSON object), and ``payload.<name>`` columns for
+flat params (``payload.url``), whose cells are parsed as JSON when they can be (so 3 is a
+number and true a boolean) and kept as text otherwise. Empty cells mean "not given".
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from typing import Any, TextIO
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from common.actions import get_action
+from common.errors import SubmitError
+from common.jobstore import NewJob
+
+
+class JobLine(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: str = Field(min_length=1)
+    payload: dict[str, Any] = Field(default_factory=dict)
+    priority: int = Field(default=0, ge=-1_000_000, le=1_000_000)
+    max_attempts: int | None = Field(default=None, ge=1, le=100)
+    not_before: datetime | None = None
+    dedupe_key: str | None = Field(default=None, min_length=1)
+    lock_key: str | None = Field(default=None, min_length=1)
+
+    @field_validator("not_before")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("needs a timezone, e.g. 2026-11-22T08:00:00+00:00")
+        return value
+
+
+def validate_job(fields: dict[str, Any]) -> NewJob:
+    """One job's fields -> NewJob; SubmitError names the field (payload fields as payload.x)."""
+    try:
+        line = JobLine.model_validate(fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "line"
+        if err["type"] == "extra_forbidden":
+            raise SubmitError(f"field {where!r}: unknown field") from None
+        raise SubmitError(f"field {where!r}: {err['msg']}") from None
+    action = get_action(line.kind)  # UnknownAction names the kind
+    action.validate(line.payload)
+    return NewJob(**line.model_dump())
+
+
+def parse_jobs(stream: TextIO, fmt: str) -> Iterator[NewJob]:
+    """Yield jobs; the first bad line raises SubmitError('line N: ...')."""
+    rows = _json_lines(stream) if fmt == "jsonl" else _csv_rows(stream)
+    for number, fields in rows:
+        try:
+            yield validate_job(fields)
+        except SubmitError as exc:
+            raise SubmitError(f"line {number}: {exc}") from None
+
+
+def _json_lines(stream: TextIO) -> Iterable[tuple[int, dict[str, Any]]]:
+    for number, text in enumerate(stream, start=1):
+        if not text.strip():
+            continue
+        try:
+            fields = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SubmitError(f"line {number}: not JSON: {exc.msg} at column {exc.colno}") from None
+        if not isinstance(fields, dict):
+            raise SubmitError(f"line {number}: not a JSON object")
+        yield number, fields
+
+
+def _csv_rows(stream: TextIO) -> Iterable[tuple[int, dict[str, Any]]]:
+    reader = csv.DictReader(stream)
+    if not reader.fieldnames or "kind" not in reader.fieldnames:
+        raise SubmitError("line 1: CSV header must have a 'kind' column")
+    for row in reader:
+        number = reader.line_num
+        if None in row:
+            raise SubmitError(f"line {number}: more cells than header columns")
+        fields: dict[str, Any] = {}
+        payload: dict[str, Any] = {}
+        for column, cell in row.items():
+            if cell is None or cell == "":
+                continue
+            if column.startswith("payload."):
+                payload[column.removeprefix("payload.")] = _cell_value(cell)
+            elif column == "payload":
+                try:
+                    fields["payload"] = json.loads(cell)
+                except json.JSONDecodeError as exc:
+                    raise SubmitError(
+                        f"line {number}: field 'payload': not JSON: {exc.msg}"
+                    ) from None
+            else:
+                fields[column] = cell
+        if payload:
+            fields["payload"] = {**fields.get("payload", {}), **payload}
+        yield number, fields
+
+
+def _cell_value(cell: str) -> Any:
+    try:
+        return json.loads(cell)
+    except json.JSONDecodeError:
+        return cell
+
+
+def detect_format(filename: str | None, explicit: str | None) -> str:
+    if explicit:
+        return explicit
+    if filename and filename.lower().endswith(".csv"):
+        return "csv"
+    return "jsonl"
