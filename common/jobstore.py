@@ -76,9 +76,7 @@ def insert_jobs(
     assert raw is not None
     with (
         raw.cursor() as cur,
-        cur.copy(
-            f"COPY incoming_jobs ({', '.join(_COPY_COLUMNS)}) FROM STDIN"
-        ) as copy,
+        cur.copy(f"COPY incoming_jobs ({', '.join(_COPY_COLUMNS)}) FROM STDIN") as copy,
     ):
         for seq, job in enumerate(jobs):
             copy.write_row(
@@ -116,6 +114,24 @@ def insert_jobs(
 # ---------------------------------------------------------------- jobs: producer
 
 
+# The two hot statements, named so that a test can EXPLAIN exactly what runs.
+LOCK_PENDING_SQL = sa.text(
+    "SELECT id, lock_key FROM jobs"
+    " WHERE status = 'pending' AND (not_before IS NULL OR not_before <= now())"
+    " ORDER BY priority DESC, id LIMIT :limit FOR UPDATE SKIP LOCKED"
+)
+CLAIM_SQL = sa.text(
+    "WITH picked AS ("
+    "  SELECT id FROM jobs WHERE host = :host AND status = 'queued'"
+    "  ORDER BY priority DESC, id LIMIT :limit FOR UPDATE SKIP LOCKED)"
+    " UPDATE jobs SET status = 'processing', attempts = jobs.attempts + 1,"
+    "   started_at = now(), heartbeat_at = now()"
+    " FROM picked WHERE jobs.id = picked.id"
+    " RETURNING jobs.id, jobs.kind, jobs.payload, jobs.attempts, jobs.max_attempts,"
+    "   jobs.lock_key"
+)
+
+
 @dataclass(frozen=True)
 class PendingJob:
     id: int
@@ -125,14 +141,7 @@ class PendingJob:
 def lock_pending_jobs(conn: Connection, limit: int) -> list[PendingJob]:
     """The highest-priority, oldest pending jobs that may run now, row-locked for this
     transaction; rows another transaction holds are skipped, not waited for."""
-    rows = conn.execute(
-        sa.text(
-            "SELECT id, lock_key FROM jobs"
-            " WHERE status = 'pending' AND (not_before IS NULL OR not_before <= now())"
-            " ORDER BY priority DESC, id LIMIT :limit FOR UPDATE SKIP LOCKED"
-        ),
-        {"limit": limit},
-    )
+    rows = conn.execute(LOCK_PENDING_SQL, {"limit": limit})
     return [PendingJob(r.id, r.lock_key) for r in rows]
 
 
@@ -209,19 +218,7 @@ class Claim:
 def claim_jobs(conn: Connection, host: str, limit: int) -> Claim:
     """queued -> processing for up to ``limit`` of this host's jobs, attempts + 1, and the host's
     job counters advanced in the same transaction (they drive restarts and reboots)."""
-    rows = conn.execute(
-        sa.text(
-            "WITH picked AS ("
-            "  SELECT id FROM jobs WHERE host = :host AND status = 'queued'"
-            "  ORDER BY priority DESC, id LIMIT :limit FOR UPDATE SKIP LOCKED)"
-            " UPDATE jobs SET status = 'processing', attempts = jobs.attempts + 1,"
-            "   started_at = now(), heartbeat_at = now()"
-            " FROM picked WHERE jobs.id = picked.id"
-            " RETURNING jobs.id, jobs.kind, jobs.payload, jobs.attempts, jobs.max_attempts,"
-            "   jobs.lock_key"
-        ),
-        {"host": host, "limit": limit},
-    ).all()
+    rows = conn.execute(CLAIM_SQL, {"host": host, "limit": limit}).all()
     counters = conn.execute(
         sa.text(
             "UPDATE hosts SET jobs_since_restart = jobs_since_restart + :n,"
@@ -663,3 +660,25 @@ def reactivate_after_own_drain(conn: Connection, name: str, own_reason: str) -> 
     if row is None or row.state != "draining" or row.state_reason != own_reason:
         return False
     return set_host_state(conn, name, "active", "consumer restarted", expected=["draining"])
+
+
+# ---------------------------------------------------------------- jobs: producer (appended)
+
+
+def lock_assignable_jobs(conn: Connection, limit: int) -> list[PendingJob]:
+    """Like lock_pending_jobs, but without the jobs whose lock key is held by a queued or
+    processing job: those cannot be assigned now, and reading them would let a large batch
+    sharing one busy key fill the whole scan window and starve every other pending job. The
+    NOT EXISTS probes the unique partial index on in-flight lock keys."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT id, lock_key FROM jobs"
+            " WHERE status = 'pending' AND (not_before IS NULL OR not_before <= now())"
+            "   AND (lock_key IS NULL OR NOT EXISTS ("
+            "     SELECT 1 FROM jobs AS held WHERE held.lock_key = jobs.lock_key"
+            "     AND held.status IN ('queued', 'processing')))"
+            " ORDER BY priority DESC, id LIMIT :limit FOR UPDATE SKIP LOCKED"
+        ),
+        {"limit": limit},
+    )
+    return [PendingJob(r.id, r.lock_key) for r in rows]

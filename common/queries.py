@@ -36,15 +36,14 @@ def hosts(conn: Connection) -> list[HostRow]:
     return [HostRow(**r._mapping) for r in rows]
 
 
+IN_FLIGHT_BY_HOST_SQL = sa.text(
+    "SELECT host, count(*) AS n FROM jobs WHERE status IN ('queued', 'processing') GROUP BY host"
+)
+
+
 def in_flight_by_host(conn: Connection) -> dict[str, int]:
     """Queued + processing jobs per host, as the database counts them."""
-    rows = conn.execute(
-        sa.text(
-            "SELECT host, count(*) AS n FROM jobs"
-            " WHERE status IN ('queued', 'processing') GROUP BY host"
-        )
-    )
-    return {r.host: r.n for r in rows}
+    return {r.host: r.n for r in conn.execute(IN_FLIGHT_BY_HOST_SQL)}
 
 
 def busy_lock_keys(conn: Connection) -> set[str]:
@@ -102,5 +101,17 @@ def host_is_idle(conn: Connection, host: str) -> bool:
                 " AND NOT EXISTS (SELECT 1 FROM jobs WHERE status = 'pending')"
             ),
             {"host": host},
+        ).scalar_one()
+    )
+
+
+def has_unfinished_jobs(conn: Connection) -> bool:
+    """True while any job is pending, queued or processing (the daemons' "until idle")."""
+    return bool(
+        conn.execute(
+            sa.text(
+                "SELECT EXISTS (SELECT 1 FROM jobs WHERE status = 'pending')"
+                " OR EXISTS (SELECT 1 FROM jobs WHERE status IN ('queued', 'processing'))"
+            )
         ).scalar_one()
     )
