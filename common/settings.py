@@ -46,7 +46,16 @@ class Settings(BaseSettings):
     rescue_after_s: float = Field(default=C.RESCUE_AFTER_S, gt=0)
     local_state_stale_s: float = Field(default=C.LOCAL_STATE_STALE_S, gt=0)
 
+    min_memory_available_fraction: float = Field(
+        default=0.15, ge=0, le=1, description="a host with less memory free gets no new job"
+    )
+    wake_debounce_s: float = Field(default=C.PRODUCER_WAKE_DEBOUNCE_S, ge=0)
+
     # Consumer.
+    host_name: str | None = Field(
+        default=None, description="this consumer's host; unset -> hostname"
+    )
+    boot_id_file: Path = Field(default=Path("/proc/sys/kernel/random/boot_id"))
     consumer_poll_s: float = Field(default=C.CONSUMER_POLL_S, gt=0)
     heartbeat_s: float = Field(default=C.HEARTBEAT_S, gt=0)
     job_timeout_s: float = Field(default=C.JOB_TIMEOUT_S, gt=0)
@@ -57,6 +66,20 @@ class Settings(BaseSettings):
     backoff_max_s: float = Field(default=C.BACKOFF_MAX_S, ge=0)
 
     log_level: str = Field(default="INFO")
+
+    # SSH probe: producer/ssh_probe.py. Fleet-wide defaults; a host's own row overrides
+    # user, key file and known_hosts. Literals (not common.constants) until the lead moves them.
+    ssh_user: str = Field(default="scrapefleet", description="service user on consumer hosts")
+    ssh_key_file: Path | None = Field(default=None, description="producer's private key")
+    ssh_known_hosts_file: Path | None = Field(
+        default=None, description="known_hosts the host keys are verified against (no auto-add)"
+    )
+    ssh_status_command: str = Field(
+        default="scrapefleet-consumer status --json", description="'--host NAME' is appended"
+    )
+    ssh_probe_workers: int = Field(default=16, ge=1, le=256, description="hosts probed at once")
+    ssh_reconnect_base_s: float = Field(default=1.0, ge=0, description="doubles per failure")
+    ssh_reconnect_max_s: float = Field(default=30.0, ge=0)
 
     # Browser stack: consumer/browser_stack.py, selenium_actions.py, artifacts.py.
     # Defaults are Debian's paths; the jar is searched in <repo>/.ci/node and /opt/scrapefleet.

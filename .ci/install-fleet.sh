@@ -1,0 +1,23 @@
+#!/bin/sh
+# Installs what the fleet tests (tests/fleet) need: sshd, ssh-keygen and ip.
+# Idempotent: runs `apt-get update` and `apt-get install` only when something is missing.
+set -eu
+
+missing=""
+[ -x /usr/sbin/sshd ] || missing="$missing openssh-server"
+command -v ssh-keygen >/dev/null 2>&1 || missing="$missing openssh-client"
+command -v ip >/dev/null 2>&1 || missing="$missing iproute2"
+
+if [ -z "$missing" ]; then
+    echo "fleet prerequisites present"
+    exit 0
+fi
+
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+echo "installing:$missing"
+$SUDO apt-get update -qq
+# The tests start their own sshd instances; the package's own service is not needed.
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
+# sshd refuses to start without its privilege-separation directory.
+$SUDO mkdir -p /run/sshd

@@ -1,0 +1,124 @@
+"""Start, stop, restart and recovery of a stack of its own (not the shared one)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from common.errors import StackError
+from common.settings import Settings
+from consumer.browser_stack import BrowserStack
+from consumer.selenium_actions import FetchPageParams, fetch_page
+from consumer.stack_processes import is_gone
+from tests.browser.site import LocalSite
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(60)]
+
+
+def processes_mentioning(*folders: Path) -> list[psutil.Process]:
+    """Every live process whose command line or environment names one of the folders."""
+    found = []
+    for proc in psutil.process_iter():
+        if proc.pid == os.getpid():
+            continue
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            text = " ".join(proc.cmdline()) + " ".join(proc.environ().values())
+        except psutil.Error:
+            continue
+        if any(str(folder) in text for folder in folders):
+            found.append(proc)
+    return found
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def free_display() -> int:
+    for display in range(150, 400):
+        taken = Path(f"/tmp/.X{display}-lock"), Path(f"/tmp/.X11-unix/X{display}")
+        if not any(path.exists() for path in taken):
+            return display
+    raise AssertionError("no free display to test with")
+
+
+def test_stop_ends_every_process_including_orphans(
+    settings: Settings, site: LocalSite, own_stack_dir: Path
+) -> None:
+    display = free_display()
+    lock = Path(f"/tmp/.X{display}-lock")
+    lock.write_text(f"{dead_pid():>10}\n")  # a stale lock, as a crashed Xvfb leaves it
+    stack = BrowserStack(settings, "lifecycle", 2, own_stack_dir, display=display)
+    try:
+        stack.start()
+        assert stack.display == display and stack.healthy()
+        driver = stack.new_driver()  # left open on purpose: stop must end it anyway
+        fetch_page(driver, FetchPageParams(url=site.url("/item")))
+        names = {p.name() for p in stack.processes()}
+        assert {"Xvfb", "java", "chromedriver", "chrome_crashpad_handler"} <= names
+        tracked = stack.processes()
+        port = stack.grid_port
+        assert port is not None
+    finally:
+        report = stack.stop()
+    assert report.leftover_pids == ()
+    assert report.killed >= len(tracked)
+    assert [p.pid for p in tracked if not is_gone(p)] == []
+    assert processes_mentioning(own_stack_dir, stack.tmp_dir) == []
+    assert not lock.exists() and not Path(f"/tmp/.X11-unix/X{display}").exists()
+    assert not port_open(port)
+    assert not stack.tmp_dir.exists() or not any(stack.tmp_dir.iterdir())
+    assert not stack.healthy()
+
+
+def test_restart_report_and_recovery_from_a_killed_grid(
+    settings: Settings, site: LocalSite, own_stack_dir: Path
+) -> None:
+    with BrowserStack(settings, "recovery", 2, own_stack_dir) as stack:
+        driver = stack.new_driver()
+        fetch_page(driver, FetchPageParams(url=site.url("/item")))
+        # The session stays open: restart must take its browser with it.
+        report = stack.restart()
+        assert 0 < report.duration_s < 30
+        assert report.killed >= 5  # Grid, Xvfb, chromedriver, browser processes
+        assert report.pss_before_bytes > report.pss_after_bytes > 0
+        assert stack.healthy()
+
+        driver = stack.new_driver()
+        driver.get(site.url("/plain"))
+        grid_pid = stack.grid_pid
+        assert grid_pid is not None
+        os.kill(grid_pid, signal.SIGKILL)  # the Grid dies mid-job
+        deadline = time.monotonic() + 10
+        while stack.healthy() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not stack.healthy()
+        with pytest.raises(StackError):
+            stack.new_driver()
+
+        recovered = stack.restart()
+        assert recovered.killed >= 2  # the orphaned chromedriver and browser, Xvfb
+        assert stack.healthy()
+        fresh = stack.new_driver()
+        try:
+            assert fetch_page(fresh, FetchPageParams(url=site.url("/plain")))["title"] == "Plain"
+        finally:
+            fresh.quit()
+    assert processes_mentioning(own_stack_dir, stack.tmp_dir) == []
