@@ -115,9 +115,16 @@ def insert_jobs(
 
 
 # The two hot statements, named so that a test can EXPLAIN exactly what runs.
+# Jobs whose lock key is held by a queued or processing job are left out: they cannot be
+# assigned now, and reading them would let a large batch sharing one busy key fill the whole
+# scan window and starve every other pending job. The NOT EXISTS probes the unique partial
+# index on in-flight lock keys.
 LOCK_PENDING_SQL = sa.text(
     "SELECT id, lock_key FROM jobs"
     " WHERE status = 'pending' AND (not_before IS NULL OR not_before <= now())"
+    "   AND (lock_key IS NULL OR NOT EXISTS ("
+    "     SELECT 1 FROM jobs AS held WHERE held.lock_key = jobs.lock_key"
+    "     AND held.status IN ('queued', 'processing')))"
     " ORDER BY priority DESC, id LIMIT :limit FOR UPDATE SKIP LOCKED"
 )
 CLAIM_SQL = sa.text(
@@ -139,8 +146,9 @@ class PendingJob:
 
 
 def lock_pending_jobs(conn: Connection, limit: int) -> list[PendingJob]:
-    """The highest-priority, oldest pending jobs that may run now, row-locked for this
-    transaction; rows another transaction holds are skipped, not waited for."""
+    """The highest-priority, oldest pending jobs that may run now (not_before passed, lock key
+    free), row-locked for this transaction; rows another transaction holds are skipped, not
+    waited for."""
     rows = conn.execute(LOCK_PENDING_SQL, {"limit": limit})
     return [PendingJob(r.id, r.lock_key) for r in rows]
 
@@ -662,23 +670,32 @@ def reactivate_after_own_drain(conn: Connection, name: str, own_reason: str) -> 
     return set_host_state(conn, name, "active", "consumer restarted", expected=["draining"])
 
 
-# ---------------------------------------------------------------- jobs: producer (appended)
-
-
-def lock_assignable_jobs(conn: Connection, limit: int) -> list[PendingJob]:
-    """Like lock_pending_jobs, but without the jobs whose lock key is held by a queued or
-    processing job: those cannot be assigned now, and reading them would let a large batch
-    sharing one busy key fill the whole scan window and starve every other pending job. The
-    NOT EXISTS probes the unique partial index on in-flight lock keys."""
-    rows = conn.execute(
+def complete_jobs(
+    conn: Connection, host: str, completions: Sequence[tuple[int, int, dict[str, Any]]]
+) -> list[int]:
+    """complete_job for many (job id, attempt, result) at once: one statement, one NOTIFY.
+    Each row still moves only if this host owns that attempt; returns the ids that moved."""
+    if not completions:
+        return []
+    row = conn.execute(
         sa.text(
-            "SELECT id, lock_key FROM jobs"
-            " WHERE status = 'pending' AND (not_before IS NULL OR not_before <= now())"
-            "   AND (lock_key IS NULL OR NOT EXISTS ("
-            "     SELECT 1 FROM jobs AS held WHERE held.lock_key = jobs.lock_key"
-            "     AND held.status IN ('queued', 'processing')))"
-            " ORDER BY priority DESC, id LIMIT :limit FOR UPDATE SKIP LOCKED"
+            "WITH done AS ("
+            "  UPDATE jobs SET status = 'completed', result = CAST(d.result AS jsonb),"
+            "    finished_at = now(), heartbeat_at = now()"
+            "  FROM unnest(CAST(:ids AS bigint[]), CAST(:attempts AS int[]),"
+            "    CAST(:results AS text[])) AS d(id, attempt, result)"
+            "  WHERE jobs.id = d.id AND jobs.status = 'processing' AND jobs.attempts = d.attempt"
+            "    AND jobs.host = :host"
+            "  RETURNING jobs.id)"
+            " SELECT (SELECT array_agg(id) FROM done) AS ids,"
+            "   CASE WHEN EXISTS (SELECT 1 FROM done) THEN pg_notify(:channel, :host) END"
         ),
-        {"limit": limit},
-    )
-    return [PendingJob(r.id, r.lock_key) for r in rows]
+        {
+            "ids": [c[0] for c in completions],
+            "attempts": [c[1] for c in completions],
+            "results": [json.dumps(c[2]) for c in completions],
+            "host": host,
+            "channel": CHANNEL_FINISHED,
+        },
+    ).one()
+    return sorted(row.ids or [])

@@ -25,12 +25,13 @@ def test_hot_queries_use_partial_indexes_at_one_million_rows(engine: Engine) -> 
         conn.execute(sa.text("ALTER TABLE jobs DISABLE TRIGGER USER"))
         conn.execute(
             sa.text(
-                "INSERT INTO jobs (kind, status, host, priority, finished_at)"
+                "INSERT INTO jobs (kind, status, host, priority, lock_key, finished_at)"
                 " SELECT 'noop',"
                 "  CASE WHEN n % 100 = 0 THEN 'pending' WHEN n % 1000 = 1 THEN 'queued'"
                 "       WHEN n % 1000 = 2 THEN 'processing' ELSE 'completed' END,"
                 "  CASE WHEN n % 100 = 0 THEN NULL ELSE 'h' || (n % 10) END,"
                 "  n % 3,"
+                "  CASE WHEN n % 200 = 0 THEN 'account-' || (n % 997) END,"
                 "  CASE WHEN n % 100 > 2 THEN now() END"
                 " FROM generate_series(1, 1000000) AS n"
             )

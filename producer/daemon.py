@@ -1,0 +1,422 @@
+"""The producer daemon: assigns pending jobs to consumer hosts under their caps.
+
+Two kinds of cycle, run one at a time (``_cycle_lock``):
+
+- a full cycle, every ``producer_interval_s`` (APScheduler interval job): probe the hosts,
+  record the results and the host-state changes, rescue stale jobs, then assign;
+- a wake cycle, when a consumer NOTIFYs that it finished a job: assign only, with the probe
+  results of the last full cycle. It is the hot path (hundreds per second under load), so it is
+  a handful of indexed queries: no probe, no host writes. Health counts failures per interval,
+  so "3 failed probes" means three ticks, never three wake-ups in a burst.
+
+Wake cycles run on the listener thread itself: a NOTIFY that arrives during a cycle stays
+queued on the listening connection and starts the next cycle as soon as this one ends, so no
+wake-up is lost and none piles up.
+
+Only the holder of the advisory lock (producer.leader) writes anything; the others are hot
+standbys trying the lock at each interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from sqlalchemy.engine import Engine
+
+from common import jobstore, queries
+from common.constants import PENDING_SCAN_FACTOR, PRODUCER_ADVISORY_LOCK_KEY
+from common.db import describe, is_connection_error, wrapped_errors
+from common.errors import DatabaseUnavailable, ProbeError
+from common.host_status import HostStatus
+from common.settings import Settings
+from producer.health import next_host_state
+from producer.leader import LeaderSession
+from producer.planner import host_slots, plan_assignments
+from producer.probe import HostTarget, Probe
+from producer.probing import RoutingProbe
+from producer.wakeup import WakeListener
+
+log = logging.getLogger(__name__)
+
+IDLE_CHECK_S = 0.1  # how often run(until_idle=True) looks for unfinished jobs
+STOP_JOIN_S = 30.0  # longest stop() waits for a running cycle
+
+
+@dataclass(frozen=True)
+class CycleReport:
+    leader: bool  # this producer held the lock for this cycle
+    full: bool = True
+    assigned: int = 0
+    rescued: int = 0  # processing jobs without heartbeat sent back
+    requeued: int = 0  # queued jobs of unavailable hosts sent back
+    transitions: tuple[tuple[str, str, str], ...] = ()  # (host, from, to)
+    duration_s: float = 0.0
+    error: str | None = None  # why the cycle stopped early (it is retried next cycle)
+
+
+@dataclass(frozen=True)
+class _Probed:
+    result: HostStatus | ProbeError
+    in_flight_at_probe: int  # the database's count read just before the probe
+
+
+class Producer:
+    """``probe``: the probe for every host (tests inject one); by default local hosts read
+    their status file and hosts with an address are asked over SSH."""
+
+    def __init__(self, settings: Settings, engine: Engine, probe: Probe | None = None) -> None:
+        self.settings = settings
+        self._engine = engine
+        self._probe: Probe = probe if probe is not None else RoutingProbe(settings)
+        self._leader = LeaderSession(engine.url, PRODUCER_ADVISORY_LOCK_KEY)
+        self._probed: dict[str, _Probed] = {}
+        self._cycle_lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._scheduler: BackgroundScheduler | None = None
+        self._wake: WakeListener | None = None
+        self._standby_logged = False
+        self._closed = False
+        # Figures for tests, benchmarks and the debug log.
+        self.last_cycle_duration_s = 0.0
+        self.last_assigned = 0
+        self.total_assigned = 0
+        self.cycles = 0
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leader.is_leader
+
+    @property
+    def listening(self) -> bool:
+        """True once the wake-up listener is LISTENing (a NOTIFY before that is missed and
+        covered by the next interval cycle)."""
+        return self._wake is not None and self._wake.listening.is_set()
+
+    @property
+    def leader_backend_pid(self) -> int | None:
+        """The server pid of the connection that holds (or tries) the lock."""
+        return self._leader.backend_pid
+
+    # -- one cycle ----------------------------------------------------------------------------
+
+    def run_cycle(self, *, full: bool = True) -> CycleReport:
+        """Run one cycle now (waiting for a running one to end). Never raises for a database
+        that went away: the report says so and the next cycle reconnects."""
+        with self._cycle_lock:
+            return self._guarded_cycle(full)
+
+    def _guarded_cycle(self, full: bool) -> CycleReport:
+        if self._stopping.is_set():
+            return CycleReport(leader=self.is_leader, full=full, error="stopping")
+        started = time.perf_counter()
+        try:
+            report = self._cycle(full)
+        except Exception as exc:
+            error = self._cycle_failed(exc)
+            report = CycleReport(leader=self.is_leader, full=full, error=error)
+        duration = time.perf_counter() - started
+        report = replace(report, duration_s=duration)
+        self.cycles += 1
+        self.last_cycle_duration_s = duration
+        self.last_assigned = report.assigned
+        self.total_assigned += report.assigned
+        log.debug(
+            "cycle full=%s leader=%s assigned=%d duration_ms=%.2f",
+            full,
+            report.leader,
+            report.assigned,
+            duration * 1000,
+        )
+        return report
+
+    def _cycle_failed(self, exc: Exception) -> str:
+        if isinstance(exc, DatabaseUnavailable) or is_connection_error(exc):
+            reason = describe(exc)
+            log.warning("database connection lost mid-cycle, retrying next cycle: %s", reason)
+            # The server dropped the session, and the lock with it: reconnect and retake.
+            self._leader.drop()
+            return reason
+        # A bug or an unexpected statement error: the transaction rolled back; keep running.
+        log.exception("producer cycle failed, retrying next cycle")
+        return f"{type(exc).__name__}: {exc}"
+
+    def _cycle(self, full: bool) -> CycleReport:
+        # A standby tries the lock at the interval, not on every wake-up of the active producer.
+        if not self._leader.is_leader and (not full or not self._take_lead()):
+            return CycleReport(leader=False, full=full)
+        report = CycleReport(leader=True, full=full)
+        if full:
+            with self._leader.transaction() as conn:
+                hosts = queries.hosts(conn)
+                in_flight = queries.in_flight_by_host(conn)
+            results = self._probe_hosts(hosts)
+            self._probed = {
+                name: _Probed(result, in_flight.get(name, 0)) for name, result in results.items()
+            }
+            transitions = self._record_health(hosts, results)
+            rescued, requeued = self._rescue()
+            report = replace(report, transitions=transitions, rescued=rescued, requeued=requeued)
+        return replace(report, assigned=self._assign())
+
+    def _take_lead(self) -> bool:
+        if self._leader.try_acquire():
+            log.info(
+                "leader lock taken, this producer assigns (backend_pid=%s)",
+                self._leader.backend_pid,
+            )
+            self._standby_logged = False
+            return True
+        if not self._standby_logged:
+            log.info("another producer holds the leader lock: standing by")
+            self._standby_logged = True
+        return False
+
+    # -- full-cycle steps ---------------------------------------------------------------------
+
+    def _probe_hosts(self, hosts: list[queries.HostRow]) -> dict[str, HostStatus | ProbeError]:
+        # A disabled host is out of the fleet until an operator enables it: no probing.
+        targets = [
+            HostTarget(
+                h.name, h.address, h.ssh_port, h.ssh_user, h.ssh_key_file, h.known_hosts_file
+            )
+            for h in hosts
+            if h.state != "disabled"
+        ]
+        if not targets:
+            return {}
+        try:
+            return dict(self._probe.probe_all(targets))
+        except Exception as exc:  # a probe bug must cost this round, not the daemon
+            log.exception("probe round failed")
+            failure = ProbeError(f"probe round failed: {type(exc).__name__}: {exc}")
+            return {t.name: failure for t in targets}
+
+    def _record_health(
+        self, hosts: list[queries.HostRow], results: Mapping[str, HostStatus | ProbeError]
+    ) -> tuple[tuple[str, str, str], ...]:
+        threshold = self.settings.probe_failures_offline
+        transitions = []
+        with self._leader.transaction() as conn:
+            for host in hosts:
+                result = results.get(host.name)
+                if result is None:
+                    continue
+                if isinstance(result, HostStatus):
+                    jobstore.record_probe_success(conn, host.name, result)
+                    failures, reported = 0, result.state
+                else:
+                    failures = jobstore.record_probe_failure(conn, host.name, str(result))
+                    reported = None
+                    level = logging.INFO if failures == 1 else logging.DEBUG
+                    log.log(
+                        level,
+                        "probe failed host=%s failures=%d reason=%s",
+                        host.name,
+                        failures,
+                        result,
+                    )
+                new_state = next_host_state(
+                    host.state, failures == 0, failures, reported, threshold
+                )
+                if new_state == host.state:
+                    continue
+                reason = (
+                    f"{failures} consecutive probe failures, last: {result}"
+                    if new_state == "offline"
+                    else "probe succeeds again"
+                )
+                if jobstore.set_host_state(
+                    conn, host.name, new_state, reason, expected=[host.state]
+                ):
+                    log.info(
+                        "host state host=%s from=%s to=%s reason=%s",
+                        host.name,
+                        host.state,
+                        new_state,
+                        reason,
+                    )
+                    transitions.append((host.name, host.state, new_state))
+        return tuple(transitions)
+
+    def _rescue(self) -> tuple[int, int]:
+        # Separate transactions: each sets its own audit message for the rest of its transaction.
+        with self._leader.transaction() as conn:
+            rescued = jobstore.rescue_stale_processing(conn, self.settings.rescue_after_s)
+        with self._leader.transaction() as conn:
+            requeued = jobstore.requeue_from_unavailable_hosts(conn, self.settings.offline_grace_s)
+        if rescued:
+            log.warning(
+                "rescued jobs without heartbeat count=%d ids=%s", len(rescued), rescued[:20]
+            )
+        if requeued:
+            log.warning(
+                "requeued jobs of unavailable hosts count=%d ids=%s", len(requeued), requeued[:20]
+            )
+        return len(rescued), len(requeued)
+
+    # -- assignment (every cycle) -------------------------------------------------------------
+
+    def _assign(self) -> int:
+        with self._leader.transaction() as conn:
+            hosts = queries.hosts(conn)
+            in_flight = queries.in_flight_by_host(conn)
+            slots = host_slots(
+                hosts,
+                self._current_probes(in_flight),
+                in_flight,
+                self.settings.min_memory_available_fraction,
+            )
+            free = sum(s.free for s in slots)
+            if free == 0:
+                return 0
+            pending = jobstore.lock_pending_jobs(conn, free * PENDING_SCAN_FACTOR)
+            if not pending:
+                return 0
+            # The pending query already leaves out busy keys; this read is the planner's
+            # second guard and is skipped when no candidate has a key at all.
+            busy = queries.busy_lock_keys(conn) if any(p.lock_key for p in pending) else set()
+            plan = plan_assignments(slots, pending, busy)
+            assigned = jobstore.assign_jobs(conn, plan)
+        if assigned:
+            per_host: dict[str, int] = {}
+            for _, host in assigned:
+                per_host[host] = per_host.get(host, 0) + 1
+            log.info(
+                "assigned jobs=%d free_slots=%d hosts=%s",
+                len(assigned),
+                free,
+                ",".join(f"{h}:{n}" for h, n in sorted(per_host.items())),
+            )
+        return len(assigned)
+
+    def _current_probes(self, in_flight: Mapping[str, int]) -> dict[str, HostStatus | ProbeError]:
+        """The last probe results, their running counts brought up to date.
+
+        Between probes the database's count is fresh and the probe's is not. What the probe
+        adds is the jobs a host runs beyond what the database gives it (e.g. a rescued job still
+        running there); keep that excess on top of today's count, so a slot freed since the
+        probe is refilled now, not at the next tick.
+        """
+        current: dict[str, HostStatus | ProbeError] = {}
+        for name, probed in self._probed.items():
+            result = probed.result
+            if isinstance(result, HostStatus):
+                excess = max(0, result.running - probed.in_flight_at_probe)
+                result = replace(result, running=in_flight.get(name, 0) + excess)
+            current[name] = result
+        return current
+
+    # -- the daemon ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the interval job and the wake listener in background threads."""
+        if self._scheduler is not None:
+            return
+        self._stopping.clear()
+        self._scheduler = BackgroundScheduler(logger=_quiet_scheduler_logger(), timezone=UTC)
+        self._scheduler.add_job(
+            self._interval_cycle,
+            "interval",
+            seconds=self.settings.producer_interval_s,
+            id="producer-cycle",
+            max_instances=1,
+            coalesce=True,
+            misfire_grace_time=None,
+            next_run_time=datetime.now(UTC),
+        )
+        self._scheduler.start()
+        url = self._engine.url.render_as_string(hide_password=False)
+        self._wake = WakeListener(
+            url,
+            self._wake_cycle,
+            debounce_s=self.settings.wake_debounce_s,
+            retry_s=self.settings.producer_interval_s,
+            stopping=self._stopping,
+        )
+        self._wake.start()
+
+    def _interval_cycle(self) -> None:
+        self.run_cycle(full=True)
+
+    def _wake_cycle(self) -> None:
+        if self._leader.is_leader:
+            self.run_cycle(full=False)
+
+    def run(self, until_idle: bool = False) -> int:
+        """Run until SIGTERM/SIGINT (or, with ``until_idle``, until no job is pending, queued
+        or processing); returns the exit code."""
+        self._install_signal_handlers()
+        self.start()
+        try:
+            while not self._stopping.is_set():
+                if until_idle and self._idle():
+                    log.info("no job pending, queued or processing: exiting")
+                    break
+                self._stopping.wait(IDLE_CHECK_S if until_idle else 1.0)
+        finally:
+            self.stop()
+        return 0
+
+    def request_stop(self) -> None:
+        self._stopping.set()
+
+    def stop(self) -> None:
+        """Finish the running cycle, stop the threads, release the lock. Idempotent."""
+        self._stopping.set()
+        if self._wake is not None:
+            self._wake.join(STOP_JOIN_S)
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=True)
+            self._scheduler = None
+        self.close()
+
+    def close(self) -> None:
+        """Release the lock and the probe (for producers driven by run_cycle alone)."""
+        with self._cycle_lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._leader.release()
+            self._probe.close()
+        log.info("producer stopped, leader lock released")
+
+    def _idle(self) -> bool:
+        try:
+            with wrapped_errors(), self._engine.connect() as conn:
+                return not queries.has_unfinished_jobs(conn)
+        except DatabaseUnavailable:
+            return False
+
+    def _install_signal_handlers(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def on_signal(signum: int, _frame: Any) -> None:
+            # A flag, not an exception: the cycle in progress finishes, then everything stops.
+            self._stopping.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+
+
+class _DropMaxInstancesWarning(logging.Filter):
+    """A tick that finds the previous cycle still running is expected (a slow probe round);
+    coalescing already handles it, so APScheduler's warning is noise."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "maximum number of running instances" not in record.getMessage()
+
+
+def _quiet_scheduler_logger() -> logging.Logger:
+    logger = logging.getLogger("apscheduler.scheduler.producer")
+    if not any(isinstance(f, _DropMaxInstancesWarning) for f in logger.filters):
+        logger.addFilter(_DropMaxInstancesWarning())
+    return logger

@@ -1,0 +1,58 @@
+"""The producer's probe: local hosts (no address) read their status file, the others go over SSH.
+
+Implements the producer.probe.Probe protocol. The SSH probe is imported on first use, so a
+fleet of local hosts never loads paramiko, and an installation where it cannot be imported
+still runs its local hosts (remote ones then count as failed probes, with the reason).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from common.errors import ProbeError
+from common.host_status import HostStatus
+from common.settings import Settings
+from producer.probe import HostTarget, LocalProbe, Probe
+
+log = logging.getLogger(__name__)
+
+
+class RoutingProbe:
+    def __init__(self, settings: Settings) -> None:
+        self._local = LocalProbe(settings.state_dir, settings.local_state_stale_s)
+        self._timeout_s = settings.probe_timeout_s
+        self._remote: Probe | None = None
+        self._remote_unavailable: str | None = None  # why the SSH probe could not load
+
+    def probe_all(self, targets: Sequence[HostTarget]) -> dict[str, HostStatus | ProbeError]:
+        local = [t for t in targets if t.address is None]
+        remote = [t for t in targets if t.address is not None]
+        results = self._local.probe_all(local) if local else {}
+        if remote:
+            probe = self._remote_probe()
+            if probe is None:
+                reason = ProbeError(f"SSH probe unavailable: {self._remote_unavailable}")
+                results.update({t.name: reason for t in remote})
+            else:
+                results.update(probe.probe_all(remote))
+        return results
+
+    def close(self) -> None:
+        self._local.close()
+        if self._remote is not None:
+            self._remote.close()
+
+    def _remote_probe(self) -> Probe | None:
+        if self._remote is None and self._remote_unavailable is None:
+            try:
+                from producer.ssh_probe import SSHProbe
+            except ImportError as exc:
+                self._remote_unavailable = f"cannot import producer.ssh_probe ({exc})"
+                log.error(
+                    "SSH probe unavailable, hosts with an address get no work: %s",
+                    self._remote_unavailable,
+                )
+                return None
+            self._remote = SSHProbe(timeout_s=self._timeout_s)
+        return self._remote

@@ -1,0 +1,78 @@
+"""Wake the producer when a consumer frees a slot (NOTIFY on CHANNEL_FINISHED).
+
+A thread LISTENs on its own connection and calls ``on_wake`` after a short debounce, so a burst
+of finished jobs costs one cycle, not one per job. NOTIFYs can be lost across a reconnect; the
+producer's interval cycle covers that, this only makes refills fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+
+from common.constants import CHANNEL_FINISHED
+from common.db import Listener
+from common.errors import DatabaseUnavailable
+
+log = logging.getLogger(__name__)
+
+WAIT_SLICE_S = 0.25  # longest a wait blocks before the thread looks at the stop flag
+
+
+class WakeListener:
+    def __init__(
+        self,
+        database_url: str,
+        on_wake: Callable[[], None],
+        *,
+        debounce_s: float,
+        retry_s: float,
+        stopping: threading.Event,
+    ) -> None:
+        self._listener = Listener(database_url, [CHANNEL_FINISHED])
+        self._on_wake = on_wake
+        self._debounce_s = debounce_s
+        self._retry_s = retry_s
+        self._stopping = stopping
+        self.listening = threading.Event()  # set once LISTEN is in place (tests wait on it)
+        self._thread = threading.Thread(target=self._loop, name="producer-wake", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout_s: float) -> None:
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+
+    def _loop(self) -> None:
+        down = False
+        try:
+            while not self._stopping.is_set():
+                try:
+                    if not self.listening.is_set():
+                        self._listener.wait(0)  # connects and LISTENs
+                        self.listening.set()
+                    payloads = self._listener.wait(WAIT_SLICE_S)
+                except DatabaseUnavailable as exc:
+                    self.listening.clear()
+                    if not down:
+                        log.warning("wake listener down, interval cycles only: %s", exc)
+                    down = True
+                    self._stopping.wait(self._retry_s)
+                    continue
+                if down:
+                    log.info("wake listener reconnected")
+                    down = False
+                if not payloads:
+                    continue
+                # Debounce: let the rest of a burst land, then drop what queued meanwhile.
+                if self._debounce_s > 0 and self._stopping.wait(self._debounce_s):
+                    break
+                # A lost connection reconnects at the next wait; wake now all the same.
+                with contextlib.suppress(DatabaseUnavailable):
+                    self._listener.wait(0)
+                self._on_wake()
+        finally:
+            self._listener.close()

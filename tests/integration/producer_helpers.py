@@ -1,0 +1,128 @@
+"""Helpers for the producer's integration tests: hosts, stand-in consumers, waiting."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from common import jobstore
+from common.constants import PRODUCER_ADVISORY_LOCK_KEY
+from common.host_status import HostStatus, write_status
+from common.jobstore import HostSpec, NewJob
+from common.settings import Settings, load_settings
+
+GIB = 1024**3
+T = TypeVar("T")
+
+
+def producer_settings(database_url: str, state_dir: Path, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "database_url": database_url,
+        "state_dir": state_dir,
+        "producer_interval_s": 0.2,
+        "wake_debounce_s": 0.0,
+    }
+    return load_settings(**(values | overrides))
+
+
+def add_hosts(engine: Engine, capacities: dict[str, int]) -> None:
+    with engine.begin() as conn:
+        for name, capacity in capacities.items():
+            jobstore.add_host(conn, HostSpec(name=name, capacity=capacity))
+
+
+def publish_status(
+    state_dir: Path,
+    name: str,
+    *,
+    running: int = 0,
+    state: str = "active",
+    available_bytes: int = 8 * GIB,
+    age_s: float = 0.0,
+) -> None:
+    """What a live consumer on this machine writes for the local probe."""
+    write_status(
+        state_dir,
+        HostStatus(
+            host=name,
+            running=running,
+            capacity=6,
+            state=state,
+            boot_id="boot-1",
+            jobs_since_restart=0,
+            jobs_since_boot=0,
+            memory_available_bytes=available_bytes,
+            memory_total_bytes=16 * GIB,
+            load_1m=0.1,
+            pid=1,
+            updated_at=time.time() - age_s,
+        ),
+    )
+
+
+def submit(engine: Engine, jobs: Sequence[NewJob]) -> list[int]:
+    with engine.begin() as conn:
+        return jobstore.insert_jobs(conn, jobs, default_max_attempts=3).ids
+
+
+def statuses(engine: Engine) -> dict[int, tuple[str, str | None]]:
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT id, status, host FROM jobs ORDER BY id"))
+        return {r.id: (r.status, r.host) for r in rows}
+
+
+def in_flight_per_host(engine: Engine) -> dict[str, int]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.text(
+                "SELECT host, count(*) AS n FROM jobs"
+                " WHERE status IN ('queued', 'processing') GROUP BY host"
+            )
+        )
+        return {r.host: r.n for r in rows}
+
+
+def count_status(engine: Engine, status: str) -> int:
+    with engine.connect() as conn:
+        return conn.execute(
+            sa.text("SELECT count(*) FROM jobs WHERE status = :s"), {"s": status}
+        ).scalar_one()
+
+
+def host_state(engine: Engine, name: str) -> str:
+    with engine.connect() as conn:
+        return conn.execute(
+            sa.text("SELECT state FROM hosts WHERE name = :n"), {"n": name}
+        ).scalar_one()
+
+
+def leader_application(engine: Engine) -> str | None:
+    """application_name of the session holding the producer lock in this database."""
+    with engine.connect() as conn:
+        return conn.execute(
+            sa.text(
+                "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+                " WHERE l.locktype = 'advisory' AND l.granted AND l.classid = 0"
+                " AND l.objid::bigint = :key AND l.objsubid = 1"
+                " AND l.database = (SELECT oid FROM pg_database"
+                "   WHERE datname = current_database())"
+            ),
+            {"key": PRODUCER_ADVISORY_LOCK_KEY},
+        ).scalar()
+
+
+def wait_for(condition: Callable[[], T], timeout_s: float = 10.0, what: str = "condition") -> T:
+    """Poll until ``condition()`` is truthy; fail with ``what`` after the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.02)

@@ -1,0 +1,166 @@
+"""The planner: free slots per host and the assignment plan, as pure functions."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from common.errors import ProbeError
+from common.host_status import HostStatus
+from common.jobstore import PendingJob
+from common.queries import HostRow
+from producer.planner import HostSlots, host_slots, plan_assignments
+
+GIB = 1024**3
+
+
+def _row(name: str, capacity: int = 6, state: str = "active") -> HostRow:
+    return HostRow(name, capacity, state, None, 22, "scrapefleet", None, None, 0, None)
+
+
+def _status(
+    name: str, running: int = 0, state: str = "active", available: int = 8 * GIB
+) -> HostStatus:
+    return HostStatus(
+        host=name,
+        running=running,
+        capacity=6,
+        state=state,
+        boot_id="b",
+        jobs_since_restart=0,
+        jobs_since_boot=0,
+        memory_available_bytes=available,
+        memory_total_bytes=16 * GIB,
+        load_1m=0.0,
+        pid=1,
+        updated_at=0.0,
+    )
+
+
+def _jobs(*lock_keys: str | None) -> list[PendingJob]:
+    return [PendingJob(i + 1, key) for i, key in enumerate(lock_keys)]
+
+
+# ---------------------------------------------------------------- host_slots
+
+
+def test_free_is_capacity_minus_the_larger_of_probe_and_database() -> None:
+    slots = host_slots(
+        [_row("a"), _row("b")],
+        {"a": _status("a", running=4), "b": _status("b", running=1)},
+        {"a": 2, "b": 3},
+        0.15,
+    )
+    assert slots == [HostSlots("a", 6, 4, 2), HostSlots("b", 6, 3, 3)]
+
+
+def test_a_full_host_never_gets_negative_slots() -> None:
+    (slot,) = host_slots([_row("a", capacity=2)], {"a": _status("a", running=5)}, {}, 0.0)
+    assert slot.free == 0 and slot.in_flight == 5
+
+
+def test_any_doubt_gives_no_slot() -> None:
+    hosts = [
+        _row("db-draining", state="draining"),
+        _row("db-offline", state="offline"),
+        _row("probe-failed"),
+        _row("not-probed"),
+        _row("reports-restarting"),
+        _row("low-memory"),
+        _row("ok"),
+    ]
+    probes: dict[str, HostStatus | ProbeError] = {
+        "db-draining": _status("db-draining"),
+        "db-offline": _status("db-offline"),
+        "probe-failed": ProbeError("timed out"),
+        "reports-restarting": _status("reports-restarting", state="restarting"),
+        "low-memory": _status("low-memory", available=1 * GIB),  # 1/16 < 0.15
+        "ok": _status("ok"),
+    }
+    free = {s.name: s.free for s in host_slots(hosts, probes, {}, 0.15)}
+    assert free == {name: 0 for name in free if name != "ok"} | {"ok": 6}
+
+
+def test_unknown_total_memory_is_not_a_reason_to_refuse() -> None:
+    status = _status("a", available=0)
+    status = HostStatus(**{**status.__dict__, "memory_total_bytes": 0})
+    assert host_slots([_row("a")], {"a": status}, {}, 0.5)[0].free == 6
+
+
+# ---------------------------------------------------------------- plan_assignments
+
+
+def test_jobs_go_to_the_least_loaded_host_in_priority_order() -> None:
+    hosts = [HostSlots("a", 6, 4, 2), HostSlots("b", 6, 0, 6), HostSlots("c", 3, 1, 2)]
+    plan = plan_assignments(hosts, _jobs(*[None] * 20), set())
+    assert [job for job, _ in plan] == list(range(1, 11))  # the first 10 = all free slots
+    per_host = {h: sum(1 for _, x in plan if x == h) for h in "abc"}
+    assert per_host == {"a": 2, "b": 6, "c": 2}
+    # b (0/6) first; ties between equal loads go by name.
+    assert plan[0] == (1, "b")
+
+
+def test_ties_are_broken_by_name() -> None:
+    plan = plan_assignments(
+        [HostSlots("b", 6, 0, 6), HostSlots("a", 6, 0, 6)], _jobs(None, None), set()
+    )
+    assert plan == [(1, "a"), (2, "b")]
+
+
+def test_busy_and_repeated_lock_keys_are_skipped() -> None:
+    jobs = _jobs("acct-1", "acct-2", "acct-1", None, "acct-3")
+    plan = plan_assignments([HostSlots("a", 6, 0, 6)], jobs, {"acct-2"})
+    assert [job for job, _ in plan] == [1, 4, 5]
+
+
+def test_no_free_slot_no_plan() -> None:
+    assert plan_assignments([HostSlots("a", 6, 6, 0)], _jobs(None), set()) == []
+    assert plan_assignments([], _jobs(None), set()) == []
+
+
+# ---------------------------------------------------------------- the property
+
+hosts_strategy = st.lists(
+    st.tuples(st.integers(1, 8), st.integers(0, 10)), min_size=0, max_size=6
+).map(
+    lambda specs: [
+        HostSlots(f"h{i}", cap, load, max(0, cap - load)) for i, (cap, load) in enumerate(specs)
+    ]
+)
+keys = st.one_of(st.none(), st.sampled_from([f"k{i}" for i in range(6)]))
+
+
+@given(
+    hosts=hosts_strategy,
+    lock_keys=st.lists(keys, max_size=60),
+    busy=st.sets(st.sampled_from([f"k{i}" for i in range(6)])),
+)
+def test_plan_respects_slots_and_keys_and_fills_what_it_can(
+    hosts: list[HostSlots], lock_keys: list[str | None], busy: set[str]
+) -> None:
+    jobs = _jobs(*lock_keys)
+    plan = plan_assignments(hosts, jobs, busy)
+
+    per_host: dict[str, int] = {}
+    for _, name in plan:
+        per_host[name] = per_host.get(name, 0) + 1
+    for slot in hosts:
+        assert per_host.get(slot.name, 0) <= slot.free
+
+    by_id = {j.id: j for j in jobs}
+    assert len({job for job, _ in plan}) == len(plan)
+    planned_keys = [by_id[job].lock_key for job, _ in plan if by_id[job].lock_key is not None]
+    assert len(planned_keys) == len(set(planned_keys))
+    assert not set(planned_keys) & busy
+
+    # As many as possible, and the highest-priority ones: exactly the first
+    # min(free slots, eligible jobs) eligible jobs, where a job is eligible when its key is
+    # free and not held by an earlier job.
+    eligible, seen = [], set(busy)
+    for job in jobs:
+        if job.lock_key is None or job.lock_key not in seen:
+            eligible.append(job.id)
+            if job.lock_key is not None:
+                seen.add(job.lock_key)
+    expected = eligible[: sum(h.free for h in hosts)]
+    assert [job for job, _ in plan] == expected
