@@ -1,0 +1,155 @@
+"""``scrapefleet-consumer``: run the consumer daemon of this host, or print its status.
+
+    scrapefleet-consumer [run] [--host NAME] [--capacity N] [--config FILE] [--until-idle]
+    scrapefleet-consumer status --json [--host NAME] [--config FILE]
+
+Exit codes: 0 done (SIGTERM drains and exits 0), 1 database unreachable at start or no status,
+2 invalid setting.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import click
+
+from common.db import check_reachable, make_engine
+from common.errors import DatabaseUnavailable, ProbeError, SettingsError
+from common.host_status import parse_status, status_path
+from common.settings import Settings, load_settings
+
+log = logging.getLogger("scrapefleet.consumer")
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"scrapefleet-consumer: {message}", err=True)
+    sys.exit(code)
+
+
+def _settings(config: Path | None, **overrides: Any) -> Settings:
+    try:
+        return load_settings(config, **{k: v for k, v in overrides.items() if v is not None})
+    except SettingsError as exc:
+        _fail(str(exc), 2)
+        raise  # unreachable; for the type checker
+
+
+def _host_name(option: str | None, settings: Settings) -> str:
+    return option or settings.host_name or socket.gethostname()
+
+
+config_option = click.option(
+    "--config", type=click.Path(path_type=Path), default=None, help="TOML settings file."
+)
+host_option = click.option("--host", "host", default=None, help="Host name (default: hostname).")
+
+
+capacity_option = click.option(
+    "--capacity", type=int, default=None, help="Slots of a newly registered host."
+)
+until_idle_option = click.option(
+    "--until-idle", is_flag=True, help="Exit once nothing is left to do here."
+)
+
+
+@click.group(invoke_without_command=True)
+@host_option
+@capacity_option
+@config_option
+@until_idle_option
+@click.pass_context
+def cli(
+    ctx: click.Context,
+    host: str | None,
+    capacity: int | None,
+    config: Path | None,
+    until_idle: bool,
+) -> None:
+    """Consumer daemon of a scrapefleet host; with no command, ``run``."""
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(run, host=host, capacity=capacity, config=config, until_idle=until_idle)
+
+
+@cli.command()
+@host_option
+@capacity_option
+@config_option
+@until_idle_option
+def run(host: str | None, capacity: int | None, config: Path | None, until_idle: bool) -> None:
+    """Claim and run this host's jobs until SIGTERM (the default command)."""
+    settings = _settings(config, capacity=capacity)
+    logging.basicConfig(
+        level=settings.log_level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not settings.database_url:
+        _fail("invalid setting database_url (SCRAPEFLEET_DATABASE_URL): not set", 2)
+    assert settings.database_url is not None
+    name = _host_name(host, settings)
+    # Only the main loop, the heartbeat and the recorder use the pool; workers never do.
+    engine = make_engine(
+        settings.database_url, pool_size=3, application_name=f"scrapefleet-consumer {name}"
+    )
+    from consumer.daemon import Consumer  # after settings: a bad setting exits fast
+
+    consumer = Consumer(settings, engine, name)
+    _install_signal_handlers(consumer)
+    try:
+        check_reachable(engine)
+        code = consumer.run(until_idle=until_idle)
+    except DatabaseUnavailable as exc:
+        _fail(str(exc), 1)
+    except SettingsError as exc:
+        _fail(str(exc), 2)
+    finally:
+        engine.dispose()
+    logging.shutdown()
+    if consumer.stuck:
+        # A thread stuck in an action cannot be killed, and Python would wait for it at exit.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, required=True, help="Print the JSON document.")
+@host_option
+@config_option
+def status(as_json: bool, host: str | None, config: Path | None) -> None:
+    """Print this host's status document, as the producer's probes read it."""
+    settings = _settings(config)
+    name = _host_name(host, settings)
+    path = status_path(settings.state_dir, name)
+    try:
+        text = path.read_text()
+        parse_status(text)  # print only a document the probe can use
+    except OSError as exc:
+        _fail(f"no status for host {name!r} at {path}: {exc.strerror}", 1)
+    except ProbeError as exc:
+        _fail(f"bad status for host {name!r} at {path}: {exc}", 1)
+    click.echo(text)
+
+
+def _install_signal_handlers(consumer: Any) -> None:
+    """SIGTERM/SIGINT drain. The handler runs on the main thread, which may be inside an
+    Event's lock at that instant: setting an Event from the handler could deadlock, so a
+    short-lived thread does it."""
+
+    def handle(signum: int, _frame: Any) -> None:
+        reason = f"received {signal.Signals(signum).name}"
+        threading.Thread(target=consumer.request_stop, args=(reason,), daemon=True).start()
+
+    signal.signal(signal.SIGTERM, handle)
+    signal.signal(signal.SIGINT, handle)
+
+
+def main() -> None:
+    cli()

@@ -1,0 +1,215 @@
+"""Writes the outcomes of finished job attempts to the database, from one thread.
+
+Worker threads hand their outcome over and are free at once. The recorder writes whatever has
+piled up in ONE transaction (the completions in one conditional UPDATE, each
+failure in its own, one commit for all): at a thousand
+noop jobs a second the commit, not the UPDATE, is what costs. Just before each commit it calls
+``before_commit`` (the daemon rewrites its status file there), so the producer, woken by the
+completion's NOTIFY at commit, already reads the freed slot; after it, ``after_write`` (the
+daemon may claim again: a slot counts as free only once its outcome is in the database, so the
+database never shows more jobs processing on a host than its capacity).
+
+A job that ran must not lose its result to a dropped connection: a batch that could not be
+written is retried with backoff until it is, or until ``give_up()`` says the shutdown deadline
+has passed (those jobs stay 'processing' and the next start of this consumer recovers them).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy.engine import Connection, Engine
+
+from common import jobstore
+from common.clock import utcnow
+from common.db import describe, transaction
+from common.errors import DatabaseUnavailable
+from common.jobstore import ClaimedJob
+from common.retry import retry_at
+from common.settings import Settings
+from consumer.runner import Outcome
+
+log = logging.getLogger(__name__)
+
+RETRY_FIRST_S = 0.1  # first wait after a failed write; doubles
+RETRY_MAX_S = 5.0
+MAX_BATCH = 500  # outcomes per transaction
+
+
+@dataclass(frozen=True)
+class Finished:
+    job: ClaimedJob
+    outcome: Outcome
+
+
+class OutcomeRecorder:
+    def __init__(
+        self,
+        engine: Engine,
+        host: str,
+        settings: Settings,
+        *,
+        before_commit: Callable[[], None],
+        after_write: Callable[[], None],
+        give_up: Callable[[], bool],
+    ) -> None:
+        self.engine = engine
+        self.host = host
+        self.settings = settings
+        self._before_commit = before_commit
+        self._after_write = after_write
+        self._give_up = give_up
+        self._queue: queue.Queue[Finished | None] = queue.Queue()
+        self._outstanding = 0  # submitted and not yet written (or given up on)
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name=f"recorder-{host}", daemon=True)
+
+    @property
+    def outstanding(self) -> int:
+        with self._lock:
+            return self._outstanding
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, job: ClaimedJob, outcome: Outcome) -> None:
+        with self._lock:
+            self._outstanding += 1
+        self._queue.put(Finished(job, outcome))
+
+    def close(self, timeout_s: float) -> None:
+        """Write what is queued (bounded by give_up), then stop the thread."""
+        self._queue.put(None)
+        self._thread.join(timeout_s)
+
+    # -- the thread ------------------------------------------------------------------
+
+    def _run(self) -> None:
+        closing = False
+        while not closing:
+            first = self._queue.get()
+            batch: list[Finished] = []
+            if first is None:
+                closing = True
+            else:
+                batch.append(first)
+            while len(batch) < MAX_BATCH:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    closing = True
+                else:
+                    batch.append(item)
+            if batch:
+                self._write_until_done(batch)
+                with self._lock:
+                    self._outstanding -= len(batch)
+                self._after_write()
+
+    def _write_until_done(self, batch: list[Finished]) -> None:
+        wait_s = RETRY_FIRST_S
+        while True:
+            try:
+                self._before_commit()
+                with transaction(self.engine) as conn:
+                    self._write_batch(conn, batch)
+                return
+            except DatabaseUnavailable as exc:
+                if self._give_up():
+                    log.error(
+                        "could not record the outcome of job(s) %s before the shutdown deadline"
+                        " (%s); they stay processing and are recovered at the next start",
+                        _ids(batch),
+                        exc,
+                    )
+                    return
+                log.warning(
+                    "recording %d job outcome(s) failed (%s); retrying in %.1f s",
+                    len(batch),
+                    exc,
+                    wait_s,
+                )
+                time.sleep(wait_s)
+                wait_s = min(wait_s * 2, RETRY_MAX_S)
+            except Exception as exc:
+                # Not the connection: something in one row. Isolate it so the others are kept.
+                log.warning("recording a batch failed (%s); writing one by one", describe(exc))
+                self._write_one_by_one(batch)
+                return
+
+    def _write_one_by_one(self, batch: list[Finished]) -> None:
+        for item in batch:
+            try:
+                with transaction(self.engine) as conn:
+                    self._write(conn, item)
+            except Exception:
+                log.exception("the outcome of job %d could not be recorded", item.job.id)
+
+    def _write_batch(self, conn: Connection, batch: list[Finished]) -> None:
+        """Completions in one statement (the hot path); failures and releases one by one."""
+        completed = [item for item in batch if item.outcome.status == "completed"]
+        if completed:
+            moved = set(
+                jobstore.complete_jobs(
+                    conn,
+                    self.host,
+                    [(i.job.id, i.job.attempt, i.outcome.result or {}) for i in completed],
+                )
+            )
+            for item in completed:
+                if item.job.id not in moved:
+                    log.warning(
+                        "job %d attempt %d is no longer ours: result dropped", *_key(item.job)
+                    )
+        for item in batch:
+            if item.outcome.status != "completed":
+                self._write(conn, item)
+
+    def _write(self, conn: Connection, item: Finished) -> None:
+        job, outcome = item.job, item.outcome
+        if outcome.status == "completed":
+            assert outcome.result is not None
+            if not jobstore.complete_job(conn, self.host, job.id, job.attempt, outcome.result):
+                log.warning("job %d attempt %d is no longer ours: result dropped", *_key(job))
+            return
+        if outcome.status == "released":
+            jobstore.release_job(conn, self.host, job.id, job.attempt, outcome.error or "released")
+            log.info("job %d attempt %d released: %s", job.id, job.attempt, outcome.error)
+            return
+        when = None
+        if outcome.retryable:
+            when = retry_at(
+                job.attempt,
+                job.max_attempts,
+                utcnow(),
+                base_s=self.settings.backoff_base_s,
+                max_s=self.settings.backoff_max_s,
+            )
+        error = outcome.error or "failed"
+        status = jobstore.fail_attempt(
+            conn, self.host, job.id, job.attempt, error, retry_at=when, artifacts=outcome.artifacts
+        )
+        last_line = error.strip().splitlines()[-1] if error.strip() else error
+        log.warning(
+            "job %d attempt %d/%d failed (%s): %s",
+            job.id,
+            job.attempt,
+            job.max_attempts,
+            last_line,
+            f"retry at {when:%H:%M:%S.%f}" if status == "pending" and when else status,
+        )
+
+
+def _key(job: ClaimedJob) -> tuple[int, int]:
+    return job.id, job.attempt
+
+
+def _ids(batch: list[Finished]) -> list[int]:
+    return [item.job.id for item in batch]

@@ -1,0 +1,132 @@
+"""Run one claimed job: look up its action, validate its params, call it, say how it ended.
+
+No database, no threads, no status files: the daemon (consumer.daemon) does the I/O around it,
+so every way a job can end is unit-testable here.
+
+- ``completed``: the action returned a JSON-serialisable dict (the job's result);
+- ``failed``: the action raised (``error`` is the full traceback) or the job cannot run here
+  (unknown kind, params that do not validate: ``retryable`` False, trying again cannot help);
+- ``released``: the host, not the job, failed (a browser stack with no session to give, a
+  StackError from the action): the job goes back to pending without using an attempt.
+
+Browser actions get a fresh driver from ``driver_factory`` (the browser stack plugs its own in)
+and the runner always quits it; ``capture_failure`` (optional) saves screenshots and HTML of a
+failed browser attempt and returns their paths.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from common.actions import get_action
+from common.errors import StackError, SubmitError, UnknownAction
+from common.jobstore import ClaimedJob
+
+DriverFactory = Callable[[], Any]
+# (driver or None, job id, attempt, traceback text) -> artifact paths; must not raise.
+CaptureFailure = Callable[[Any, int, int, str], dict[str, Any]]
+
+OutcomeStatus = Literal["completed", "failed", "released"]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: OutcomeStatus
+    result: dict[str, Any] | None = None
+    error: str | None = None  # the traceback (failed) or the reason (released)
+    retryable: bool = True  # False: fail now, whatever attempts are left
+    artifacts: dict[str, Any] | None = None
+
+    @classmethod
+    def completed(cls, result: dict[str, Any]) -> Outcome:
+        return cls("completed", result=result)
+
+    @classmethod
+    def failed(
+        cls, error: str, *, retryable: bool = True, artifacts: dict[str, Any] | None = None
+    ) -> Outcome:
+        return cls("failed", error=error, retryable=retryable, artifacts=artifacts)
+
+    @classmethod
+    def released(cls, reason: str) -> Outcome:
+        return cls("released", error=reason)
+
+
+def run_job(
+    job: ClaimedJob,
+    *,
+    driver_factory: DriverFactory | None = None,
+    capture_failure: CaptureFailure | None = None,
+) -> Outcome:
+    """Run ``job`` in the calling thread and return how it ended. Never raises."""
+    try:
+        action = get_action(job.kind)
+        params = action.validate(job.payload)
+    except UnknownAction as exc:
+        return Outcome.failed(f"UnknownAction: {exc}", retryable=False)
+    except SubmitError as exc:
+        return Outcome.failed(f"invalid payload for {job.kind!r}: {exc}", retryable=False)
+
+    if not action.needs_browser:
+        try:
+            returned = action.func(params)
+        except StackError as exc:
+            return Outcome.released(f"released: {exc}")
+        except BaseException:  # a worker thread must survive anything an action raises
+            return Outcome.failed(traceback.format_exc())
+        return _checked_result(job.kind, returned)
+
+    if driver_factory is None:
+        return Outcome.failed(
+            f"action {job.kind!r} needs a browser, but this consumer has no browser stack"
+            " (no driver factory configured)",
+            retryable=False,
+        )
+    try:
+        driver = driver_factory()
+    except BaseException as exc:  # no session is the host's fault, not the job's
+        return Outcome.released(f"released: no browser session: {type(exc).__name__}: {exc}")
+    try:
+        returned = action.func(driver, params)
+    except StackError as exc:
+        return Outcome.released(f"released: {exc}")
+    except BaseException:
+        error = traceback.format_exc()
+        artifacts = _capture(capture_failure, driver, job, error)
+        return Outcome.failed(error, artifacts=artifacts)
+    finally:
+        with contextlib.suppress(Exception):
+            driver.quit()
+    return _checked_result(job.kind, returned)
+
+
+def _checked_result(kind: str, returned: Any) -> Outcome:
+    """A result the database can store, or a failure saying why not (a bug in the action:
+    running it again returns the same thing, so it is not retried)."""
+    if not isinstance(returned, dict):
+        return Outcome.failed(
+            f"action {kind!r} returned {type(returned).__name__}, not a dict", retryable=False
+        )
+    try:
+        json.dumps(returned)
+    except (TypeError, ValueError) as exc:
+        return Outcome.failed(
+            f"result of action {kind!r} is not JSON-serialisable: {exc}", retryable=False
+        )
+    return Outcome.completed(returned)
+
+
+def _capture(
+    capture_failure: CaptureFailure | None, driver: Any, job: ClaimedJob, error: str
+) -> dict[str, Any] | None:
+    if capture_failure is None:
+        return None
+    try:
+        return capture_failure(driver, job.id, job.attempt, error)
+    except Exception as exc:  # artifacts are a bonus; never let them hide the failure
+        return {"notes": [f"artifacts not captured: {type(exc).__name__}: {exc}"]}

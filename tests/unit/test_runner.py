@@ -1,0 +1,156 @@
+"""consumer.runner: every way one job can end, with no database and no browser."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from common.actions import register
+from common.errors import StackError
+from common.jobstore import ClaimedJob
+from consumer.runner import run_job
+
+
+def _job(kind: str, payload: Any = None, attempt: int = 1) -> ClaimedJob:
+    return ClaimedJob(
+        id=7, kind=kind, payload=payload or {}, attempt=attempt, max_attempts=3, lock_key=None
+    )
+
+
+class _Params(BaseModel):
+    value: int = 0
+
+
+@register("test_runner_plain", _Params)
+def _plain(params: _Params) -> dict[str, Any]:
+    return {"double": params.value * 2}
+
+
+@register("test_runner_raises", _Params)
+def _raises(params: _Params) -> dict[str, Any]:
+    raise ValueError(f"bad value {params.value}")
+
+
+@register("test_runner_not_json", _Params)
+def _not_json(params: _Params) -> dict[str, Any]:
+    return {"when": object()}
+
+
+@register("test_runner_not_dict", _Params)
+def _not_dict(params: _Params) -> Any:
+    return [1, 2]
+
+
+@register("test_runner_stack", _Params)
+def _stack(params: _Params) -> dict[str, Any]:
+    raise StackError("grid gone")
+
+
+@register("test_runner_browser", _Params, needs_browser=True)
+def _browser(driver: Any, params: _Params) -> dict[str, Any]:
+    driver.visited.append(params.value)
+    if params.value < 0:
+        raise RuntimeError("page broke")
+    return {"visited": params.value}
+
+
+class _FakeDriver:
+    def __init__(self) -> None:
+        self.visited: list[int] = []
+        self.quit_calls = 0
+
+    def quit(self) -> None:
+        self.quit_calls += 1
+
+
+def test_completed_with_result() -> None:
+    outcome = run_job(_job("test_runner_plain", {"value": 21}))
+    assert outcome.status == "completed" and outcome.result == {"double": 42}
+
+
+def test_builtin_noop_completes() -> None:
+    assert run_job(_job("noop")).result == {"ok": True}
+
+
+def test_exception_is_failed_with_full_traceback() -> None:
+    outcome = run_job(_job("test_runner_raises", {"value": 3}))
+    assert outcome.status == "failed" and outcome.retryable
+    assert outcome.error is not None
+    assert outcome.error.startswith("Traceback (most recent call last):")
+    assert "in _raises" in outcome.error
+    assert outcome.error.rstrip().endswith("ValueError: bad value 3")
+
+
+def test_unknown_kind_fails_without_retry() -> None:
+    outcome = run_job(_job("no_such_kind"))
+    assert outcome.status == "failed" and not outcome.retryable
+    assert "no_such_kind" in (outcome.error or "")
+
+
+def test_params_that_do_not_validate_fail_without_retry() -> None:
+    outcome = run_job(_job("test_runner_plain", {"value": "not a number"}))
+    assert outcome.status == "failed" and not outcome.retryable
+    assert "payload.value" in (outcome.error or "")
+    outcome = run_job(_job("noop", {"unexpected": 1}))
+    assert outcome.status == "failed" and "payload.unexpected" in (outcome.error or "")
+
+
+def test_result_must_be_a_json_object() -> None:
+    for kind in ("test_runner_not_json", "test_runner_not_dict"):
+        outcome = run_job(_job(kind))
+        assert outcome.status == "failed" and not outcome.retryable, kind
+
+
+def test_stack_error_releases_the_job() -> None:
+    outcome = run_job(_job("test_runner_stack"))
+    assert outcome.status == "released" and "grid gone" in (outcome.error or "")
+
+
+def test_browser_action_without_factory_is_a_clear_error() -> None:
+    outcome = run_job(_job("test_runner_browser"))
+    assert outcome.status == "failed" and not outcome.retryable
+    assert "needs a browser" in (outcome.error or "")
+
+
+def test_browser_action_gets_a_driver_and_it_is_always_quit() -> None:
+    driver = _FakeDriver()
+    outcome = run_job(_job("test_runner_browser", {"value": 5}), driver_factory=lambda: driver)
+    assert outcome.result == {"visited": 5} and driver.quit_calls == 1
+
+    captured: list[tuple[Any, int, int, str]] = []
+
+    def capture(drv: Any, job_id: int, attempt: int, error: str) -> dict[str, Any]:
+        captured.append((drv, job_id, attempt, error))
+        return {"screenshot": "/tmp/x.png"}
+
+    failing = run_job(
+        _job("test_runner_browser", {"value": -1}, attempt=2),
+        driver_factory=lambda: driver,
+        capture_failure=capture,
+    )
+    assert failing.status == "failed" and failing.artifacts == {"screenshot": "/tmp/x.png"}
+    assert captured and captured[0][:3] == (driver, 7, 2)
+    assert "RuntimeError: page broke" in captured[0][3]
+    assert driver.quit_calls == 2
+
+
+def test_no_browser_session_releases_the_job() -> None:
+    def factory() -> Any:
+        raise StackError("no session")
+
+    outcome = run_job(_job("test_runner_browser"), driver_factory=factory)
+    assert outcome.status == "released" and "no session" in (outcome.error or "")
+
+
+def test_capture_that_raises_does_not_hide_the_failure() -> None:
+    def capture(*_: Any) -> dict[str, Any]:
+        raise OSError("disk full")
+
+    outcome = run_job(
+        _job("test_runner_browser", {"value": -1}),
+        driver_factory=_FakeDriver,
+        capture_failure=capture,
+    )
+    assert outcome.status == "failed" and "page broke" in (outcome.error or "")
+    assert outcome.artifacts is not None and "disk full" in outcome.artifacts["notes"][0]
