@@ -1,0 +1,139 @@
+"""A producer and consumer hosts as real subprocesses: nothing lost, nothing run twice, when a
+consumer is killed with SIGKILL mid-job or the active producer dies."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from common import jobstore
+from common.jobstore import HostSpec, NewJob
+from common.local_fleet import LocalFleet
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+FAST = {
+    "SCRAPEFLEET_PRODUCER_INTERVAL_S": "0.3",
+    "SCRAPEFLEET_CONSUMER_POLL_S": "0.3",
+    "SCRAPEFLEET_HEARTBEAT_S": "0.5",
+    "SCRAPEFLEET_RESCUE_AFTER_S": "3",
+    "SCRAPEFLEET_PROBE_FAILURES_OFFLINE": "2",
+    "SCRAPEFLEET_OFFLINE_GRACE_S": "1",
+    "SCRAPEFLEET_LOCAL_STATE_STALE_S": "2",
+    "SCRAPEFLEET_BACKOFF_BASE_S": "0.1",
+}
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def scalar(engine: Engine, sql: str, **params: object) -> int:
+    with engine.connect() as conn:
+        return conn.execute(sa.text(sql), params).scalar_one()
+
+
+def completions_per_job(engine: Engine) -> dict[int, int]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.text(
+                "SELECT j.id, count(e.id) FROM jobs j LEFT JOIN job_events e"
+                " ON e.job_id = j.id AND e.to_status = 'completed' GROUP BY j.id"
+            )
+        ).all()
+    return dict(rows)
+
+
+@pytest.fixture
+def fleet_factory(database_url: str, tmp_path: Path) -> Iterator[Callable[..., LocalFleet]]:
+    fleets: list[LocalFleet] = []
+
+    def make(hosts: list[str], producers: int = 1) -> LocalFleet:
+        fleet = LocalFleet(database_url, tmp_path / "state", hosts, env=FAST, producers=producers)
+        fleets.append(fleet)
+        return fleet
+
+    yield make
+    for fleet in fleets:
+        fleet.stop()
+
+
+def _submit(engine: Engine, count: int, sleep_s: float) -> list[int]:
+    with engine.begin() as conn:
+        jobs = [NewJob("noop", {"sleep_s": sleep_s}, max_attempts=5) for _ in range(count)]
+        return jobstore.insert_jobs(conn, jobs, default_max_attempts=5).ids
+
+
+def _add_hosts(engine: Engine, names: list[str], capacity: int) -> None:
+    with engine.begin() as conn:
+        for name in names:
+            jobstore.add_host(conn, HostSpec(name=name, capacity=capacity))
+
+
+def test_consumer_killed_mid_job_loses_nothing_and_runs_nothing_twice(
+    engine: Engine, fleet_factory: Callable[..., LocalFleet]
+) -> None:
+    _add_hosts(engine, ["h1", "h2"], capacity=3)
+    ids = _submit(engine, 40, sleep_s=0.3)
+    fleet = fleet_factory(["h1", "h2"]).start()
+    busy = "SELECT count(*) FROM jobs WHERE host = 'h1' AND status = 'processing'"
+    wait_for(lambda: scalar(engine, busy) > 0, 30, "h1 to run jobs")
+
+    fleet.signal("consumer-h1", signal.SIGKILL)  # mid-job: its jobs stay 'processing'
+    assert scalar(engine, busy) > 0
+    # Let the other host take over some work before h1 comes back (as after a reboot).
+    done = "SELECT count(*) FROM jobs WHERE status = 'completed'"
+    before = scalar(engine, done)
+    wait_for(lambda: scalar(engine, done) > before + 3, 30, "h2 to go on completing jobs")
+    fleet.start_consumer("h1")
+
+    finished = "SELECT count(*) FROM jobs WHERE status IN ('completed', 'failed')"
+    wait_for(lambda: scalar(engine, finished) == len(ids), 60, "every job to finish")
+    assert scalar(engine, "SELECT count(*) FROM jobs WHERE status = 'failed'") == 0
+    assert set(completions_per_job(engine).values()) == {1}, "a job completed twice or never"
+    interrupted = scalar(
+        engine, "SELECT count(*) FROM job_events WHERE message LIKE 'interrupted%'"
+    )
+    assert interrupted > 0, "the killed consumer's jobs were not recovered through recovery"
+
+
+def _leader_pid(engine: Engine) -> int | None:
+    """The OS pid of the producer holding the advisory lock, from its application_name."""
+    with engine.connect() as conn:
+        name = conn.execute(
+            sa.text(
+                "SELECT a.application_name FROM pg_locks l"
+                " JOIN pg_stat_activity a ON a.pid = l.pid"
+                " WHERE l.locktype = 'advisory' AND l.granted AND a.datname = current_database()"
+                " AND a.application_name LIKE 'scrapefleet-producer-%'"
+            )
+        ).scalar()
+    return int(name.rsplit("-", 1)[1]) if name else None
+
+
+def test_standby_producer_takes_over_when_the_active_one_dies(
+    engine: Engine, fleet_factory: Callable[..., LocalFleet]
+) -> None:
+    _add_hosts(engine, ["h1", "h2"], capacity=3)
+    first = _submit(engine, 30, sleep_s=0.05)
+    fleet = fleet_factory(["h1", "h2"], producers=2).start()
+    wait_for(lambda: _leader_pid(engine) is not None, 20, "a producer to take the lock")
+    leader = _leader_pid(engine)
+    name = next(n for n, p in fleet.processes.items() if p.pid == leader)
+    fleet.signal(name, signal.SIGKILL)
+
+    wait_for(lambda: _leader_pid(engine) not in (None, leader), 10, "the standby to take over")
+    second = _submit(engine, 30, sleep_s=0.05)
+    finished = "SELECT count(*) FROM jobs WHERE status = 'completed'"
+    wait_for(lambda: scalar(engine, finished) == len(first) + len(second), 60, "all jobs done")
+    assert set(completions_per_job(engine).values()) == {1}
