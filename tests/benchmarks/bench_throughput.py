@@ -1,0 +1,251 @@
+"""Scheduler throughput, dispatch latency and producer cycle time, beside PGQueuer.
+
+    .venv/bin/pip install -e '.[bench]'
+    .venv/bin/python -m tests.benchmarks.bench_throughput [--jobs 20000] [--hosts 10]
+
+Figures only: nothing here passes or fails on time. Every phase runs in one process on the same
+PostgreSQL, so the ratios printed compare like with like on this (noisy, shared) machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from common import jobstore
+from common.db import libpq_url, make_engine
+from common.host_status import HostStatus, write_status
+from common.jobstore import HostSpec, NewJob
+from common.local_fleet import LocalFleet
+from common.settings import load_settings
+from producer.daemon import Producer
+from producer.probe import LocalProbe
+from tests.benchmarks.bench_db import bench_database
+
+FLEET_ENV = {
+    "SCRAPEFLEET_LOG_LEVEL": "WARNING",
+    "SCRAPEFLEET_CONSUMER_POLL_S": "0.5",
+    "SCRAPEFLEET_HEARTBEAT_S": "2",
+    "SCRAPEFLEET_PRODUCER_INTERVAL_S": "1",
+}
+
+
+def _scalar(engine: Engine, sql: str) -> Any:
+    with engine.connect() as conn:
+        return conn.execute(sa.text(sql)).scalar_one()
+
+
+def _wait(engine: Engine, sql: str, until: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while int(_scalar(engine, sql)) < until:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"benchmark stuck: {sql} < {until} after {timeout_s} s")
+        time.sleep(0.05)
+
+
+def _submit(engine: Engine, count: int) -> None:
+    with engine.begin() as conn:
+        jobstore.insert_jobs(conn, [NewJob("noop")] * count, default_max_attempts=3)
+
+
+def end_to_end(url: str, jobs: int, hosts: int) -> dict[str, float]:
+    """Producer + consumer hosts as real processes; jobs submitted at once, then paced."""
+    engine = make_engine(url)
+    names = [f"bench-{i:02d}" for i in range(hosts)]
+    with engine.begin() as conn:
+        for name in names:
+            jobstore.add_host(conn, HostSpec(name=name, capacity=6))
+    state = Path(tempfile.mkdtemp(prefix="scrapefleet-bench-"))
+    fleet = LocalFleet(url, state, names, env=FLEET_ENV)
+    try:
+        fleet.start()
+        # Every consumer registered and idle before the clock starts.
+        _wait(engine, "SELECT count(*) FROM hosts WHERE heartbeat_at IS NOT NULL", hosts, 60)
+        time.sleep(1.0)  # let the producer's first probe round see them
+
+        _submit(engine, jobs)
+        done = "SELECT count(*) FROM jobs WHERE status = 'completed'"
+        _wait(engine, done, jobs, 600)
+        span = float(
+            _scalar(
+                engine, "SELECT extract(epoch FROM max(finished_at) - min(created_at)) FROM jobs"
+            )
+        )
+        # Dispatch latency under an offered load well below capacity: 5 jobs every 25 ms.
+        with engine.begin() as conn:
+            conn.execute(sa.text("TRUNCATE jobs, job_events"))
+        paced = 2000
+        started = time.monotonic()
+        for batch in range(paced // 5):
+            _submit(engine, 5)
+            sleep = started + (batch + 1) * 0.025 - time.monotonic()
+            if sleep > 0:
+                time.sleep(sleep)
+        _wait(engine, done, paced, 120)
+        with engine.connect() as conn:
+            p50, p99 = conn.execute(
+                sa.text(
+                    "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY d),"
+                    " percentile_cont(0.99) WITHIN GROUP (ORDER BY d)"
+                    " FROM (SELECT extract(epoch FROM started_at - created_at) AS d FROM jobs) s"
+                )
+            ).one()
+    finally:
+        fleet.stop()
+        engine.dispose()
+    return {
+        "jobs_per_s": jobs / span,
+        "dispatch_p50_ms": float(p50) * 1000,
+        "dispatch_p99_ms": float(p99) * 1000,
+        "paced_offered_jobs_per_s": 200.0,
+    }
+
+
+def cycle_time(url: str, history_rows: int, hosts: int = 10, cycles: int = 40) -> float:
+    """Median full producer cycle (probe, health, rescue, assign 60 jobs) over a table holding
+    ``history_rows`` finished jobs and 1,000 pending ones."""
+    engine = make_engine(url)
+    state = Path(tempfile.mkdtemp(prefix="scrapefleet-cycle-"))
+    names = [f"cyc-{i:02d}" for i in range(hosts)]
+    with engine.begin() as conn:
+        conn.execute(sa.text("TRUNCATE jobs, job_events, hosts, host_events"))
+        conn.execute(sa.text("ALTER TABLE jobs DISABLE TRIGGER USER"))
+        conn.execute(
+            sa.text(
+                "INSERT INTO jobs (kind, status, host, finished_at, attempts)"
+                " SELECT 'noop', 'completed', 'cyc-0' || (n % 10), now(), 1"
+                " FROM generate_series(1, :n) AS n"
+            ),
+            {"n": history_rows},
+        )
+        conn.execute(sa.text("ALTER TABLE jobs ENABLE TRIGGER USER"))
+        jobstore.insert_jobs(conn, [NewJob("noop")] * 1000, default_max_attempts=3)
+        for name in names:
+            jobstore.add_host(conn, HostSpec(name=name, capacity=6))
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(sa.text("VACUUM ANALYZE jobs"))
+    settings = load_settings(database_url=url, state_dir=state, log_level="WARNING")
+    producer = Producer(settings, engine, LocalProbe(state, stale_after_s=3600))
+    durations = []
+    try:
+        for _ in range(cycles):
+            for name in names:
+                write_status(state, _idle_status(name))
+            report = producer.run_cycle(full=True)
+            assert report.assigned == hosts * 6, report
+            durations.append(report.duration_s)
+            with engine.begin() as conn:  # untimed: give the jobs back for the next cycle
+                conn.execute(
+                    sa.text(
+                        "UPDATE jobs SET status = 'pending', host = NULL WHERE status = 'queued'"
+                    )
+                )
+    finally:
+        producer.close()
+        engine.dispose()
+    return statistics.median(durations) * 1000
+
+
+def _idle_status(name: str) -> HostStatus:
+    return HostStatus(
+        host=name,
+        running=0,
+        capacity=6,
+        state="active",
+        boot_id="bench",
+        jobs_since_restart=0,
+        jobs_since_boot=0,
+        memory_available_bytes=8 << 30,
+        memory_total_bytes=16 << 30,
+        load_1m=0.0,
+        pid=0,
+        updated_at=time.time(),
+    )
+
+
+def pgqueuer(url: str, jobs: int, concurrency: int = 60) -> float:
+    """PGQueuer 0.x/1.x with the psycopg driver: one QueueManager, ``concurrency`` no-op jobs
+    at a time, drained; returns jobs/s."""
+    import psycopg
+    from pgqueuer.db import PsycopgDriver
+    from pgqueuer.domain.types import QueueExecutionMode
+    from pgqueuer.qm import QueueManager
+    from pgqueuer.queries import Queries
+
+    async def run() -> float:
+        conn = await psycopg.AsyncConnection.connect(libpq_url(url), autocommit=True)
+        try:
+            queries = Queries(PsycopgDriver(conn))
+            await queries.install()
+            await queries.enqueue(["noop"] * jobs, [None] * jobs, [0] * jobs)
+            manager = QueueManager(queries)
+            done = 0
+
+            @manager.entrypoint("noop")
+            async def noop(job: object) -> None:
+                nonlocal done
+                done += 1
+
+            started = time.perf_counter()
+            await manager.run(
+                mode=QueueExecutionMode.drain,
+                batch_size=concurrency // 2,
+                max_concurrent_tasks=concurrency,
+                dequeue_timeout=timedelta(seconds=1),
+            )
+            elapsed = time.perf_counter() - started
+            assert done == jobs, f"PGQueuer ran {done} of {jobs}"
+            return jobs / elapsed
+        finally:
+            await conn.close()
+
+    return asyncio.run(run())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--hosts", type=int, default=10)
+    parser.add_argument("--big-table", type=int, default=1_000_000)
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    figures: dict[str, float] = {}
+    with bench_database() as url:
+        print(f"end to end: {args.jobs} noop jobs, {args.hosts} consumer hosts of capacity 6 ...")
+        figures.update(end_to_end(url, args.jobs, args.hosts))
+        print(
+            f"  scrapefleet: {figures['jobs_per_s']:.0f} jobs/s; dispatch at 200 jobs/s offered:"
+            f" p50 {figures['dispatch_p50_ms']:.1f} ms, p99 {figures['dispatch_p99_ms']:.1f} ms"
+        )
+        print(f"PGQueuer (psycopg driver), {args.jobs} no-op jobs, 60 concurrent ...")
+        figures["pgqueuer_jobs_per_s"] = pgqueuer(url, args.jobs)
+        figures["ratio_to_pgqueuer"] = figures["jobs_per_s"] / figures["pgqueuer_jobs_per_s"]
+        print(
+            f"  PGQueuer: {figures['pgqueuer_jobs_per_s']:.0f} jobs/s;"
+            f" scrapefleet / PGQueuer = {figures['ratio_to_pgqueuer']:.2f}"
+        )
+        print("producer cycle (probe 10 hosts, health, rescue, assign 60) ...")
+        figures["cycle_ms_10k"] = cycle_time(url, 10_000 - 1000)
+        figures["cycle_ms_1m"] = cycle_time(url, args.big_table - 1000)
+        figures["cycle_ratio"] = figures["cycle_ms_1m"] / figures["cycle_ms_10k"]
+        print(
+            f"  median cycle: {figures['cycle_ms_10k']:.1f} ms at 10k rows,"
+            f" {figures['cycle_ms_1m']:.1f} ms at {args.big_table:,} rows"
+            f" (ratio {figures['cycle_ratio']:.2f})"
+        )
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()
