@@ -53,8 +53,10 @@ class Client:
         not_before: datetime | None = None,
         dedupe_key: str | None = None,
         lock_key: str | None = None,
+        callback_url: str | None = None,
     ) -> int | None:
-        """Submit one job; returns its id, or None when its dedupe key is already in use."""
+        """Submit one job; returns its id, or None when its dedupe key is already in use.
+        ``callback_url`` (http or https) gets a signed POST when the job completes or fails."""
         job = validate_job(
             {
                 "kind": kind,
@@ -64,6 +66,7 @@ class Client:
                 "not_before": not_before,
                 "dedupe_key": dedupe_key,
                 "lock_key": lock_key,
+                "callback_url": callback_url,
             }
         )
         ids = self.submit_many([job]).ids

@@ -7,9 +7,10 @@ was changed), exit 1 for a database that cannot be reached or a thing that does 
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,8 +19,15 @@ import click
 from common import jobstore, queries
 from common.api import Client
 from common.db import transaction, wrapped_errors
-from common.errors import DatabaseUnavailable, NotFound, ScrapefleetError, SettingsError
+from common.errors import (
+    DatabaseUnavailable,
+    NotFound,
+    ProbeError,
+    ScrapefleetError,
+    SettingsError,
+)
 from common.jobstore import HostSpec, JobFilter
+from common.logging_setup import configure_logging
 from common.settings import Settings, load_settings
 from common.submit_file import detect_format, parse_jobs
 
@@ -72,6 +80,9 @@ pass_ctx = click.make_pass_decorator(_Context)
 def cli(ctx: click.Context, config: Path | None) -> None:
     """scrapefleet: schedule scraping jobs over a fleet of Selenium hosts."""
     ctx.obj = _Context(config)
+    with suppress(ScrapefleetError):  # a bad setting is reported by the command
+        settings = ctx.obj.settings
+        configure_logging(settings.log_level, settings.log_format)
     ctx.call_on_close(lambda: ctx.obj._client and ctx.obj._client.close())
 
 
@@ -222,17 +233,46 @@ def hosts() -> None:
 @click.option("--capacity", type=click.IntRange(1, 64), help="default: the capacity setting")
 @click.option("--address", help="SSH address; omit for a consumer on this machine")
 @click.option("--port", "ssh_port", type=int, default=22, show_default=True)
-@click.option("--user", "ssh_user", default="scrapefleet", show_default=True)
-@click.option("--key-file", "ssh_key_file", help="private key the producer probes with")
-@click.option("--known-hosts", "known_hosts_file", help="known_hosts file with the host's key")
+@click.option("--user", "ssh_user", help="SSH user; default: the ssh_user setting")
+@click.option("--key-file", "ssh_key_file", help="private key; default: the ssh_key_file setting")
+@click.option("--known-hosts", "known_hosts_file", help="default: the ssh_known_hosts_file setting")
 @pass_ctx
-def hosts_add(ctx: _Context, name: str, capacity: int | None, **ssh: Any) -> None:
+def hosts_add(
+    ctx: _Context, name: str, capacity: int | None, ssh_user: str | None, **ssh: Any
+) -> None:
     """Add a host (or update its settings)."""
     with _one_line_errors():
-        spec = HostSpec(name=name, capacity=capacity or ctx.settings.capacity, **ssh)
+        user = ssh_user or ctx.settings.ssh_user
+        spec = HostSpec(name=name, capacity=capacity or ctx.settings.capacity, ssh_user=user, **ssh)
         with transaction(ctx.client.engine) as conn:
             created = jobstore.add_host(conn, spec)
     click.echo(f"host {name} {'added' if created else 'updated'} (capacity {spec.capacity})")
+
+
+@hosts.command("check")
+@click.argument("name")
+@pass_ctx
+def hosts_check(ctx: _Context, name: str) -> None:
+    """Probe NAME once, as the producer does, and print its status document or why the probe
+    failed (exit 1). Changes nothing in the database."""
+    from producer.probing import RoutingProbe, probe_target
+
+    # The probe logs a failure as a warning; here the reason is printed once, below.
+    for noisy in ("producer", "paramiko"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+    with _one_line_errors():
+        with wrapped_errors(), ctx.client.engine.connect() as conn:
+            target = probe_target(queries.host(conn, name), ctx.settings)
+        probe = RoutingProbe(ctx.settings)
+        try:
+            result = probe.probe_all([target])[name]
+        finally:
+            probe.close()
+    if isinstance(result, ProbeError):
+        where = f"{target.user}@{target.address}:{target.port}" if target.address else "local"
+        click.echo(f"error: probe of {name} ({where}) failed: {result}", err=True)
+        sys.exit(1)
+    click.echo(result.to_json())
 
 
 @hosts.command("list")
@@ -272,6 +312,63 @@ def hosts_remove(ctx: _Context, name: str) -> None:
     with _one_line_errors(), transaction(ctx.client.engine) as conn:
         jobstore.remove_host(conn, name)
     click.echo(f"host {name} removed")
+
+
+# ---------------------------------------------------------------- dashboard
+
+
+@cli.command()
+@click.option("--port", type=click.IntRange(1, 65535), help="default: setting dashboard_port")
+@click.option("--address", help="default: setting dashboard_address (127.0.0.1)")
+@pass_ctx
+def dashboard(ctx: _Context, port: int | None, address: str | None) -> None:
+    """Serve the web dashboard: queue, throughput, hosts, failures, controls.
+
+    Controls need the dashboard_token setting; without it the dashboard is read-only.
+    """
+    from common.dashboard.app import create_app
+    from common.dashboard.server import DashboardServer
+
+    with _one_line_errors():
+        settings = ctx.settings
+        app = create_app(settings, ctx.client.engine)
+        try:
+            server = DashboardServer(
+                app, address or settings.dashboard_address, port or settings.dashboard_port
+            )
+        except OSError as exc:
+            raise SettingsError(f"cannot listen for the dashboard: {exc.strerror}") from None
+        mode = "controls need the token" if settings.dashboard_token else "read-only"
+        click.echo(f"dashboard on {server.url}/ ({mode}); Ctrl-C stops it", err=True)
+        with suppress(KeyboardInterrupt):
+            server.serve_forever()
+
+
+# ---------------------------------------------------------------- fleet
+
+
+@cli.group()
+def fleet() -> None:
+    """Fleet-wide switches."""
+
+
+@fleet.command("pause")
+@click.option("--reason", help="shown on the dashboard")
+@pass_ctx
+def fleet_pause(ctx: _Context, reason: str | None) -> None:
+    """Stop assigning new jobs anywhere (running ones finish); the producer sees it next cycle."""
+    with _one_line_errors(), transaction(ctx.client.engine) as conn:
+        jobstore.set_assignment_paused(conn, True, "cli", reason)
+    click.echo("assignment paused")
+
+
+@fleet.command("resume")
+@pass_ctx
+def fleet_resume(ctx: _Context) -> None:
+    """Assign jobs again."""
+    with _one_line_errors(), transaction(ctx.client.engine) as conn:
+        jobstore.set_assignment_paused(conn, False, "cli", None)
+    click.echo("assignment resumed")
 
 
 # ---------------------------------------------------------------- demo

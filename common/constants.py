@@ -27,6 +27,16 @@ CONSUMER_POLL_S: Final = 1.0  # claim poll when no NOTIFY arrives
 HEARTBEAT_S: Final = 5.0  # host and running-job heartbeat period
 JOB_TIMEOUT_S: Final = 300.0  # hard limit of one job attempt
 
+# Browser stack maintenance (consumer/stack_supervisor.py).
+REBOOT_COMMAND: Final = "sudo systemctl reboot"
+STACK_RESTART_FAILURES_DISABLE: Final = 3  # failed stack (re)starts in a row -> host disabled
+STACK_RETRY_BASE_S: Final = 1.0  # wait before retrying a failed stack start; doubles
+STACK_RETRY_MAX_S: Final = 30.0
+HUNG_SESSION_GRACE_S: Final = 15.0  # a timed-out job's thread still busy this long after its
+#                                     session was killed -> the whole stack is restarted
+REBOOT_WAIT_S: Final = 600.0  # reboot command ran but the host still runs -> disabled
+ARTIFACT_PRUNE_INTERVAL_S: Final = 3600.0  # failure artifacts past retention removed this often
+
 # Retries.
 DEFAULT_MAX_ATTEMPTS: Final = 3
 BACKOFF_BASE_S: Final = 5.0  # delay before the 2nd attempt; doubles each attempt
@@ -39,3 +49,19 @@ CHANNEL_FINISHED: Final = "scrapefleet_finished"  # payload: host name that free
 
 # The consumer status document (local state file, `scrapefleet-consumer status --json`).
 STATUS_FORMAT_VERSION: Final = 1
+
+# Operator features (issue 6): metrics, dashboard, webhooks, retention.
+METRICS_ADDRESS: Final = "127.0.0.1"  # metrics and dashboard listen on loopback unless told
+METRICS_REFRESH_S: Final = 10.0  # the producer's database-derived gauges, at most this often
+DASHBOARD_PORT: Final = 8080
+DASHBOARD_PAGE_ROWS: Final = 50  # rows per dashboard list (failures, search results)
+WEBHOOK_INTERVAL_S: Final = 1.0  # the producer looks for due webhook deliveries this often
+WEBHOOK_TIMEOUT_S: Final = 5.0  # one POST, connect + response
+WEBHOOK_MAX_ATTEMPTS: Final = 10  # then the delivery is given up (gave_up_at set)
+WEBHOOK_BACKOFF_BASE_S: Final = 5.0  # delay before the 2nd POST; doubles each attempt
+WEBHOOK_BACKOFF_MAX_S: Final = 3600.0
+WEBHOOK_BATCH: Final = 50  # deliveries taken per round
+WEBHOOK_WORKERS: Final = 8  # POSTs in flight at once
+RETENTION_DAYS: Final = 30.0  # finished jobs older than this move to jobs_archive
+RETENTION_INTERVAL_S: Final = 3600.0  # how often the producer runs retention
+RETENTION_BATCH_ROWS: Final = 1000  # jobs moved per transaction (short locks on the hot table)

@@ -33,6 +33,7 @@ class NewJob:
     not_before: datetime | None = None
     dedupe_key: str | None = None
     lock_key: str | None = None
+    callback_url: str | None = None  # POSTed when the job completes or fails for good
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ _COPY_COLUMNS = (
     "not_before",
     "dedupe_key",
     "lock_key",
+    "callback_url",
 )
 
 
@@ -68,7 +70,8 @@ def insert_jobs(
     conn.execute(
         sa.text(
             "CREATE TEMP TABLE incoming_jobs (seq int, kind text, payload jsonb, priority int,"
-            " max_attempts int, not_before timestamptz, dedupe_key text, lock_key text)"
+            " max_attempts int, not_before timestamptz, dedupe_key text, lock_key text,"
+            " callback_url text)"
             " ON COMMIT DROP"
         )
     )
@@ -89,6 +92,7 @@ def insert_jobs(
                     job.not_before,
                     job.dedupe_key,
                     job.lock_key,
+                    job.callback_url,
                 )
             )
             if progress and seq % 1000 == 999:
@@ -98,8 +102,9 @@ def insert_jobs(
     ids = conn.execute(
         sa.text(
             "INSERT INTO jobs (kind, payload, priority, max_attempts, not_before, dedupe_key,"
-            " lock_key)"
-            " SELECT kind, payload, priority, max_attempts, not_before, dedupe_key, lock_key"
+            " lock_key, callback_url)"
+            " SELECT kind, payload, priority, max_attempts, not_before, dedupe_key, lock_key,"
+            " callback_url"
             " FROM incoming_jobs ORDER BY seq"
             " ON CONFLICT (dedupe_key)"
             "   WHERE dedupe_key IS NOT NULL AND status IN ('pending', 'queued', 'processing')"
@@ -581,11 +586,16 @@ def remove_host(conn: Connection, name: str) -> None:
 
 
 def record_probe_success(conn: Connection, name: str, status: HostStatus) -> None:
-    conn.execute(
+    """Store what the host reported; the end of a run of failures goes to host_events."""
+    failures_before = conn.execute(
         sa.text(
-            "UPDATE hosts SET last_seen_at = now(), probe_failures = 0, last_probe_error = NULL,"
-            " reported_running = :running, memory_available_bytes = :memory, boot_id = :boot_id"
-            " WHERE name = :name"
+            "WITH old AS (SELECT name, probe_failures, last_probe_error FROM hosts"
+            "   WHERE name = :name FOR UPDATE)"
+            " UPDATE hosts h SET last_seen_at = now(), probe_failures = 0,"
+            "   last_probe_error = NULL, reported_running = :running,"
+            "   memory_available_bytes = :memory, boot_id = :boot_id"
+            " FROM old WHERE h.name = old.name"
+            " RETURNING old.probe_failures, old.last_probe_error"
         ),
         {
             "name": name,
@@ -593,18 +603,31 @@ def record_probe_success(conn: Connection, name: str, status: HostStatus) -> Non
             "memory": status.memory_available_bytes,
             "boot_id": status.boot_id,
         },
-    )
+    ).first()
+    if failures_before is not None and failures_before.probe_failures > 0:
+        record_host_event(
+            conn,
+            name,
+            "probe_ok",
+            message=f"probe succeeds after {failures_before.probe_failures} failure(s)",
+            details={"last_error": failures_before.last_probe_error},
+        )
 
 
 def record_probe_failure(conn: Connection, name: str, reason: str) -> int:
-    """Count one more consecutive failure; returns the count."""
-    return conn.execute(
+    """Count one more consecutive failure; returns the count. The first failure of a run goes
+    to host_events with its reason (later ones only update hosts.last_probe_error: one event
+    per tick would bury the trail)."""
+    failures = conn.execute(
         sa.text(
             "UPDATE hosts SET probe_failures = probe_failures + 1, last_probe_error = :reason"
             " WHERE name = :name RETURNING probe_failures"
         ),
         {"name": name, "reason": reason},
     ).scalar_one()
+    if failures == 1:
+        record_host_event(conn, name, "probe_failed", message=reason)
+    return int(failures)
 
 
 def reset_restart_counter(conn: Connection, name: str, details: dict[str, Any]) -> None:
@@ -699,3 +722,148 @@ def complete_jobs(
         },
     ).one()
     return sorted(row.ids or [])
+
+
+# ---------------------------------------------------------------- operator (issue 6)
+# The fleet pause switch, webhook delivery state, retention. Same rules as above: the caller's
+# transaction, no commit here.
+
+
+def set_assignment_paused(conn: Connection, paused: bool, who: str, reason: str | None) -> None:
+    """Pause or resume assignment for the whole fleet; the producer reads it every cycle. The
+    single row is created if a fresh (or truncated) database has none."""
+    conn.execute(
+        sa.text(
+            "INSERT INTO fleet_control (id, assignment_paused, changed_by, changed_at, reason)"
+            " VALUES (true, :paused, :who, now(), :reason)"
+            " ON CONFLICT (id) DO UPDATE SET assignment_paused = EXCLUDED.assignment_paused,"
+            " changed_by = EXCLUDED.changed_by, changed_at = EXCLUDED.changed_at,"
+            " reason = EXCLUDED.reason"
+        ),
+        {"paused": paused, "who": who, "reason": reason},
+    )
+
+
+@dataclass(frozen=True)
+class DueWebhook:
+    id: int
+    job_id: int
+    status: str
+    url: str
+    payload: dict[str, Any]
+    attempt: int  # this attempt's number, 1-based
+
+
+def take_due_webhooks(conn: Connection, limit: int, lease_s: float) -> list[DueWebhook]:
+    """Deliveries whose time has come, their attempt counted and their next attempt pushed
+    ``lease_s`` ahead before any POST: a producer that dies mid-POST leaves them due again after
+    the lease, and a second producer never takes the same row meanwhile (SKIP LOCKED)."""
+    rows = conn.execute(
+        sa.text(
+            "WITH due AS ("
+            "  SELECT id FROM webhook_deliveries"
+            "  WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= now()"
+            "  ORDER BY next_attempt_at LIMIT :limit FOR UPDATE SKIP LOCKED)"
+            " UPDATE webhook_deliveries w SET attempts = w.attempts + 1,"
+            "   next_attempt_at = now() + make_interval(secs => :lease)"
+            " FROM due WHERE w.id = due.id"
+            " RETURNING w.id, w.job_id, w.status, w.url, w.payload, w.attempts"
+        ),
+        {"limit": limit, "lease": lease_s},
+    )
+    return [
+        DueWebhook(r.id, r.job_id, r.status, r.url, r.payload, r.attempts)
+        for r in sorted(rows, key=lambda r: r.id)
+    ]
+
+
+def record_webhook_delivered(conn: Connection, delivery_id: int, response_code: int) -> None:
+    conn.execute(
+        sa.text(
+            "UPDATE webhook_deliveries SET delivered_at = now(), next_attempt_at = NULL,"
+            " response_code = :code, last_error = NULL WHERE id = :id"
+        ),
+        {"id": delivery_id, "code": response_code},
+    )
+
+
+def record_webhook_failed(
+    conn: Connection,
+    delivery_id: int,
+    error: str,
+    response_code: int | None,
+    *,
+    retry_at: datetime | None,
+) -> None:
+    """A POST that failed: due again at ``retry_at``, or given up when it is None."""
+    conn.execute(
+        sa.text(
+            "UPDATE webhook_deliveries SET last_error = :error, response_code = :code,"
+            " next_attempt_at = :retry_at,"
+            " gave_up_at = CASE WHEN CAST(:retry_at AS timestamptz) IS NULL THEN now() END"
+            " WHERE id = :id AND delivered_at IS NULL"
+        ),
+        {"id": delivery_id, "error": error, "code": response_code, "retry_at": retry_at},
+    )
+
+
+# Finished jobs past retention, oldest first, moved in one statement per batch: the DELETE's
+# RETURNING feeds the INSERT, so a row is in exactly one of the two tables at every commit.
+# SKIP LOCKED: a row some operator is touching right now waits for the next batch, the mover
+# never waits for it. jobs_finished_at_idx finds the candidates.
+_ARCHIVED_COLUMNS = (
+    "id, kind, payload, priority, status, host, attempts, max_attempts, not_before, last_error,"
+    " result, artifacts, dedupe_key, lock_key, created_at, queued_at, started_at, finished_at,"
+    " heartbeat_at, callback_url"
+)
+ARCHIVE_BATCH_SQL = sa.text(
+    "WITH moved AS ("
+    "  DELETE FROM jobs WHERE id IN ("
+    "    SELECT id FROM jobs"
+    "    WHERE finished_at IS NOT NULL AND finished_at < :cutoff"
+    "      AND status IN ('completed', 'failed', 'cancelled')"
+    "    ORDER BY finished_at LIMIT :batch FOR UPDATE SKIP LOCKED)"
+    f"  RETURNING {_ARCHIVED_COLUMNS})"
+    f" INSERT INTO jobs_archive ({_ARCHIVED_COLUMNS}) SELECT {_ARCHIVED_COLUMNS} FROM moved"
+)
+
+
+def archive_finished_jobs(conn: Connection, cutoff: datetime, batch_rows: int) -> int:
+    """Move up to ``batch_rows`` jobs finished before ``cutoff`` to jobs_archive; returns how
+    many moved. Call it in a transaction per batch, until it returns less than ``batch_rows``."""
+    return conn.execute(ARCHIVE_BATCH_SQL, {"cutoff": cutoff, "batch": batch_rows}).rowcount
+
+
+# ---------------------------------------------------------------- hosts: browser stack upkeep
+# (issue 4) The consumer's stack supervisor reports its restarts, reboots and faults here.
+
+
+def begin_stack_lifetime(
+    conn: Connection, name: str, jobs_in_flight: int, details: dict[str, Any]
+) -> None:
+    """A browser stack started where none ran (first browser job of this consumer, or after a
+    failed start): its lifetime counts the jobs already in flight, which may use it."""
+    conn.execute(
+        sa.text("UPDATE hosts SET jobs_since_restart = :n WHERE name = :name"),
+        {"name": name, "n": jobs_in_flight},
+    )
+    record_host_event(conn, name, "stack_start", details=details)
+
+
+def record_reboot_request(conn: Connection, name: str, reason: str) -> list[int]:
+    """The host is about to run its reboot command: its queued jobs go back to pending at once
+    (the producer would otherwise wait out the offline grace), and the event is kept."""
+    requeued = requeue_host_queued(conn, name, f"requeued: host {name} rebooting")
+    record_host_event(conn, name, "reboot", message=reason, details={"requeued": len(requeued)})
+    return requeued
+
+
+def disable_for_stack_failure(
+    conn: Connection, name: str, reason: str, details: dict[str, Any]
+) -> list[int]:
+    """The circuit breaker: a stack that will not come back takes its host out of the fleet
+    (state disabled, ``reason`` in hosts.state_reason) until an operator enables it; its queued
+    jobs go back to pending for the other hosts."""
+    record_host_event(conn, name, "stack_failure", message=reason, details=details)
+    set_host_state(conn, name, "disabled", reason)
+    return requeue_host_queued(conn, name, f"requeued: host {name} disabled")

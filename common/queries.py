@@ -36,6 +36,13 @@ def hosts(conn: Connection) -> list[HostRow]:
     return [HostRow(**r._mapping) for r in rows]
 
 
+def host(conn: Connection, name: str) -> HostRow:
+    for row in hosts(conn):
+        if row.name == name:
+            return row
+    raise NotFound(f"no host named {name!r}")
+
+
 IN_FLIGHT_BY_HOST_SQL = sa.text(
     "SELECT host, count(*) AS n FROM jobs WHERE status IN ('queued', 'processing') GROUP BY host"
 )
@@ -62,7 +69,15 @@ def status_counts(conn: Connection) -> dict[str, int]:
 
 
 def host_load(conn: Connection) -> list[dict[str, Any]]:
-    return [dict(r._mapping) for r in conn.execute(sa.text("SELECT * FROM host_load"))]
+    """The host_load view plus why the probe fails (probe_failures, last_probe_error), which
+    an operator needs next to a host that is not getting work."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT l.*, h.probe_failures, h.last_probe_error"
+            " FROM host_load l JOIN hosts h ON h.name = l.host ORDER BY l.host"
+        )
+    )
+    return [dict(r._mapping) for r in rows]
 
 
 def job(conn: Connection, job_id: int) -> dict[str, Any]:
@@ -115,3 +130,52 @@ def has_unfinished_jobs(conn: Connection) -> bool:
             )
         ).scalar_one()
     )
+
+
+# ---------------------------------------------------------------- operator (issue 6)
+
+
+@dataclass(frozen=True)
+class FleetControl:
+    assignment_paused: bool
+    changed_by: str | None = None
+    changed_at: Any = None
+    reason: str | None = None
+
+
+def fleet_control(conn: Connection) -> FleetControl:
+    """The fleet-wide switches; no row (a fresh or truncated table) means nothing is paused."""
+    row = conn.execute(
+        sa.text("SELECT assignment_paused, changed_by, changed_at, reason FROM fleet_control")
+    ).first()
+    return FleetControl(**row._mapping) if row is not None else FleetControl(False)
+
+
+def assignment_paused(conn: Connection) -> bool:
+    """Read by the producer at the start of every assignment (one primary-key row)."""
+    return bool(
+        conn.execute(
+            sa.text("SELECT coalesce((SELECT assignment_paused FROM fleet_control), false)")
+        ).scalar_one()
+    )
+
+
+def jobs_by_status_and_kind(conn: Connection) -> dict[tuple[str, str], int]:
+    """Counts for the metrics gauge. One scan of the hot table, which retention keeps to the
+    recent past; the producer runs it every metrics_refresh_s, not every cycle."""
+    rows = conn.execute(sa.text("SELECT status, kind, count(*) AS n FROM jobs GROUP BY 1, 2"))
+    return {(r.status, r.kind): r.n for r in rows}
+
+
+def host_maintenance_counts(conn: Connection) -> dict[str, tuple[int, int]]:
+    """host -> (browser-stack restarts, reboots) as host_events records them: a restart is its
+    own event; a reboot is the host's move into the 'rebooting' state."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT host,"
+            " count(*) FILTER (WHERE event = 'restart') AS restarts,"
+            " count(*) FILTER (WHERE event = 'state' AND to_state = 'rebooting') AS reboots"
+            " FROM host_events WHERE event IN ('restart', 'state') GROUP BY host"
+        )
+    )
+    return {r.host: (r.restarts, r.reboots) for r in rows}

@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from common import constants as C
@@ -66,6 +66,38 @@ class Settings(BaseSettings):
     backoff_max_s: float = Field(default=C.BACKOFF_MAX_S, ge=0)
 
     log_level: str = Field(default="INFO")
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="text: key=value lines for people; json: one object a line"
+    )
+
+    # Metrics (Prometheus), one port per daemon.
+    metrics_port: int = Field(default=0, ge=0, le=65535, description="0 = no metrics endpoint")
+    metrics_address: str = Field(default=C.METRICS_ADDRESS, min_length=1)
+    metrics_refresh_s: float = Field(
+        default=C.METRICS_REFRESH_S, gt=0, description="producer: job/host gauges from SQL"
+    )
+
+    # Dashboard (`scrapefleet dashboard`).
+    dashboard_address: str = Field(default=C.METRICS_ADDRESS, min_length=1)
+    dashboard_port: int = Field(default=C.DASHBOARD_PORT, ge=1, le=65535)
+    dashboard_token: SecretStr | None = Field(
+        default=None, description="required by every control; unset -> read-only dashboard"
+    )
+
+    # Webhooks: POSTed by the producer when a job with a callback_url completes or fails.
+    webhook_secret: SecretStr | None = Field(
+        default=None, description="HMAC-SHA256 key; unset -> deliveries wait, unsent"
+    )
+    webhook_max_attempts: int = Field(default=C.WEBHOOK_MAX_ATTEMPTS, ge=1, le=100)
+    webhook_interval_s: float = Field(default=C.WEBHOOK_INTERVAL_S, gt=0)
+    webhook_timeout_s: float = Field(default=C.WEBHOOK_TIMEOUT_S, gt=0)
+    webhook_backoff_base_s: float = Field(default=C.WEBHOOK_BACKOFF_BASE_S, ge=0)
+    webhook_backoff_max_s: float = Field(default=C.WEBHOOK_BACKOFF_MAX_S, ge=0)
+
+    # Retention, run by the producer.
+    retention_days: float = Field(default=C.RETENTION_DAYS, gt=0)
+    retention_interval_s: float = Field(default=C.RETENTION_INTERVAL_S, gt=0)
+    retention_batch_rows: int = Field(default=C.RETENTION_BATCH_ROWS, ge=1, le=100_000)
 
     # SSH probe: producer/ssh_probe.py. Fleet-wide defaults; a host's own row overrides
     # user, key file and known_hosts. Literals (not common.constants) until the lead moves them.
@@ -101,12 +133,35 @@ class Settings(BaseSettings):
     screen_width_px: int = Field(default=1366, ge=320, le=7680)
     screen_height_px: int = Field(default=768, ge=240, le=4320)
     artifact_retention_days: float = Field(default=14.0, gt=0)
+    browser: bool = Field(
+        default=True,
+        description="own a browser stack, started on the first browser job; false -> browser"
+        " jobs fail here",
+    )
+    reboot_command: str = Field(
+        default=C.REBOOT_COMMAND, min_length=1, description="run after reboot_every jobs"
+    )
+    stack_restart_failures_disable: int = Field(
+        default=C.STACK_RESTART_FAILURES_DISABLE,
+        ge=1,
+        description="failed stack (re)starts in a row before the host is disabled",
+    )
 
     @field_validator("database_url")
     @classmethod
     def _postgres_only(cls, value: str | None) -> str | None:
         if value is not None and not value.startswith(("postgresql", "postgres://")):
             raise ValueError("must be a postgresql:// URL")
+        return value
+
+    @field_validator("dashboard_token", "webhook_secret")
+    @classmethod
+    def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        # An empty string in the environment means "unset", not "a token that is empty".
+        if value is None or value.get_secret_value() == "":
+            return None
+        if len(value.get_secret_value()) < 16:
+            raise ValueError("must be at least 16 characters")
         return value
 
     @field_validator("log_level")

@@ -2,9 +2,10 @@
 
 JSON lines: one object per line, keys as in ``JobLine``; blank lines are skipped.
 CSV: a header row; columns ``kind``, ``priority``, ``max_attempts``, ``not_before``,
-``dedupe_key``, ``lock_key``, ``payload`` (a JSON object), and ``payload.<name>`` columns for
-flat params (``payload.url``), whose cells are parsed as JSON when they can be (so 3 is a
-number and true a boolean) and kept as text otherwise. Empty cells mean "not given".
+``dedupe_key``, ``lock_key``, ``callback_url``, ``payload`` (a JSON object), and
+``payload.<name>`` columns for flat params (``payload.url``), whose cells are parsed as JSON
+when they can be (so 3 is a number and true a boolean) and kept as text otherwise.
+Empty cells mean "not given".
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import Any, TextIO
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -31,6 +33,19 @@ class JobLine(BaseModel):
     not_before: datetime | None = None
     dedupe_key: str | None = Field(default=None, min_length=1)
     lock_key: str | None = Field(default=None, min_length=1)
+    callback_url: str | None = Field(default=None, max_length=2000)
+
+    @field_validator("callback_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        # The producer POSTs here; anything but http(s) (file:, ftp:, a typo) is refused now,
+        # not discovered at delivery time.
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http:// or https:// URL with a host")
+        return value
 
     @field_validator("not_before")
     @classmethod

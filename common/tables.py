@@ -45,6 +45,8 @@ jobs = sa.Table(
     sa.Column("started_at", TS),
     sa.Column("finished_at", TS),
     sa.Column("heartbeat_at", TS),
+    # Where the producer POSTs the job's outcome (migration 0002); http(s) only, checked at submit.
+    sa.Column("callback_url", sa.Text),
     sa.CheckConstraint(_in("status", JOB_STATUSES), name="jobs_status_valid"),
     sa.CheckConstraint("max_attempts >= 1", name="jobs_max_attempts_positive"),
     sa.CheckConstraint("attempts >= 0", name="jobs_attempts_not_negative"),
@@ -144,3 +146,61 @@ host_events = sa.Table(
     comment="Host state changes, restarts, reboots",
 )
 sa.Index("host_events_host_at_idx", host_events.c.host, host_events.c.at)
+
+# ---------------------------------------------------------------- migration 0002: operator
+
+# Finished jobs past retention_days, moved here in small batches by the producer so that the
+# hot table (and its indexes) stays the size of the recent past. Same columns as jobs, plus when
+# the row moved; no identity (the id is the job's own) and no trigger.
+jobs_archive = sa.Table(
+    "jobs_archive",
+    metadata,
+    *(
+        sa.Column(c.name, c.type, primary_key=c.primary_key, nullable=c.nullable)
+        for c in jobs.columns
+    ),
+    sa.Column("archived_at", TS, nullable=False, server_default=sa.text("now()")),
+    comment="Finished jobs past retention, moved out of jobs",
+)
+sa.Index("jobs_archive_finished_at_idx", jobs_archive.c.finished_at)
+
+# One row per (job, final status) whose job has a callback URL, created by the trigger
+# jobs_webhook_enqueue, so no code path that finishes a job can forget it. The body is frozen
+# when the row is made: what the receiver gets is the event, whatever happens to the job later.
+webhook_deliveries = sa.Table(
+    "webhook_deliveries",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    sa.Column("job_id", sa.BigInteger, nullable=False),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("url", sa.Text, nullable=False),
+    sa.Column("payload", JSONB, nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    # NULL once delivered or given up: the due-deliveries index holds only live rows.
+    sa.Column("next_attempt_at", TS, server_default=sa.text("now()")),
+    sa.Column("delivered_at", TS),
+    sa.Column("gave_up_at", TS),
+    sa.Column("last_error", sa.Text),
+    sa.Column("response_code", sa.Integer),
+    sa.Column("created_at", TS, nullable=False, server_default=sa.text("now()")),
+    sa.UniqueConstraint("job_id", "status", name="webhook_deliveries_job_status_key"),
+    comment="Webhook POSTs of finished jobs: one per job and status, with delivery state",
+)
+sa.Index(
+    "webhook_deliveries_due_idx",
+    webhook_deliveries.c.next_attempt_at,
+    postgresql_where=sa.text("next_attempt_at IS NOT NULL"),
+)
+
+# A single row (id is always true): fleet-wide switches an operator flips from the dashboard.
+fleet_control = sa.Table(
+    "fleet_control",
+    metadata,
+    sa.Column("id", sa.Boolean, primary_key=True, server_default=sa.text("true")),
+    sa.Column("assignment_paused", sa.Boolean, nullable=False, server_default=sa.text("false")),
+    sa.Column("changed_by", sa.Text),
+    sa.Column("changed_at", TS),
+    sa.Column("reason", sa.Text),
+    sa.CheckConstraint("id", name="fleet_control_single_row"),
+    comment="Fleet-wide operator switches (one row): assignment paused, by whom, why",
+)

@@ -19,11 +19,12 @@ standbys trying the lock at each interval.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -31,7 +32,7 @@ from typing import Any
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.engine import Engine
 
-from common import jobstore, queries
+from common import jobstore, metrics, queries
 from common.constants import PENDING_SCAN_FACTOR, PRODUCER_ADVISORY_LOCK_KEY
 from common.db import describe, is_connection_error, wrapped_errors
 from common.errors import DatabaseUnavailable, ProbeError
@@ -39,9 +40,10 @@ from common.host_status import HostStatus
 from common.settings import Settings
 from producer.health import next_host_state
 from producer.leader import LeaderSession
+from producer.operator_jobs import OperatorJobs
 from producer.planner import host_slots, plan_assignments
-from producer.probe import HostTarget, Probe
-from producer.probing import RoutingProbe
+from producer.probe import Probe
+from producer.probing import RoutingProbe, probe_target
 from producer.wakeup import WakeListener
 
 log = logging.getLogger(__name__)
@@ -84,6 +86,8 @@ class Producer:
         self._wake: WakeListener | None = None
         self._standby_logged = False
         self._closed = False
+        self._paused = False  # as last read from fleet_control, to log changes once
+        self.operator_jobs = OperatorJobs(engine, settings, lambda: self.is_leader)
         # Figures for tests, benchmarks and the debug log.
         self.last_cycle_duration_s = 0.0
         self.last_assigned = 0
@@ -128,6 +132,12 @@ class Producer:
         self.last_cycle_duration_s = duration
         self.last_assigned = report.assigned
         self.total_assigned += report.assigned
+        if report.leader and report.error is None:
+            metrics.ASSIGNMENT_CYCLE_SECONDS.labels(cycle="full" if full else "wake").observe(
+                duration
+            )
+            metrics.JOBS_ASSIGNED_PER_CYCLE.observe(report.assigned)
+            metrics.JOBS_ASSIGNED.inc(report.assigned)
         log.debug(
             "cycle full=%s leader=%s assigned=%d duration_ms=%.2f",
             full,
@@ -157,7 +167,8 @@ class Producer:
             with self._leader.transaction() as conn:
                 hosts = queries.hosts(conn)
                 in_flight = queries.in_flight_by_host(conn)
-            results = self._probe_hosts(hosts)
+            with self._cycle_lock_released():
+                results = self._probe_hosts(hosts)
             self._probed = {
                 name: _Probed(result, in_flight.get(name, 0)) for name, result in results.items()
             }
@@ -165,6 +176,22 @@ class Producer:
             rescued, requeued = self._rescue()
             report = replace(report, transitions=transitions, rescued=rescued, requeued=requeued)
         return replace(report, assigned=self._assign())
+
+    @contextlib.contextmanager
+    def _cycle_lock_released(self) -> Iterator[None]:
+        """Let wake cycles run while this full cycle waits for its probe round.
+
+        A host that hangs after connect holds the round for the whole probe timeout; with the
+        lock held, the healthy hosts would get no job for that long. Wake cycles meanwhile
+        assign with the previous round's results, as they always do. Only the probe runs
+        unlocked: it does not touch the leader connection, and another full cycle cannot start
+        (the interval job has max_instances=1). Called with the lock held (from _cycle).
+        """
+        self._cycle_lock.release()
+        try:
+            yield
+        finally:
+            self._cycle_lock.acquire()
 
     def _take_lead(self) -> bool:
         if self._leader.try_acquire():
@@ -183,17 +210,12 @@ class Producer:
 
     def _probe_hosts(self, hosts: list[queries.HostRow]) -> dict[str, HostStatus | ProbeError]:
         # A disabled host is out of the fleet until an operator enables it: no probing.
-        targets = [
-            HostTarget(
-                h.name, h.address, h.ssh_port, h.ssh_user, h.ssh_key_file, h.known_hosts_file
-            )
-            for h in hosts
-            if h.state != "disabled"
-        ]
+        targets = [probe_target(h, self.settings) for h in hosts if h.state != "disabled"]
         if not targets:
             return {}
         try:
-            return dict(self._probe.probe_all(targets))
+            with metrics.PROBE_ROUND_SECONDS.time():
+                return dict(self._probe.probe_all(targets))
         except Exception as exc:  # a probe bug must cost this round, not the daemon
             log.exception("probe round failed")
             failure = ProbeError(f"probe round failed: {type(exc).__name__}: {exc}")
@@ -209,6 +231,9 @@ class Producer:
                 result = results.get(host.name)
                 if result is None:
                     continue
+                metrics.PROBES.labels(host=host.name).inc()
+                if not isinstance(result, HostStatus):
+                    metrics.PROBE_FAILURES.labels(host=host.name).inc()
                 if isinstance(result, HostStatus):
                     jobstore.record_probe_success(conn, host.name, result)
                     failures, reported = 0, result.state
@@ -266,6 +291,9 @@ class Producer:
 
     def _assign(self) -> int:
         with self._leader.transaction() as conn:
+            # An operator's fleet-wide pause (dashboard): read every cycle, one indexed row.
+            if self._note_pause(queries.assignment_paused(conn)):
+                return 0
             hosts = queries.hosts(conn)
             in_flight = queries.in_flight_by_host(conn)
             slots = host_slots(
@@ -296,6 +324,12 @@ class Producer:
                 ",".join(f"{h}:{n}" for h, n in sorted(per_host.items())),
             )
         return len(assigned)
+
+    def _note_pause(self, paused: bool) -> bool:
+        if paused != self._paused:
+            log.warning("assignment %s by operator", "paused" if paused else "resumed")
+            self._paused = paused
+        return paused
 
     def _current_probes(self, in_flight: Mapping[str, int]) -> dict[str, HostStatus | ProbeError]:
         """The last probe results, their running counts brought up to date.
@@ -332,6 +366,7 @@ class Producer:
             misfire_grace_time=None,
             next_run_time=datetime.now(UTC),
         )
+        self.operator_jobs.start(self._scheduler)
         self._scheduler.start()
         url = self._engine.url.render_as_string(hide_password=False)
         self._wake = WakeListener(
@@ -376,6 +411,7 @@ class Producer:
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=True)
             self._scheduler = None
+        self.operator_jobs.close()
         self.close()
 
     def close(self) -> None:

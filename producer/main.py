@@ -6,7 +6,6 @@ start; 2 invalid settings. Once running, a lost database is retried, never an ex
 
 from __future__ import annotations
 
-import logging
 import sys
 from pathlib import Path
 
@@ -14,11 +13,11 @@ import click
 
 from common.db import check_reachable, make_engine
 from common.errors import DatabaseUnavailable, SettingsError
+from common.logging_setup import configure_logging
 from common.settings import load_settings
 from producer.daemon import Producer
 
 PROG = "scrapefleet-producer"
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
 @click.command(name=PROG)
@@ -37,10 +36,19 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
     help="Overrides the log_level setting.",
 )
-def main(config: Path | None, until_idle: bool, log_level: str | None) -> None:
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    help="Serve Prometheus metrics on this port (overrides metrics_port; 0 = off).",
+)
+def main(
+    config: Path | None, until_idle: bool, log_level: str | None, metrics_port: int | None
+) -> None:
     """Assign pending jobs to consumer hosts, one cycle every producer_interval_s and at once
     when a consumer finishes a job. Only one producer assigns at a time; others stand by."""
-    overrides = {"log_level": log_level.upper()} if log_level else {}
+    overrides: dict[str, object] = {"log_level": log_level.upper()} if log_level else {}
+    if metrics_port is not None:
+        overrides["metrics_port"] = metrics_port
     try:
         settings = load_settings(config, **overrides)
         if settings.database_url is None:
@@ -49,7 +57,7 @@ def main(config: Path | None, until_idle: bool, log_level: str | None) -> None:
     except SettingsError as exc:
         click.echo(f"{PROG}: {exc}", err=True)
         sys.exit(2)
-    logging.basicConfig(level=settings.log_level, format=LOG_FORMAT, stream=sys.stderr)
+    configure_logging(settings.log_level, settings.log_format)
     try:
         check_reachable(engine)
     except DatabaseUnavailable as exc:

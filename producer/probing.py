@@ -12,16 +12,35 @@ from collections.abc import Sequence
 
 from common.errors import ProbeError
 from common.host_status import HostStatus
+from common.queries import HostRow
 from common.settings import Settings
 from producer.probe import HostTarget, LocalProbe, Probe
 
 log = logging.getLogger(__name__)
 
 
+def probe_target(host: HostRow, settings: Settings) -> HostTarget:
+    """How to reach one host: its row's SSH settings, the fleet-wide settings where the row has
+    none (key file, known_hosts). The row's user is always set: `hosts add` stores the ssh_user
+    setting when no --user is given."""
+    return HostTarget(
+        name=host.name,
+        address=host.address,
+        port=host.ssh_port,
+        user=host.ssh_user or settings.ssh_user,
+        key_file=host.ssh_key_file or _str_or_none(settings.ssh_key_file),
+        known_hosts_file=host.known_hosts_file or _str_or_none(settings.ssh_known_hosts_file),
+    )
+
+
+def _str_or_none(value: object | None) -> str | None:
+    return None if value is None else str(value)
+
+
 class RoutingProbe:
     def __init__(self, settings: Settings) -> None:
+        self._settings = settings
         self._local = LocalProbe(settings.state_dir, settings.local_state_stale_s)
-        self._timeout_s = settings.probe_timeout_s
         self._remote: Probe | None = None
         self._remote_unavailable: str | None = None  # why the SSH probe could not load
 
@@ -54,5 +73,6 @@ class RoutingProbe:
                     self._remote_unavailable,
                 )
                 return None
-            self._remote = SSHProbe(timeout_s=self._timeout_s)
+            # Status command, timeout, workers and reconnect backoff all come from settings.
+            self._remote = SSHProbe.from_settings(self._settings)
         return self._remote

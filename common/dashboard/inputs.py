@@ -1,0 +1,57 @@
+"""Validation of what a visitor types: job ids and search fields. Pure; errors are messages."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from common.dashboard.reads import JobSearch
+from common.tables import JOB_STATUSES
+
+MAX_BIGINT = 2**63 - 1
+MAX_TEXT = 200  # longest kind or host name searched for
+
+
+class BadInput(ValueError):
+    """Shown to the visitor as it is, with status 400."""
+
+
+def parse_job_id(text: str | None) -> int:
+    value = (text or "").strip().lstrip("#")
+    if not value.isdigit() or not value.isascii():
+        raise BadInput(f"job id must be a whole number, not {text!r}")
+    number = int(value)
+    if not 1 <= number <= MAX_BIGINT:
+        raise BadInput(f"job id {value} is out of range")
+    return number
+
+
+def _text_field(name: str, value: str | None) -> str | None:
+    value = (value or "").strip()
+    if not value:
+        return None
+    if len(value) > MAX_TEXT:
+        raise BadInput(f"{name} is longer than {MAX_TEXT} characters")
+    if not value.isprintable():
+        raise BadInput(f"{name} contains control characters")
+    return value
+
+
+def parse_search(args: Mapping[str, str]) -> JobSearch:
+    """The search form's fields: id, kind, status, host (all optional)."""
+    raw_id = (args.get("id") or "").strip()
+    status = _text_field("status", args.get("status"))
+    if status is not None and status not in JOB_STATUSES:
+        raise BadInput(f"status must be one of {', '.join(JOB_STATUSES)}, not {status!r}")
+    return JobSearch(
+        job_id=parse_job_id(raw_id) if raw_id else None,
+        kind=_text_field("kind", args.get("kind")),
+        status=status,
+        host=_text_field("host", args.get("host")),
+    )
+
+
+def parse_job_ids(values: list[str]) -> list[int]:
+    """The hidden ``ids`` fields of a bulk control."""
+    if not values:
+        raise BadInput("no jobs selected")
+    return [parse_job_id(v) for v in values]

@@ -1,0 +1,96 @@
+"""Read-only SQL of the dashboard's pages (every write goes through common.jobstore)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+
+@dataclass(frozen=True)
+class JobSearch:
+    """Validated search fields; None = not part of the search."""
+
+    job_id: int | None = None
+    kind: str | None = None
+    status: str | None = None
+    host: str | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self == JobSearch()
+
+
+def hosts_overview(conn: Connection) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        sa.text(
+            "SELECT l.host, l.state, l.capacity, l.running, l.queued, l.completed_last_hour,"
+            " l.jobs_since_restart, l.jobs_since_boot, l.state_reason, h.memory_available_bytes,"
+            " h.last_seen_at, h.probe_failures, h.last_probe_error, h.jobs_total"
+            " FROM host_load l JOIN hosts h ON h.name = l.host ORDER BY l.host"
+        )
+    )
+    return [dict(r._mapping) for r in rows]
+
+
+def recent_failures(conn: Connection, limit: int) -> list[dict[str, Any]]:
+    rows = conn.execute(sa.text("SELECT * FROM recent_failures LIMIT :limit"), {"limit": limit})
+    return [dict(r._mapping) for r in rows]
+
+
+def finished_counts(conn: Connection, since: datetime, step_s: int) -> dict[tuple[int, str], int]:
+    """(bucket start in epoch seconds, status) -> completed/failed jobs finished in it. One
+    range scan of jobs_finished_at_idx; the caller fills the empty buckets."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT extract(epoch FROM date_bin(make_interval(secs => :step), finished_at,"
+            "   TIMESTAMPTZ '1970-01-01 00:00:00+00'))::bigint AS bucket, status, count(*) AS n"
+            " FROM jobs WHERE finished_at >= :since AND status IN ('completed', 'failed')"
+            " GROUP BY 1, 2"
+        ),
+        {"since": since, "step": step_s},
+    )
+    return {(r.bucket, r.status): r.n for r in rows}
+
+
+def search_jobs(conn: Connection, search: JobSearch, limit: int) -> list[dict[str, Any]]:
+    where: list[str] = []
+    params: dict[str, Any] = {"limit": limit}
+    for column, value in (
+        ("id", search.job_id),
+        ("kind", search.kind),
+        ("status", search.status),
+        ("host", search.host),
+    ):
+        if value is not None:
+            where.append(f"{column} = :{column}")
+            params[column] = value
+    clause = f"WHERE {' AND '.join(where)}" if where else ""
+    rows = conn.execute(
+        sa.text(
+            "SELECT id, kind, status, host, attempts, max_attempts, priority, created_at,"
+            " finished_at, (regexp_match(last_error, '([^\\n]+)\\s*$'))[1] AS error"
+            f" FROM jobs {clause} ORDER BY id DESC LIMIT :limit"
+        ),
+        params,
+    )
+    return [dict(r._mapping) for r in rows]
+
+
+def archived_job(conn: Connection, job_id: int) -> dict[str, Any] | None:
+    row = conn.execute(sa.text("SELECT * FROM jobs_archive WHERE id = :id"), {"id": job_id}).first()
+    return dict(row._mapping) if row is not None else None
+
+
+def webhook_deliveries(conn: Connection, job_id: int) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        sa.text(
+            "SELECT status, url, attempts, next_attempt_at, delivered_at, gave_up_at, last_error,"
+            " response_code FROM webhook_deliveries WHERE job_id = :id ORDER BY id"
+        ),
+        {"id": job_id},
+    )
+    return [dict(r._mapping) for r in rows]

@@ -1,0 +1,190 @@
+"""Prometheus metrics of both daemons, and the HTTP endpoint that serves them.
+
+Each daemon serves its own process's metrics on ``metrics_address:metrics_port`` (loopback by
+default; 0 = no endpoint). Instruments live in the default registry so the client library's
+process_* metrics come along.
+
+Two kinds of figures:
+- events counted where they happen (cycle durations, probe failures, webhook POSTs, job
+  durations): ordinary Counters and Histograms below;
+- the state of the fleet as the database has it (jobs per status and kind, host states,
+  restarts and reboots per host): the producer reads it every ``metrics_refresh_s`` and hands a
+  ``FleetSnapshot`` to ``publish_fleet_snapshot``; a collector exposes the latest one at each
+  scrape. Restarts and reboots come from host_events, so they are exposed as counters that
+  survive a producer restart (and a failover).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from common.tables import HOST_STATES
+
+# ---------------------------------------------------------------- producer
+
+ASSIGNMENT_CYCLE_SECONDS = Histogram(
+    "scrapefleet_assignment_cycle_duration_seconds",
+    "Duration of one producer cycle (full: probes + rescue + assignment; wake: assignment)",
+    ["cycle"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+JOBS_ASSIGNED_PER_CYCLE = Histogram(
+    "scrapefleet_assignment_cycle_jobs",
+    "Jobs assigned by one producer cycle",
+    buckets=(0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000),
+)
+JOBS_ASSIGNED = Counter("scrapefleet_jobs_assigned_total", "Jobs moved pending -> queued")
+PROBE_ROUND_SECONDS = Histogram(
+    "scrapefleet_probe_round_duration_seconds",
+    "Duration of one probe round over every host (hosts are probed in parallel)",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+PROBES = Counter("scrapefleet_probes_total", "Host probes", ["host"])
+PROBE_FAILURES = Counter("scrapefleet_probe_failures_total", "Host probes that failed", ["host"])
+WEBHOOK_DELIVERIES = Counter(
+    "scrapefleet_webhook_deliveries_total",
+    "Webhook POST attempts by outcome (delivered, failed = will retry, gave_up)",
+    ["outcome"],
+)
+WEBHOOK_POST_SECONDS = Histogram(
+    "scrapefleet_webhook_post_duration_seconds", "Duration of one webhook POST"
+)
+RETENTION_ARCHIVED_JOBS = Counter(
+    "scrapefleet_retention_archived_jobs_total", "Finished jobs moved to jobs_archive"
+)
+RETENTION_DELETED_ARTIFACT_DIRS = Counter(
+    "scrapefleet_retention_deleted_artifact_dirs_total", "Job artifact folders deleted"
+)
+
+# ---------------------------------------------------------------- consumer
+
+JOB_DURATION_SECONDS = Histogram(
+    "scrapefleet_job_duration_seconds",
+    "Duration of one job attempt on this host, by kind and outcome",
+    ["kind", "outcome"],
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+)
+JOB_RETRIES = Counter(
+    "scrapefleet_job_retries_total", "Failed attempts that will be retried", ["kind"]
+)
+BROWSER_MEMORY_BYTES = Gauge(
+    "scrapefleet_browser_memory_bytes",
+    "Proportional set size of this host's browser stack (Xvfb, Grid, Chromium)",
+    ["host"],
+)
+
+
+def observe_job(kind: str, outcome: str, duration_s: float, *, retried: bool) -> None:
+    """The consumer's one call per finished attempt."""
+    JOB_DURATION_SECONDS.labels(kind=kind, outcome=outcome).observe(duration_s)
+    if retried:
+        JOB_RETRIES.labels(kind=kind).inc()
+
+
+def track_browser_memory(host: str, read_bytes: Callable[[], float]) -> None:
+    """Read the stack's memory at each scrape (the browser stack passes its own reader)."""
+    BROWSER_MEMORY_BYTES.labels(host=host).set_function(read_bytes)
+
+
+# ---------------------------------------------------------------- the fleet, from SQL
+
+
+@dataclass(frozen=True)
+class HostFigures:
+    state: str
+    memory_available_bytes: int | None
+    restarts: int
+    reboots: int
+
+
+@dataclass(frozen=True)
+class FleetSnapshot:
+    jobs: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (status, kind) -> n
+    hosts: Mapping[str, HostFigures] = field(default_factory=dict)
+
+
+class _FleetCollector(Collector):
+    def __init__(self) -> None:
+        self._snapshot: FleetSnapshot | None = None
+        self._lock = threading.Lock()
+
+    def publish(self, snapshot: FleetSnapshot) -> None:
+        with self._lock:
+            self._snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            snapshot = self._snapshot
+        if snapshot is None:  # not a producer, or no refresh yet: nothing rather than zeros
+            return
+        jobs = GaugeMetricFamily(
+            "scrapefleet_jobs",
+            "Jobs in the jobs table by status and kind",
+            labels=["status", "kind"],
+        )
+        for (status, kind), count in sorted(snapshot.jobs.items()):
+            jobs.add_metric([status, kind], count)
+        state = GaugeMetricFamily(
+            "scrapefleet_host_state", "1 for the host's current state", labels=["host", "state"]
+        )
+        memory = GaugeMetricFamily(
+            "scrapefleet_host_memory_available_bytes",
+            "Memory available on the host at its last probe",
+            labels=["host"],
+        )
+        restarts = CounterMetricFamily(
+            "scrapefleet_host_restarts", "Browser stack restarts (host_events)", labels=["host"]
+        )
+        reboots = CounterMetricFamily(
+            "scrapefleet_host_reboots", "Host reboots (host_events)", labels=["host"]
+        )
+        for host, figures in sorted(snapshot.hosts.items()):
+            for name in HOST_STATES:
+                state.add_metric([host, name], 1.0 if name == figures.state else 0.0)
+            if figures.memory_available_bytes is not None:
+                memory.add_metric([host], figures.memory_available_bytes)
+            restarts.add_metric([host], figures.restarts)
+            reboots.add_metric([host], figures.reboots)
+        yield from (jobs, state, memory, restarts, reboots)
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())  # collected lazily: registration must not call collect()
+
+
+_FLEET = _FleetCollector()
+REGISTRY.register(_FLEET)
+
+
+def publish_fleet_snapshot(snapshot: FleetSnapshot) -> None:
+    _FLEET.publish(snapshot)
+
+
+# ---------------------------------------------------------------- the endpoint
+
+
+class MetricsServer:
+    """``GET /metrics`` on its own thread; ``close()`` stops it."""
+
+    def __init__(self, address: str, port: int) -> None:
+        server, thread = start_http_server(port, addr=address)
+        self._server: WSGIServer = server
+        self._thread = thread
+        self.address = address
+        self.port: int = server.server_port
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+
+def serve_metrics(address: str, port: int) -> MetricsServer | None:
+    """Start the endpoint when ``port`` is set (0 = metrics off)."""
+    return MetricsServer(address, port) if port else None

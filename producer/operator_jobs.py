@@ -1,0 +1,93 @@
+"""The producer's background jobs beside assignment: webhooks, retention, metrics.
+
+Each runs on its own APScheduler interval job (max one instance, coalesced), off the
+assignment cycle and on pooled connections, never the leader's: a slow receiver or a long
+archive run cannot delay an assignment. Webhooks and retention run on the leading producer
+only; the metrics refresh runs on every producer (a standby's endpoint shows the fleet too).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from apscheduler.schedulers.base import BaseScheduler
+from sqlalchemy.engine import Engine
+
+from common.db import describe
+from common.metrics import MetricsServer, serve_metrics
+from common.settings import Settings
+from producer.fleet_metrics import refresh_fleet_metrics
+from producer.retention import run_retention
+from producer.webhooks import WebhookSender
+
+log = logging.getLogger(__name__)
+
+
+class OperatorJobs:
+    def __init__(self, engine: Engine, settings: Settings, is_leader: Callable[[], bool]) -> None:
+        self._engine = engine
+        self._settings = settings
+        self._is_leader = is_leader
+        self._sender: WebhookSender | None = None
+        self.metrics_server: MetricsServer | None = None
+
+    def start(self, scheduler: BaseScheduler) -> None:
+        settings = self._settings
+        self.metrics_server = serve_metrics(settings.metrics_address, settings.metrics_port)
+        if self.metrics_server is not None:
+            log.info(
+                "metrics on http://%s:%d/metrics",
+                self.metrics_server.address,
+                self.metrics_server.port,
+            )
+            self._every(scheduler, settings.metrics_refresh_s, self.refresh_metrics, "metrics")
+        if settings.webhook_secret is None:
+            log.warning("webhook_secret is not set: webhook deliveries wait in SQL, unsent")
+        else:
+            self._sender = WebhookSender(self._engine, settings)
+            self._every(scheduler, settings.webhook_interval_s, self.deliver_webhooks, "webhooks")
+        self._every(scheduler, settings.retention_interval_s, self.retention, "retention")
+
+    def close(self) -> None:
+        if self._sender is not None:
+            self._sender.close()
+            self._sender = None
+        if self.metrics_server is not None:
+            self.metrics_server.close()
+            self.metrics_server = None
+
+    # -- the jobs: each logs and swallows its failure, the next tick tries again ------------
+
+    def refresh_metrics(self) -> None:
+        self._guarded("metrics refresh", lambda: refresh_fleet_metrics(self._engine))
+
+    def deliver_webhooks(self) -> None:
+        if self._sender is not None and self._is_leader():
+            self._guarded("webhook round", self._sender.deliver_due)
+
+    def retention(self) -> None:
+        if self._is_leader():
+            self._guarded("retention", lambda: run_retention(self._engine, self._settings))
+
+    @staticmethod
+    def _guarded(what: str, run: Callable[[], Any]) -> None:
+        try:
+            run()
+        except Exception as exc:
+            log.warning("%s failed, retrying next time: %s", what, describe(exc))
+
+    @staticmethod
+    def _every(
+        scheduler: BaseScheduler, seconds: float, func: Callable[[], None], name: str
+    ) -> None:
+        scheduler.add_job(
+            func,
+            "interval",
+            seconds=seconds,
+            id=f"producer-{name}",
+            max_instances=1,
+            coalesce=True,
+            misfire_grace_time=None,
+        )

@@ -1,0 +1,153 @@
+"""The producer's webhook sender: POST due deliveries, signed, and record how each went.
+
+Rows come from the ``jobs_webhook_enqueue`` trigger (a job with a callback_url that completes
+or fails). Each round, on an APScheduler thread of the producer and never on a consumer:
+take the due rows (their attempt counted and a lease set, one short transaction), POST them in
+parallel without holding any transaction, then record each outcome: delivered, due again after
+a backoff, or given up after ``webhook_max_attempts``. A receiver may get an event twice (a
+response lost after it was handled) and dedupes on (job_id, status); it never gets one it
+acknowledged again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy.engine import Connection, Engine
+
+from common import jobstore, metrics
+from common.clock import utcnow
+from common.constants import WEBHOOK_BATCH, WEBHOOK_WORKERS
+from common.db import transaction
+from common.jobstore import DueWebhook
+from common.logging_setup import fields
+from common.retry import backoff_delay_s
+from common.settings import Settings
+from common.webhook_signing import sign
+
+log = logging.getLogger(__name__)
+
+USER_AGENT = "scrapefleet-webhook/1"
+ERROR_BODY_CHARS = 200  # of a refusing receiver's answer, kept in last_error
+
+
+@dataclass(frozen=True)
+class PostResult:
+    delivered: bool
+    response_code: int | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class DeliveryRound:
+    delivered: int = 0
+    failed: int = 0  # will be tried again
+    gave_up: int = 0
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is an answer, not a delivery: urllib would turn the POST into a GET."""
+
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects())
+
+
+def post_signed(url: str, body: bytes, secret: str, timeout_s: float) -> PostResult:
+    """One POST; 2xx is delivered, anything else (status, refusal, timeout) is a failure."""
+    headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT, **sign(secret, body)}
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with _OPENER.open(request, timeout=timeout_s) as response:
+            code = response.status
+    except urllib.error.HTTPError as exc:
+        answer = exc.read(ERROR_BODY_CHARS).decode(errors="replace").strip()
+        return PostResult(False, exc.code, f"HTTP {exc.code}: {answer}".rstrip(": "))
+    except (OSError, ValueError) as exc:  # refused, timed out, DNS, bad URL
+        reason = getattr(exc, "reason", exc)
+        return PostResult(False, None, f"{type(exc).__name__}: {reason}")
+    if 200 <= code < 300:
+        return PostResult(True, code, None)
+    return PostResult(False, code, f"HTTP {code}")
+
+
+def encode_body(payload: dict[str, object]) -> bytes:
+    """The exact bytes that are signed and sent (compact, keys sorted: stable for receivers)."""
+    return json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
+
+
+class WebhookSender:
+    def __init__(self, engine: Engine, settings: Settings) -> None:
+        if settings.webhook_secret is None:
+            raise ValueError("webhook_secret is not set")
+        self._engine = engine
+        self._settings = settings
+        self._secret = settings.webhook_secret.get_secret_value()
+        self._pool = ThreadPoolExecutor(WEBHOOK_WORKERS, thread_name_prefix="webhook")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def deliver_due(self, now: datetime | None = None) -> DeliveryRound:
+        """One round: every due delivery (up to a batch) POSTed once."""
+        settings = self._settings
+        lease_s = settings.webhook_timeout_s * (1 + WEBHOOK_BATCH / WEBHOOK_WORKERS) + 10
+        with transaction(self._engine) as conn:
+            due = jobstore.take_due_webhooks(conn, WEBHOOK_BATCH, lease_s)
+        if not due:
+            return DeliveryRound()
+        results = list(self._pool.map(self._post, due))
+        now = now or utcnow()
+        counts = {"delivered": 0, "failed": 0, "gave_up": 0}
+        with transaction(self._engine) as conn:
+            for delivery, result in zip(due, results, strict=True):
+                outcome = self._record(conn, delivery, result, now)
+                counts[outcome] += 1
+                metrics.WEBHOOK_DELIVERIES.labels(outcome=outcome).inc()
+        return DeliveryRound(**counts)
+
+    def _post(self, delivery: DueWebhook) -> PostResult:
+        started = time.perf_counter()
+        body = encode_body(delivery.payload)
+        result = post_signed(delivery.url, body, self._secret, self._settings.webhook_timeout_s)
+        metrics.WEBHOOK_POST_SECONDS.observe(time.perf_counter() - started)
+        return result
+
+    def _record(
+        self, conn: Connection, delivery: DueWebhook, result: PostResult, now: datetime
+    ) -> str:
+        settings = self._settings
+        where = fields(job=delivery.job_id, status=delivery.status, attempt=delivery.attempt)
+        if result.delivered:
+            jobstore.record_webhook_delivered(conn, delivery.id, result.response_code or 200)
+            log.info("webhook delivered", extra=where)
+            return "delivered"
+        retry_at: datetime | None = None
+        if delivery.attempt < settings.webhook_max_attempts:
+            delay = backoff_delay_s(
+                delivery.attempt,
+                base_s=settings.webhook_backoff_base_s,
+                max_s=settings.webhook_backoff_max_s,
+            )
+            retry_at = now + timedelta(seconds=delay)
+        jobstore.record_webhook_failed(
+            conn,
+            delivery.id,
+            result.error or "failed",
+            result.response_code,
+            retry_at=retry_at,
+        )
+        if retry_at is None:
+            log.warning("webhook given up: %s", result.error, extra=where)
+            return "gave_up"
+        log.info("webhook failed, will retry: %s", result.error, extra=where)
+        return "failed"

@@ -1,0 +1,183 @@
+"""Webhooks: enqueued by the trigger, POSTed by the producer, signed, retried, deduped."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from common.api import Client
+from common.errors import SubmitError
+from common.jobstore import NewJob
+from common.settings import Settings
+from common.submit_file import validate_job
+from common.webhook_signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
+from producer.daemon import Producer
+from producer.webhooks import WebhookSender
+from tests.integration.producer_helpers import producer_settings, submit, wait_for
+from tests.integration.webhook_receiver import Receiver
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
+
+SECRET = "webhook-test-secret-0123456789"
+
+
+def hook_settings(database_url: str, tmp_path: Path, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "webhook_secret": SECRET,
+        "webhook_backoff_base_s": 0.05,
+        "webhook_backoff_max_s": 0.2,
+        "webhook_interval_s": 0.05,
+    }
+    return producer_settings(database_url, tmp_path, **(values | overrides))
+
+
+def finish(engine: Engine, job_id: int, status: str) -> None:
+    """What the consumer's writes do to the row (the trigger does not care who writes)."""
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE jobs SET status = :status, attempts = 1, finished_at = now(),"
+                " result = CASE WHEN :status = 'completed' THEN '{\"title\": \"ok\"}'::jsonb END,"
+                " last_error = CASE WHEN :status = 'failed' THEN 'Traceback...\nValueError: x' END"
+                " WHERE id = :id"
+            ),
+            {"id": job_id, "status": status},
+        )
+
+
+def independent_check(received: Any) -> bool:
+    """The README's verification snippet, written out without scrapefleet's helpers."""
+    timestamp = received.headers[TIMESTAMP_HEADER]
+    expected = hmac.new(
+        SECRET.encode(), timestamp.encode() + b"." + received.body, hashlib.sha256
+    ).hexdigest()
+    return hmac.compare_digest("sha256=" + expected, received.headers[SIGNATURE_HEADER])
+
+
+def test_callback_url_must_be_http(database_url: str) -> None:
+    for bad in ("file:///etc/passwd", "ftp://example.org/x", "javascript:alert(1)", "http://"):
+        with pytest.raises(SubmitError, match="callback_url"):
+            validate_job({"kind": "noop", "callback_url": bad})
+    with Client(database_url) as client, pytest.raises(SubmitError, match="callback_url"):
+        client.submit("noop", callback_url="gopher://127.0.0.1/")
+    assert validate_job({"kind": "noop", "callback_url": "https://a.example/h"}).callback_url
+
+
+def test_producer_delivers_signed_events(engine: Engine, database_url: str, tmp_path: Path) -> None:
+    with Receiver() as receiver:
+        ok, bad, silent = submit(
+            engine,
+            [
+                NewJob("noop", callback_url=receiver.url),
+                NewJob("noop", callback_url=receiver.url),
+                NewJob("noop"),
+            ],
+        )
+        finish(engine, ok, "completed")
+        finish(engine, bad, "failed")
+        finish(engine, silent, "completed")
+        producer = Producer(hook_settings(database_url, tmp_path), engine)
+        producer.start()
+        try:
+            wait_for(lambda: len(receiver.accepted()) == 2, 10, "two deliveries")
+        finally:
+            producer.stop()
+    events = {}
+    for received in receiver.accepted():
+        assert received.headers["Content-Type"] == "application/json"
+        assert verify(
+            SECRET,
+            received.body,
+            received.headers[TIMESTAMP_HEADER],
+            received.headers[SIGNATURE_HEADER],
+        )
+        assert independent_check(received)
+        assert not verify(
+            "another-secret-0123456789",
+            received.body,
+            received.headers[TIMESTAMP_HEADER],
+            received.headers[SIGNATURE_HEADER],
+        )
+        body = json.loads(received.body)
+        events[body["job_id"]] = body
+    assert events[ok]["status"] == "completed" and events[ok]["result"] == {"title": "ok"}
+    assert events[bad]["status"] == "failed" and events[bad]["error"].endswith("ValueError: x")
+    assert events[ok]["finished_at"].endswith("Z")
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.text("SELECT job_id, delivered_at, response_code FROM webhook_deliveries")
+        ).all()
+    assert {r.job_id for r in rows} == {ok, bad}
+    assert all(r.delivered_at is not None and r.response_code == 200 for r in rows)
+
+
+def test_failing_receiver_gets_each_event_once_per_status(
+    engine: Engine, database_url: str, tmp_path: Path
+) -> None:
+    settings = hook_settings(database_url, tmp_path, webhook_max_attempts=10)
+    with Receiver(fail_first=5) as receiver:
+        ids = submit(engine, [NewJob("noop", callback_url=receiver.url) for _ in range(3)])
+        finish(engine, ids[0], "failed")
+        finish(engine, ids[1], "completed")
+        finish(engine, ids[2], "failed")
+        # An operator retries the failed one and it completes: a second status, a second event.
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text("UPDATE jobs SET status = 'pending' WHERE id = :id"), {"id": ids[0]}
+            )
+        finish(engine, ids[0], "completed")
+        sender = WebhookSender(engine, settings)
+        try:
+
+            def all_delivered() -> bool:
+                sender.deliver_due()
+                return len(receiver.accepted()) >= 4
+
+            wait_for(all_delivered, 15, "every event delivered after the receiver recovered")
+            for _ in range(5):  # later rounds send nothing more
+                sender.deliver_due()
+        finally:
+            sender.close()
+    refused = [r for r in receiver.received if r.answered != 200]
+    assert len(refused) == 5
+    accepted = [json.loads(r.body) for r in receiver.accepted()]
+    pairs = sorted((e["job_id"], e["status"]) for e in accepted)
+    assert pairs == sorted(
+        [(ids[0], "failed"), (ids[0], "completed"), (ids[1], "completed"), (ids[2], "failed")]
+    )
+
+
+def test_delivery_is_given_up_after_max_attempts(
+    engine: Engine, database_url: str, tmp_path: Path
+) -> None:
+    settings = hook_settings(database_url, tmp_path, webhook_max_attempts=3)
+    with Receiver(fail_first=100, fail_code=503) as receiver:
+        (job_id,) = submit(engine, [NewJob("noop", callback_url=receiver.url)])
+        finish(engine, job_id, "completed")
+        sender = WebhookSender(engine, settings)
+        try:
+
+            def given_up() -> bool:
+                sender.deliver_due()
+                with engine.connect() as conn:
+                    return bool(
+                        conn.execute(
+                            sa.text("SELECT gave_up_at IS NOT NULL FROM webhook_deliveries")
+                        ).scalar_one()
+                    )
+
+            wait_for(given_up, 10, "delivery given up")
+        finally:
+            sender.close()
+    assert len(receiver.received) == 3
+    with engine.connect() as conn:
+        row = conn.execute(sa.text("SELECT * FROM webhook_deliveries")).one()
+    assert row.attempts == 3 and row.response_code == 503 and row.next_attempt_at is None
+    assert row.delivered_at is None and "503" in row.last_error
