@@ -30,7 +30,7 @@ from common.local_fleet import LocalFleet
 from common.settings import load_settings
 from producer.daemon import Producer
 from producer.probe import LocalProbe
-from tests.benchmarks.bench_db import bench_database
+from tests.throwaway_db import throwaway_database
 
 FLEET_ENV = {
     "SCRAPEFLEET_LOG_LEVEL": "WARNING",
@@ -220,7 +220,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     figures: dict[str, float] = {}
-    with bench_database() as url:
+    with throwaway_database("SCRAPEFLEET_BENCH_DATABASE_URL", "scrapefleet_bench") as url:
         print(f"end to end: {args.jobs} noop jobs, {args.hosts} consumer hosts of capacity 6 ...")
         figures.update(end_to_end(url, args.jobs, args.hosts))
         print(

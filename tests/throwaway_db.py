@@ -1,4 +1,9 @@
-"""A throwaway, migrated database for a benchmark run (dropped afterwards)."""
+"""A freshly created and migrated database on a real PostgreSQL, dropped afterwards.
+
+The server is the one named by an environment variable, else the one at 127.0.0.1:5432, else
+an embedded pgserver started for the occasion. Each call creates its own database, so parallel
+runs never collide.
+"""
 
 from __future__ import annotations
 
@@ -17,16 +22,16 @@ DEFAULT_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
 @contextlib.contextmanager
-def bench_database() -> Iterator[str]:
-    server = os.environ.get("SCRAPEFLEET_BENCH_DATABASE_URL", DEFAULT_SERVER)
+def throwaway_database(server_env: str, prefix: str) -> Iterator[str]:
+    server = os.environ.get(server_env, DEFAULT_SERVER)
     embedded = None
     try:
         psycopg.connect(libpq_url(server), connect_timeout=2).close()
     except psycopg.OperationalError:
         embedded = EmbeddedPostgres()
         server = embedded.start()
-        print(f"no PostgreSQL at {DEFAULT_SERVER}: using an embedded one")
-    name = f"scrapefleet_bench_{uuid.uuid4().hex[:8]}"
+        print(f"\nno PostgreSQL answers at {DEFAULT_SERVER}: using an embedded pgserver")
+    name = f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
     admin = psycopg.connect(libpq_url(server), autocommit=True)
     admin.execute(f'CREATE DATABASE "{name}"')
     url = sqlalchemy_url(server).set(database=name).render_as_string(hide_password=False)
