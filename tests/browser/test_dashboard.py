@@ -1,12 +1,15 @@
 """The dashboard driven in a real headless Chromium (selenium's local Chrome driver).
 
 The dashboard runs in a thread on 127.0.0.1 against the test database; a real Producer decides
-whether pause works. Screenshots of the main pages go to docs/screenshots/ for the README.
+whether pause works. Screenshots of the main pages are saved under the test's temporary
+directory, or to docs/screenshots/ for the README when SCRAPEFLEET_DOCS_SCREENSHOTS=1.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -39,7 +42,12 @@ from tests.integration.producer_helpers import (
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.timeout(30)]
 
 TOKEN = "dashboard-test-token-0123456789"
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+DOCS_SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+SCREENSHOTS = (
+    DOCS_SCREENSHOTS
+    if os.environ.get("SCRAPEFLEET_DOCS_SCREENSHOTS") == "1"
+    else Path(tempfile.gettempdir()) / f"scrapefleet-dashboard-screenshots-{os.getpid()}"
+)
 CHROME_FLAGS = (
     "--headless=new",
     "--no-sandbox",
