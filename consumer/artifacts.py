@@ -121,6 +121,15 @@ def capture_failure(
     return result
 
 
+def capture_into(artifacts_dir: Path) -> Callable[[Any, int, int, str], dict[str, Any]]:
+    """capture_failure bound to one directory: the runner's ``capture_failure`` hook."""
+
+    def capture(driver: Any, job_id: int, attempt: int, traceback_text: str) -> dict[str, Any]:
+        return capture_failure(driver, artifacts_dir, job_id, attempt, traceback_text)
+
+    return capture
+
+
 def prune_artifacts(artifacts_dir: Path, older_than_days: float, now: datetime) -> int:
     """Delete job artifact folders whose newest file is older than the retention; returns
     how many folders went. ``now`` is timezone-aware; file times are compared in UTC."""

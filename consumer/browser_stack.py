@@ -41,7 +41,9 @@ from common.errors import StackError
 from common.settings import Settings
 from consumer.stack_processes import (
     TOKEN_ENV,
+    WORK_DIR_ENV,
     StackMarker,
+    end_processes_naming,
     end_stack_processes,
     find_stack_processes,
     pss_bytes,
@@ -342,6 +344,20 @@ class BrowserStack:
             raise StackError(f"new session of {self.host} does not answer: {exc}") from exc
         return driver
 
+    def end_session(self, driver: Any, timeout_s: float = 5.0) -> int:
+        """Kill one session's browser (a hung job's): its Chromium processes, found by the
+        profile directory chromedriver reported, then the session itself. The session's own
+        pending command fails at once, so the thread running it returns. Returns the number of
+        processes killed; never raises."""
+        killed = 0
+        with contextlib.suppress(Exception):
+            profile = (getattr(driver, "capabilities", None) or {}).get("chrome", {})
+            user_data_dir = profile.get("userDataDir")
+            if user_data_dir:
+                killed = end_processes_naming(Path(user_data_dir), timeout_s)
+        _quit_quietly(driver)  # the Grid frees the slot and ends chromedriver
+        return killed
+
     # -- internals ---------------------------------------------------------------------
 
     def _start_xvfb(self) -> None:
@@ -373,6 +389,7 @@ class BrowserStack:
             proc = subprocess.Popen(
                 command,
                 pass_fds=[write_fd],
+                env={**os.environ, WORK_DIR_ENV: str(self.work_dir)},
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=(self.work_dir / "xvfb.log").open("ab"),
@@ -440,6 +457,7 @@ stereotype = '{stereotype}'
             "HOME": str(self.home_dir),
             "TMPDIR": str(self.tmp_dir),
             TOKEN_ENV: self._marker.token,
+            WORK_DIR_ENV: str(self.work_dir),
         }
         command = [
             str(self.settings.java_binary),

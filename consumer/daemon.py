@@ -10,6 +10,11 @@ Threads, each with one job:
   state an operator may have changed (draining, disabled, active again), rewrites the status file;
 - listener: LISTEN for assignments (the poll covers a NOTIFY lost across a reconnect).
 
+The browser stack (when ``settings.browser``) belongs to a consumer.stack_supervisor, which
+the main loop consults before and after each claim and lets do restarts and reboots between
+them; failure artifacts are captured per failed browser attempt and pruned hourly
+(consumer.artifact_janitor).
+
 Shutdown is the ``_stop`` Event, which every loop checks. Stopping hands the host's queued jobs
 back, lets in-flight jobs finish (at most ``job_timeout_s``), leaves the host offline.
 
@@ -21,6 +26,7 @@ needs (busy slots), and logged.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import threading
@@ -30,7 +36,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.engine import Engine
 
-from common import jobstore, queries
+from common import jobstore, metrics, queries
 from common.actions import load_user_actions
 from common.constants import CHANNEL_ASSIGNED
 from common.db import Listener, describe, transaction
@@ -38,8 +44,11 @@ from common.errors import DatabaseUnavailable, ScrapefleetError
 from common.host_status import HOST_STATES
 from common.jobstore import ClaimedJob
 from common.settings import Settings
+from consumer import artifacts
+from consumer.artifact_janitor import ArtifactJanitor
 from consumer.recorder import OutcomeRecorder
 from consumer.runner import CaptureFailure, DriverFactory, Outcome, run_job
+from consumer.stack_supervisor import StackSupervisor, needs_browser
 from consumer.status_report import Snapshot, StatusReporter, read_boot_id
 
 log = logging.getLogger(__name__)
@@ -73,7 +82,10 @@ class Consumer:
         self.engine = engine
         self.host = host_name
         self.driver_factory = driver_factory
-        self.capture_failure = capture_failure
+        self.capture_failure = capture_failure or artifacts.capture_into(settings.artifacts_dir)
+        # Set at start when this consumer owns a browser stack: settings.browser and no
+        # driver factory from the caller (tests pass fakes).
+        self.supervisor: StackSupervisor | None = None
         self.capacity = settings.capacity  # replaced by the host row's capacity at start
         self._stop = threading.Event()
         self._closed = threading.Event()  # set last: the heartbeat stops
@@ -92,6 +104,7 @@ class Consumer:
         self._executor: ThreadPoolExecutor | None = None
         self._reporter: StatusReporter | None = None
         self._recorder: OutcomeRecorder | None = None
+        self._janitor = ArtifactJanitor(settings, self._closed)
 
     # -- public ---------------------------------------------------------------------
 
@@ -117,6 +130,8 @@ class Consumer:
         # alive and serving, which is what its own document says.
         if self._db_state == "offline" or self._db_state not in HOST_STATES:
             return "active"
+        if self.supervisor is not None and self._db_state not in NOT_CLAIMING_STATES:
+            return self.supervisor.maintenance_state or self._db_state
         return self._db_state
 
     def request_stop(self, reason: str = "stop requested") -> None:
@@ -158,6 +173,17 @@ class Consumer:
         self._since_restart = registration.jobs_since_restart
         self._since_boot = registration.jobs_since_boot
         self._executor = ThreadPoolExecutor(self.capacity, thread_name_prefix=f"job-{self.host}")
+        if self.driver_factory is None and self.settings.browser:
+            self.supervisor = StackSupervisor(
+                self.settings,
+                self.engine,
+                self.host,
+                self.capacity,
+                on_host_state=self._set_own_state,
+                on_stack_counter=self._set_since_restart,
+            )
+            self.supervisor.clean_leftovers()
+        self._janitor.start()
         self._reporter = StatusReporter(self.settings.state_dir, self.host, boot_id)
         self._recorder = OutcomeRecorder(
             self.engine,
@@ -222,6 +248,8 @@ class Consumer:
         self.request_stop(self._stop_reason)
         if self._recorder is not None:
             self._recorder.close(timeout_s=max(0.0, self._stop_deadline - time.monotonic()) + 1)
+        if self.supervisor is not None:
+            self.supervisor.close()
         try:
             with transaction(self.engine) as conn:
                 # Jobs assigned while we drained, then the host offline if we drained it.
@@ -261,6 +289,7 @@ class Consumer:
             wait_s = poll_s
             try:
                 claimed = self._claim()
+                self._maintain()
                 failures = 0
                 if until_idle:
                     if claimed or not self._looks_idle():
@@ -273,6 +302,8 @@ class Consumer:
                 failures += 1
                 wait_s = min(poll_s * 2**failures, DB_RETRY_MAX_S)
                 self._log_loop_error(exc, wait_s)
+            if self.supervisor is not None:
+                wait_s = min(wait_s, self.supervisor.next_check_s())
             self._wake.wait(min(wait_s, self._until_next_timeout()))
 
     def _claim(self) -> int:
@@ -287,6 +318,11 @@ class Consumer:
             if free <= 0:
                 self._more_queued = True
                 return 0
+            since_restart, since_boot = self._since_restart, self._since_boot
+        if self.supervisor is not None:  # the stack's restart and reboot budgets
+            free = self.supervisor.claim_budget(free, since_restart, since_boot)
+            if free <= 0:
+                return 0
         with transaction(self.engine) as conn:
             claim = jobstore.claim_jobs(conn, self.host, free)
         started = time.monotonic()
@@ -295,12 +331,44 @@ class Consumer:
             self._more_queued = len(claim.jobs) == free
             for job in claim.jobs:
                 self._in_flight[job.id] = _Running(job, started)
+            in_flight = len(self._in_flight)
+        if self.supervisor is not None and claim.jobs:
+            # May start the stack (first browser job), seconds in this thread: the jobs wait.
+            self.supervisor.after_claim(
+                claim.jobs, in_flight, claim.jobs_since_restart, claim.jobs_since_boot
+            )
+            with self._lock:
+                # A job's time runs from when it can run: not while the stack was starting.
+                restamped = time.monotonic()
+                for job in claim.jobs:
+                    if job.id in self._in_flight:
+                        self._in_flight[job.id] = _Running(job, restamped)
         if claim.jobs:
             self._publish_status()
             assert self._executor is not None
             for job in claim.jobs:
                 self._executor.submit(self._work, job)
         return len(claim.jobs)
+
+    def _maintain(self) -> None:
+        """Let the supervisor restart or reboot once nothing runs here (stuck threads aside)."""
+        if self.supervisor is None:
+            return
+        assert self._recorder is not None
+        with self._lock:
+            busy = len(self._in_flight)
+        self.supervisor.step(busy, self._recorder.outstanding)
+
+    def _set_own_state(self, state: str) -> None:
+        """The supervisor changed the host's state in the database (restarting, disabled...)."""
+        self._db_state = state
+        self._publish_status()
+        self._wake.set()
+
+    def _set_since_restart(self, count: int) -> None:
+        """The supervisor reset the stack's job counter (a start, a restart)."""
+        with self._lock:
+            self._since_restart = count
 
     def _looks_idle(self) -> bool:
         assert self._recorder is not None
@@ -322,9 +390,21 @@ class Consumer:
 
     def _work(self, job: ClaimedJob) -> None:
         """In a pool thread."""
-        outcome = run_job(
-            job, driver_factory=self.driver_factory, capture_failure=self.capture_failure
+        factory = self.driver_factory
+        if self.supervisor is not None:
+            factory = functools.partial(self.supervisor.new_driver, job.id)
+        started = time.monotonic()
+        outcome = run_job(job, driver_factory=factory, capture_failure=self.capture_failure)
+        # Metrics (issue 6): duration by kind and outcome; a retryable failure with attempts
+        # left is a retry (the recorder schedules it).
+        retried = (
+            outcome.status == "failed" and outcome.retryable and job.attempt < job.max_attempts
         )
+        metrics.observe_job(job.kind, outcome.status, time.monotonic() - started, retried=retried)
+        if self.supervisor is not None:
+            self.supervisor.job_returned(
+                job.id, needs_browser(job.kind), released=outcome.status == "released"
+            )
         with self._lock:
             ours = self._in_flight.pop(job.id, None) is not None
             if not ours:
@@ -362,6 +442,8 @@ class Consumer:
             self._recorder.submit(
                 job, Outcome.failed(f"TimeoutError: job exceeded job_timeout_s ({limit:g} s)")
             )
+            if self.supervisor is not None:  # its browser is killed, so its thread returns
+                self.supervisor.abandon(job.id, needs_browser(job.kind))
 
     def _until_next_timeout(self) -> float:
         with self._lock:

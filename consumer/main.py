@@ -15,12 +15,12 @@ import signal
 import socket
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import click
 
-from common.db import check_reachable, make_engine
 from common.errors import DatabaseUnavailable, ProbeError, SettingsError
 from common.host_status import parse_status, status_path
 from common.settings import Settings, load_settings
@@ -82,25 +82,45 @@ def cli(
 @capacity_option
 @config_option
 @until_idle_option
-def run(host: str | None, capacity: int | None, config: Path | None, until_idle: bool) -> None:
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve Prometheus metrics on this port (overrides metrics_port; 0 = off).",
+)
+def run(
+    host: str | None,
+    capacity: int | None,
+    config: Path | None,
+    until_idle: bool,
+    metrics_port: int | None = None,
+) -> None:
     """Claim and run this host's jobs until SIGTERM (the default command)."""
-    settings = _settings(config, capacity=capacity)
-    logging.basicConfig(
-        level=settings.log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    from common.logging_setup import configure_logging
+
+    settings = _settings(config, capacity=capacity, metrics_port=metrics_port)
+    configure_logging(settings.log_level, settings.log_format)
     if not settings.database_url:
         _fail("invalid setting database_url (SCRAPEFLEET_DATABASE_URL): not set", 2)
     assert settings.database_url is not None
     name = _host_name(host, settings)
+    # Imported here, not at the top: `status` runs once per probe over SSH, and SQLAlchemy +
+    # psycopg would double its start-up time.
+    from common.db import check_reachable, make_engine
+
     # Only the main loop, the heartbeat and the recorder use the pool; workers never do.
     engine = make_engine(
         settings.database_url, pool_size=3, application_name=f"scrapefleet-consumer {name}"
     )
+    from common.metrics import serve_metrics
     from consumer.daemon import Consumer  # after settings: a bad setting exits fast
 
     consumer = Consumer(settings, engine, name)
     _install_signal_handlers(consumer)
+    try:
+        metrics_server = serve_metrics(settings.metrics_address, settings.metrics_port)
+    except OSError as exc:
+        _fail(f"cannot serve metrics on port {settings.metrics_port}: {exc.strerror}", 2)
     try:
         check_reachable(engine)
         code = consumer.run(until_idle=until_idle)
@@ -110,6 +130,8 @@ def run(host: str | None, capacity: int | None, config: Path | None, until_idle:
         _fail(str(exc), 2)
     finally:
         engine.dispose()
+        if metrics_server is not None:
+            metrics_server.close()
     logging.shutdown()
     if consumer.stuck:
         # A thread stuck in an action cannot be killed, and Python would wait for it at exit.
@@ -130,11 +152,17 @@ def status(as_json: bool, host: str | None, config: Path | None) -> None:
     path = status_path(settings.state_dir, name)
     try:
         text = path.read_text()
-        parse_status(text)  # print only a document the probe can use
+        document = parse_status(text)  # print only a document the probe can use
     except OSError as exc:
         _fail(f"no status for host {name!r} at {path}: {exc.strerror}", 1)
     except ProbeError as exc:
         _fail(f"bad status for host {name!r} at {path}: {exc}", 1)
+    # The daemon rewrites the file every heartbeat: an old one is a consumer that died or hung,
+    # and its last words (say "active, 0 running") must not draw new jobs. Judged here, on the
+    # host's own clock, so clock skew between producer and host cannot fake it.
+    age_s = time.time() - document.updated_at
+    if age_s > settings.local_state_stale_s:
+        _fail(f"status of host {name!r} is {age_s:.1f} s old: consumer not running?", 1)
     click.echo(text)
 
 

@@ -26,6 +26,10 @@ from pathlib import Path
 import psutil
 
 TOKEN_ENV = "SCRAPEFLEET_STACK_TOKEN"  # set in the Grid's environment, inherited by its browsers
+# The stack's work directory, in the environment of Xvfb and the Grid: unlike the token it is the
+# same for the next stack of the same consumer host, which can so find and end what a consumer
+# killed with SIGKILL left running (Xvfb names nothing of ours on its command line).
+WORK_DIR_ENV = "SCRAPEFLEET_STACK_DIR"
 _WAIT_STEP_S = 0.05
 
 
@@ -44,7 +48,11 @@ class StackMarker:
             env = proc.environ()
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
             return False
-        return env.get(TOKEN_ENV) == self.token or env.get("TMPDIR") == str(self.tmp_dir)
+        return (
+            env.get(TOKEN_ENV) == self.token
+            or env.get("TMPDIR") == str(self.tmp_dir)
+            or env.get(WORK_DIR_ENV) == str(self.work_dir)
+        )
 
     def _names_our_dir(self, arg: str) -> bool:
         # With the trailing separator, so that stack "w1" never matches stack "w10".
@@ -143,3 +151,20 @@ def pss_bytes(procs: Iterable[psutil.Process]) -> int:
         except (psutil.Error, AttributeError):
             continue  # ended meanwhile, or a platform without PSS
     return total
+
+
+def end_processes_naming(folder: Path, timeout_s: float) -> int:
+    """End the processes whose command line names ``folder`` (one browser session's profile
+    directory: its Chromium and every helper of it); returns how many were found."""
+    needle = str(folder)
+    protected = _protected_pids()
+    procs = []
+    for proc in psutil.process_iter():
+        if proc.pid in protected:
+            continue
+        with contextlib.suppress(psutil.Error):
+            if any(needle in arg for arg in proc.cmdline()):
+                procs.append(proc)
+    _signal_all(procs, signal.SIGKILL)  # a hung renderer is why we are here: no SIGTERM round
+    _wait_gone(procs, time.monotonic() + timeout_s)
+    return len(procs)

@@ -6,7 +6,7 @@ import contextlib
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-HANG_MAX_S = 30.0  # a hung request is released at teardown, or after this at the latest
+HANG_MAX_S = 120.0  # a hung request is released at teardown, or after this at the latest
 
 ITEM = """<!doctype html><html><head><title>Widget 42</title></head><body>
 <h1 class="name">Widget</h1>

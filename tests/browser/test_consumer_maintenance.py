@@ -1,0 +1,156 @@
+"""A real Consumer's stack over time: restart and reboot budgets, a Grid killed mid-job, the
+circuit breaker."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from sqlalchemy.engine import Engine
+
+from tests.browser.consumer_helpers import (
+    HOST,
+    FirstStackChromium,
+    assign_due,
+    consumer_settings,
+    consumer_thread,
+    fetch,
+    finished,
+    host_events,
+    queue_jobs,
+    rows,
+    scalar,
+    wait_for,
+)
+from tests.browser.site import LocalSite
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(400)]
+
+
+def started_before(engine: Engine, event_id: int) -> int:
+    """Jobs claimed before the host_events row ``event_id`` was written."""
+    return int(
+        scalar(
+            engine,
+            "SELECT count(*) FROM job_events WHERE to_status = 'processing'"
+            " AND at < (SELECT at FROM host_events WHERE id = :e)",
+            e=event_id,
+        )
+    )
+
+
+def completed_once(engine: Engine, ids: list[int]) -> bool:
+    """Every job completed, and exactly once (the audit trail has one such transition)."""
+    counts = rows(
+        engine,
+        "SELECT j.id, j.status, count(e.id) FILTER (WHERE e.to_status = 'completed') AS done"
+        " FROM jobs j LEFT JOIN job_events e ON e.job_id = j.id"
+        " WHERE j.id = ANY(:ids) GROUP BY j.id, j.status",
+        ids=ids,
+    )
+    return len(counts) == len(ids) and all(r.status == "completed" and r.done == 1 for r in counts)
+
+
+@pytest.mark.parametrize("every", [5, 20])
+def test_restart_after_exactly_restart_every_jobs(
+    engine: Engine, database_url: str, tmp_path: Path, site: LocalSite, every: int
+) -> None:
+    settings = consumer_settings(
+        tmp_path, database_url, capacity=3 if every == 5 else 6, restart_every=every,
+        reboot_every=0,
+    )  # fmt: skip
+    with consumer_thread(settings, database_url) as consumer, FirstStackChromium(consumer) as old:
+        # All queued at once: only the consumer's budget keeps it from claiming more.
+        ids = queue_jobs(engine, [fetch(site.url("/item")) for _ in range(every + 2)])
+        wait_for(lambda: host_events(engine, "restart"), 240, "a restart event")
+        wait_for(lambda: finished(engine, ids), 240, "every job to finish")
+        assert old.seen, "no Chromium process of the first stack was seen"
+        assert old.survivors() == [], "Chromium of the old stack outlived the restart"
+
+    assert completed_once(engine, ids)
+    going = [
+        e for e in host_events(engine, "state") if e.to_state == "restarting"
+    ]  # the moment the budget was spent: nothing claimed after it until the stack was back
+    assert started_before(engine, going[0].id) == every
+    restart = host_events(engine, "restart")[0]
+    assert started_before(engine, restart.id) == every
+    details = restart.details
+    assert details["killed"] > 0 and details["leftover_pids"] == []
+    assert details["pss_before_bytes"] > 0 and details["pss_after_bytes"] > 0
+    assert details["duration_s"] > 0
+    host = rows(engine, "SELECT * FROM hosts WHERE name = :h", h=HOST)[0]
+    assert host.jobs_since_restart == 2
+
+
+def test_reboot_after_exactly_reboot_every_jobs_then_a_new_boot(
+    engine: Engine, database_url: str, tmp_path: Path, site: LocalSite
+) -> None:
+    calls = tmp_path / "reboots.txt"
+    settings = consumer_settings(
+        tmp_path, database_url, capacity=2, restart_every=0, reboot_every=4,
+        reboot_command=f"sh -c 'echo reboot >> {calls}'",
+    )  # fmt: skip
+    with consumer_thread(settings, database_url) as consumer:
+        ids = queue_jobs(engine, [fetch(site.url("/item")) for _ in range(6)])
+        wait_for(calls.exists, 240, "the reboot command")
+        assert consumer.state == "rebooting"
+        assert finished(engine, ids[:4])
+        # The consumer now waits for the reboot, which the test plays below.
+    assert calls.read_text() == "reboot\n"
+    reboot = host_events(engine, "reboot")[0]
+    assert started_before(engine, reboot.id) == 4
+    # Its queued jobs went back to pending at once, for other hosts.
+    assert scalar(engine, "SELECT count(*) FROM jobs WHERE status = 'pending'") == 2
+    assert scalar(engine, "SELECT jobs_since_boot FROM hosts WHERE name = :h", h=HOST) == 4
+
+    # The host comes back with a new boot id: the since-boot count starts again.
+    settings.boot_id_file.write_text("boot-2\n")
+    with consumer_thread(settings, database_url):
+        wait_for(lambda: completed_once(engine, ids), 240, "the rest", lambda: assign_due(engine))
+    assert calls.read_text() == "reboot\n"
+    assert scalar(engine, "SELECT jobs_since_boot FROM hosts WHERE name = :h", h=HOST) == 2
+
+
+def test_grid_killed_mid_job_recovers_and_loses_no_job(
+    engine: Engine, database_url: str, tmp_path: Path, site: LocalSite
+) -> None:
+    settings = consumer_settings(tmp_path, database_url, capacity=3, restart_every=0)
+    with consumer_thread(settings, database_url) as consumer:
+        # max_attempts 1: a job whose attempt the kill used up would fail, not complete.
+        ids = queue_jobs(engine, [fetch(site.url("/item"), wait_for="#late") for _ in range(6)])
+
+        def mid_job() -> bool:
+            supervisor = consumer.supervisor
+            running = scalar(engine, "SELECT count(*) FROM jobs WHERE status = 'processing'")
+            return bool(supervisor and supervisor.running and running >= 2)
+
+        wait_for(mid_job, 240, "jobs running on a started stack")
+        assert consumer.supervisor is not None
+        grid_pid = consumer.supervisor.stack.grid_pid
+        assert grid_pid is not None
+        os.kill(grid_pid, signal.SIGKILL)
+        wait_for(lambda: completed_once(engine, ids), 240, "every job", lambda: assign_due(engine))
+        assert consumer.supervisor.stack.grid_pid != grid_pid
+
+    restart = host_events(engine, "restart")[0]
+    assert "stack fault" in restart.details["reason"]
+
+
+def test_circuit_breaker_disables_a_host_whose_stack_will_not_start(
+    engine: Engine, database_url: str, tmp_path: Path, site: LocalSite
+) -> None:
+    settings = consumer_settings(
+        tmp_path, database_url, java_binary=Path("/bin/false"), stack_restart_failures_disable=3
+    )
+    with consumer_thread(settings, database_url) as consumer:
+        [job] = queue_jobs(engine, [fetch(site.url("/item"))])
+        wait_for(lambda: consumer.state == "disabled", 240, "the host disabled")
+        host = rows(engine, "SELECT * FROM hosts WHERE name = :h", h=HOST)[0]
+        assert host.state == "disabled"
+        assert "browser stack failed to start 3 times in a row" in host.state_reason
+        # The job was not the stack's victim: back to pending, no attempt used.
+        row = rows(engine, "SELECT status, attempts, host FROM jobs WHERE id = :id", id=job)[0]
+        assert (row.status, row.attempts, row.host) == ("pending", 0, None)
+        assert len(host_events(engine, "stack_failure")) == 1
