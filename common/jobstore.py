@@ -17,7 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from common.constants import CHANNEL_ASSIGNED, CHANNEL_FINISHED
+from common.constants import CHANNEL_ASSIGNED, CHANNEL_FINISHED, FREE_RELEASES_PER_JOB
 from common.errors import NotFound, SubmitError
 from common.host_status import HostStatus
 
@@ -313,17 +313,35 @@ def fail_attempt(
 
 def release_job(conn: Connection, host: str, job_id: int, attempt: int, reason: str) -> bool:
     """processing -> pending giving the attempt back: the host, not the job, failed (a browser
-    stack that would not start, a consumer draining before the job began)."""
+    stack that would not start, a consumer draining before the job began). Only the first
+    FREE_RELEASES_PER_JOB releases are free; after that the attempt counts, and a job out of
+    attempts fails with the reason, so a job that takes every browser down cannot loop."""
     _audit_message(conn, reason)
     return (
         conn.execute(
             sa.text(
-                "UPDATE jobs SET status = 'pending', host = NULL, attempts = attempts - 1,"
-                " started_at = NULL, queued_at = NULL"
+                "UPDATE jobs SET"
+                "  status = CASE WHEN releases >= :free AND attempts >= max_attempts"
+                "    THEN 'failed' ELSE 'pending' END,"
+                "  host = CASE WHEN releases >= :free AND attempts >= max_attempts"
+                "    THEN host END,"
+                "  finished_at = CASE WHEN releases >= :free AND attempts >= max_attempts"
+                "    THEN now() END,"
+                "  last_error = CASE WHEN releases >= :free"
+                "    THEN :reason || ' (released ' || (releases + 1) || ' times)'"
+                "    ELSE last_error END,"
+                "  attempts = CASE WHEN releases >= :free THEN attempts ELSE attempts - 1 END,"
+                "  releases = releases + 1, started_at = NULL, queued_at = NULL"
                 " WHERE id = :id AND status = 'processing' AND attempts = :attempt AND host = :host"
                 " RETURNING id"
             ),
-            {"id": job_id, "attempt": attempt, "host": host},
+            {
+                "id": job_id,
+                "attempt": attempt,
+                "host": host,
+                "free": FREE_RELEASES_PER_JOB,
+                "reason": reason,
+            },
         ).first()
         is not None
     )

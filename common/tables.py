@@ -34,6 +34,8 @@ jobs = sa.Table(
     sa.Column("host", sa.Text),
     sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
     sa.Column("max_attempts", sa.Integer, nullable=False, server_default="3"),
+    # Times the job was handed back by a failing host without using an attempt.
+    sa.Column("releases", sa.Integer, nullable=False, server_default="0"),
     sa.Column("not_before", TS),
     sa.Column("last_error", sa.Text),
     sa.Column("result", JSONB),

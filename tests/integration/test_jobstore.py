@@ -138,3 +138,30 @@ def test_register_consumer_resets_since_boot_on_new_boot_id(engine: Engine) -> N
         conn.execute(sa.text("UPDATE hosts SET jobs_since_boot = 7, jobs_since_restart = 3"))
         assert jobstore.register_consumer(conn, "h9", 4, "boot-a").jobs_since_boot == 7
         assert jobstore.register_consumer(conn, "h9", 4, "boot-b").jobs_since_boot == 0
+
+
+def test_releases_are_free_only_a_few_times(engine: Engine) -> None:
+    """A job that takes every host's browser down cannot bounce between hosts forever."""
+    from common.constants import FREE_RELEASES_PER_JOB
+
+    _setup_host(engine)
+    with engine.begin() as conn:
+        (job_id,) = jobstore.insert_jobs(
+            conn, [NewJob("noop", max_attempts=2)], default_max_attempts=3
+        ).ids
+    outcomes = []
+    for _ in range(FREE_RELEASES_PER_JOB + 2):
+        with engine.begin() as conn:
+            jobstore.assign_jobs(conn, [(job_id, "h1")])
+            attempt = jobstore.claim_jobs(conn, "h1", 6).jobs[0].attempt
+            assert jobstore.release_job(conn, "h1", job_id, attempt, "stack down")
+            outcomes.append(
+                conn.execute(
+                    sa.text("SELECT status, attempts FROM jobs WHERE id = :id"), {"id": job_id}
+                ).one()
+            )
+    free = [("pending", 0)] * FREE_RELEASES_PER_JOB
+    assert outcomes == [*free, ("pending", 1), ("failed", 2)]
+    with engine.connect() as conn:
+        error = conn.execute(sa.text("SELECT last_error FROM jobs")).scalar_one()
+    assert error == f"stack down (released {FREE_RELEASES_PER_JOB + 2} times)"
