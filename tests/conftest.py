@@ -7,6 +7,7 @@ migrates it with Alembic, and drops it at the end.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -43,3 +44,22 @@ def engine(session_engine: Engine) -> Engine:
             )
         )
     return session_engine
+
+
+# On CI every prerequisite is installed by .ci/run, so a browser, fleet or Ansible test that
+# skips means an install step is missing: fail it loudly instead of landing a green run that
+# tested nothing of the kind.
+_MUST_RUN_ON_CI = ("browser", "fleet", "ansible")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if (
+        os.environ.get("CI") == "true"
+        and report.skipped
+        and any(item.get_closest_marker(m) for m in _MUST_RUN_ON_CI)
+    ):
+        report.outcome = "failed"
+        report.longrepr = f"skipped on CI, where it must run: {report.longrepr}"

@@ -1,0 +1,210 @@
+"""A fleet provisioned by the real playbooks over SSH, on network-namespace hosts.
+
+Hosts (tests/fleet/harness.py): h1 = database + producer, h2 and h3 = consumers, h4 = a
+consumer whose sshd is down (unreachable: it must fail alone). The hosts share this machine's
+filesystem, /etc/passwd and process table, so everything a role writes is a per-host variable
+under the host's own directory, service users are named per run, and the database is a
+throwaway PostgreSQL cluster (pg_createcluster by the role itself) listening on h1's address.
+
+Installing the package: the wheel of this checkout is built once per session (--no-deps,
+--no-index: offline, a few seconds) and every host's virtualenv gets it and its
+dependencies from build/wheelhouse with --no-index. That runs the role's real pip task (a fresh
+venv per host, as in production) with no registry traffic, ~10 s per host in parallel. A venv
+sharing .venv's packages would be faster but would not test that the package's dependencies
+install, which is what a real host needs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from tests.ansible.playbook import REPO, PlaybookRun, run_playbook
+from tests.fleet.harness import Fleet, FleetHost, _end_processes, _free_port
+
+PG_VERSION = "15"
+WHEELHOUSE = REPO / "build" / "wheelhouse"
+GRID_NPM_PREFIX = REPO / ".ci" / "node"
+DB_PASSWORD = "s3cret'pw%"  # a quote and a percent sign: escaping is part of the test
+
+
+def build_wheel(out_dir: Path) -> Path:
+    """This checkout's wheel; the build backend (setuptools) comes from the wheelhouse too."""
+    subprocess.run(
+        [str(REPO / ".venv/bin/pip"), "wheel", "--quiet", "--no-deps", "--no-index",
+         "--find-links", str(WHEELHOUSE), "--wheel-dir", str(out_dir), str(REPO)],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    return next(out_dir.glob("scrapefleet-*.whl"))
+
+
+class Deployment:
+    def __init__(self, wheel: Path) -> None:
+        self.work_dir = Path(tempfile.mkdtemp(prefix="sf-ansible-"))
+        self.users: list[str] = []
+        self.runs: list[PlaybookRun] = []
+        self.fleet = Fleet()
+        self.cluster = f"sf{self.fleet.run_id}"
+        try:
+            self._build(wheel)
+        except BaseException:
+            self.close()
+            raise
+
+    def _build(self, wheel: Path) -> None:
+        self.db, self.c1, self.c2, self.down = self.fleet.add_hosts(4)
+        self.consumers = [self.c1, self.c2]
+        for host in self.fleet.hosts.values():
+            _open_for_ansible(host)
+        self.down.stop_sshd()
+        self.db_port = _free_port()
+        self.inventory = self.work_dir / "inventory.yml"
+        # JSON is YAML: no YAML library needed to write the inventory.
+        self.inventory.write_text(json.dumps(self._inventory(wheel), indent=2))
+
+    # -- running ------------------------------------------------------------------------
+
+    def play(self, playbook: str = "site.yml", *extra: str) -> PlaybookRun:
+        run = run_playbook(playbook, self.inventory, self.work_dir, *extra)
+        self.runs.append(run)
+        return run
+
+    def path(self, host: FleetHost, name: str) -> Path:
+        return host.dir / name
+
+    def unit_file(self, host: FleetHost) -> Path:
+        role = "producer" if host is self.db else "consumer"
+        return host.dir / "systemd" / f"scrapefleet-{role}.service"
+
+    def start_service(self, host: FleetHost) -> subprocess.Popen[Any]:
+        """Start a unit's ExecStart in the host, as its User= with its Environment= only
+        (systemd is not PID 1 here). The harness ends the process at teardown."""
+        unit = parse_unit(self.unit_file(host).read_text())
+        env = [f"{MARKER_VAR}={self.fleet.run_id}", "PATH=/usr/bin:/bin", *unit["Environment"]]
+        argv = ["runuser", "-u", unit["User"][0], "--", "env", "-i", *env,
+                *shlex.split(unit["ExecStart"][0])]  # fmt: skip
+        log = open(host.dir / "service.log", "ab")  # noqa: SIM115 - kept by the process
+        return host.popen(argv, stdout=log, stderr=subprocess.STDOUT)
+
+    def scrapefleet(self, *args: str, timeout: float = 30.0) -> Any:
+        """The installed admin CLI on the producer host, with its settings file."""
+        venv, config = self.db.dir / "venv", self.db.dir / "etc" / "producer.toml"
+        argv = ["env", "-i", "PATH=/usr/bin:/bin", f"{venv}/bin/scrapefleet", "--config",
+                str(config), *args]  # fmt: skip
+        return self.db.run(argv, timeout=timeout)
+
+    # -- teardown -----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Everything this deployment started or created, whatever state it got to."""
+        _end_processes(_pids_with(str(self.work_dir)))  # ssh ControlMaster processes
+        self.fleet.close()  # daemons started with host.popen, sshd, namespaces
+        # immediate: a throwaway cluster needs no shutdown checkpoint, and it saves seconds.
+        for argv in (
+            ["pg_ctlcluster", "--skip-systemctl-redirect", PG_VERSION, self.cluster, "stop",
+             "-m", "immediate"],
+            ["pg_dropcluster", "--stop", PG_VERSION, self.cluster],
+        ):  # fmt: skip
+            subprocess.run(argv, capture_output=True, timeout=60)
+        for user in self.users:
+            subprocess.run(["userdel", user], capture_output=True)
+            subprocess.run(["groupdel", user], capture_output=True)
+        shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    # -- inventory ------------------------------------------------------------------------
+
+    def _inventory(self, wheel: Path) -> dict[str, Any]:
+        hosts = {h.name: self._host_vars(h) for h in self.fleet.hosts.values()}
+        common = {
+            "ansible_user": "root",
+            "ansible_python_interpreter": "/usr/bin/python3",
+            "ansible_ssh_private_key_file": str(self.fleet.client_key),
+            "ansible_ssh_common_args": (
+                f"-o UserKnownHostsFile={self.fleet.known_hosts} -o StrictHostKeyChecking=yes"
+                " -o IdentitiesOnly=yes -o ConnectTimeout=5"
+            ),
+            "scrapefleet_db_password": DB_PASSWORD,
+            "scrapefleet_package": str(wheel),
+            "scrapefleet_pip_extra_args": f"--no-index --find-links {WHEELHOUSE}",
+            "scrapefleet_apt_update_cache": False,  # CI installed the packages (.ci/install-*)
+            "scrapefleet_db_port": self.db_port,
+            "scrapefleet_pg_cluster": self.cluster,
+            "scrapefleet_grid_npm_prefix": str(GRID_NPM_PREFIX),
+            "scrapefleet_producer_interval_s": 0.5,
+            "scrapefleet_capacity": 4,
+        }
+        consumers = [h.name for h in (*self.consumers, self.down)]
+        return {
+            "all": {
+                "vars": common,
+                "hosts": hosts,
+                "children": {
+                    "database": {"hosts": {self.db.name: None}},
+                    "producer": {"hosts": {self.db.name: None}},
+                    "consumers": {"hosts": dict.fromkeys(consumers)},
+                },
+            }
+        }
+
+    def _host_vars(self, host: FleetHost) -> dict[str, Any]:
+        user = f"sf{self.fleet.run_id}{host.index}"  # /etc/passwd is shared by the hosts
+        self.users.append(user)
+        (host.dir / "sudoers.d").mkdir()
+        (host.dir / "systemd").mkdir()
+        return {
+            "ansible_host": host.address,
+            "scrapefleet_user": user,
+            "scrapefleet_home": str(host.dir / "home"),
+            "scrapefleet_venv": str(host.dir / "venv"),
+            "scrapefleet_config_dir": str(host.dir / "etc"),
+            "scrapefleet_state_dir": str(host.dir / "state"),
+            "scrapefleet_artifacts_dir": str(host.dir / "artifacts"),
+            "scrapefleet_systemd_unit_dir": str(host.dir / "systemd"),
+            "scrapefleet_sudoers_file": str(host.dir / "sudoers.d" / "scrapefleet"),
+            "scrapefleet_ssh_host_key_file": str(host.host_key.with_suffix(".pub")),
+        }
+
+
+MARKER_VAR = "SCRAPEFLEET_FLEET_RUN"  # the harness ends every process carrying it
+
+
+def _open_for_ansible(host: FleetHost) -> None:
+    """Ansible logs in as root with the fleet's key, unrestricted; the service users' own
+    ~/.ssh/authorized_keys (written by the consumer role) is honoured too."""
+    host.authorize(host.fleet.client_public_key, command=None, options="")
+    config = host.dir / "sshd_config"
+    lines = [
+        f"AuthorizedKeysFile {host.dir / 'authorized_keys'} .ssh/authorized_keys"
+        if line.startswith("AuthorizedKeysFile")
+        else line
+        for line in config.read_text().splitlines()
+    ]
+    config.write_text("\n".join(lines) + "\n")
+    host.restart_sshd()
+
+
+def parse_unit(text: str) -> dict[str, list[str]]:
+    """key -> values of a systemd unit file (all sections; enough for ExecStart and User)."""
+    values: dict[str, list[str]] = {"Environment": []}
+    for line in text.splitlines():
+        if "=" in line and not line.lstrip().startswith(("#", ";", "[")):
+            key, value = line.split("=", 1)
+            values.setdefault(key.strip(), []).append(value.strip())
+    return values
+
+
+def _pids_with(needle: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            with contextlib.suppress(OSError):
+                if needle.encode() in (entry / "cmdline").read_bytes():
+                    pids.append(int(entry.name))
+    return pids

@@ -1,0 +1,100 @@
+"""site.yml over real SSH against namespace hosts, then the fleet it built runs jobs.
+
+One deployment per module (tests/ansible/deployment.py); the tests run in file order: the
+first run's recap, the rendered units, a batch of jobs, then the second run (changed=0).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from tests.ansible.deployment import Deployment, parse_unit
+
+pytestmark = [pytest.mark.ansible, pytest.mark.timeout(900)]
+
+JOB_COUNT = 30
+JOBS_DEADLINE_S = 90.0
+FORCED_OPTIONS = "no-pty,no-port-forwarding,no-agent-forwarding,no-X11-forwarding"
+
+
+def test_site_provisions_every_reachable_host(deployment: Deployment) -> None:
+    run = deployment.runs[0]
+    recap = run.recap()
+    for host in (deployment.db, *deployment.consumers):
+        assert recap[host.name]["failed"] == 0, run.output[-6000:]
+        assert recap[host.name]["unreachable"] == 0, run.output[-6000:]
+    # The host whose sshd is down fails alone; the rest of the fleet is provisioned.
+    assert recap[deployment.down.name]["unreachable"] == 1, run.output[-6000:]
+    # Without systemd as PID 1 the roles say why they did not start the services.
+    assert "systemd is not PID 1" in run.output
+
+
+def test_units_pass_systemd_analyze_verify(deployment: Deployment) -> None:
+    for host in (deployment.db, *deployment.consumers):
+        unit = deployment.unit_file(host)
+        result = subprocess.run(
+            ["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60
+        )
+        problems = result.stdout + result.stderr
+        assert result.returncode == 0, problems
+        assert "ignoring" not in problems.lower(), problems  # a setting systemd did not take
+        values = parse_unit(unit.read_text())
+        assert values["Restart"] == ["always"]
+        assert values["StandardOutput"] == ["journal"]
+
+
+def test_consumers_are_locked_down(deployment: Deployment) -> None:
+    for host in deployment.consumers:
+        keys = (host.dir / "home" / ".ssh" / "authorized_keys").read_text()
+        (line,) = [k for k in keys.splitlines() if k and not k.startswith("#")]
+        assert line.startswith('command="') and f"--host {host.name}" in line
+        assert f'",{FORCED_OPTIONS} ssh-ed25519 ' in line
+        sudoers = (host.dir / "sudoers.d" / "scrapefleet").read_text()
+        (rule,) = [r for r in sudoers.splitlines() if r and not r.startswith("#")]
+        assert rule.endswith('NOPASSWD: /usr/sbin/reboot ""')
+
+
+def test_provisioned_fleet_processes_a_batch(deployment: Deployment) -> None:
+    hosts = json.loads(deployment.scrapefleet("status", "--json").stdout)["hosts"]
+    assert {h["host"] for h in hosts} == {h.name for h in deployment.consumers}
+    services = [deployment.start_service(h) for h in (deployment.db, *deployment.consumers)]
+    jobs = deployment.db.dir / "jobs.jsonl"
+    jobs.write_text('{"kind": "noop", "payload": {}}\n' * JOB_COUNT)
+    submitted = deployment.scrapefleet("submit", str(jobs))
+    assert submitted.returncode == 0, submitted.stderr
+
+    deadline = time.monotonic() + JOBS_DEADLINE_S
+    counts: dict[str, int] = {}
+    while time.monotonic() < deadline:
+        assert all(p.poll() is None for p in services), _logs(deployment)
+        status = deployment.scrapefleet("status", "--json")
+        counts = json.loads(status.stdout)["jobs"] if status.returncode == 0 else {}
+        if counts.get("completed") == JOB_COUNT:
+            break
+        time.sleep(0.5)  # poll period, bounded by the deadline
+    assert counts.get("completed") == JOB_COUNT, f"{counts}\n{_logs(deployment)}"
+    # Both consumers took work: the producer probed them over SSH with the keys it was given.
+    per_host = deployment.scrapefleet("status", "--json")
+    loads = {h["host"]: h for h in json.loads(per_host.stdout)["hosts"]}
+    assert all(loads[h.name]["state"] == "active" for h in deployment.consumers), loads
+
+
+def test_second_run_changes_nothing(deployment: Deployment) -> None:
+    run = deployment.play("site.yml")
+    recap = run.recap()
+    for host in (deployment.db, *deployment.consumers):
+        assert recap[host.name]["failed"] == 0, run.output[-6000:]
+        assert recap[host.name]["changed"] == 0, "\n".join(run.changed_tasks())
+
+
+def _logs(deployment: Deployment) -> str:
+    parts = []
+    for host in (deployment.db, *deployment.consumers):
+        log = host.dir / "service.log"
+        if log.exists():
+            parts.append(f"--- {host.name}\n{log.read_text()[-3000:]}")
+    return "\n".join(parts)

@@ -1,0 +1,55 @@
+"""The playbooks without any host: lint, syntax, and the check of required variables."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.ansible.playbook import ANSIBLE_DIR, BIN, PLAYBOOKS, ansible_env, run_playbook
+
+pytestmark = [pytest.mark.ansible, pytest.mark.usefixtures("ansible_tools")]
+
+
+@pytest.mark.timeout(320)  # ansible-lint loads every file: ~40 s idle, more when loaded
+def test_ansible_lint_is_clean(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [str(BIN / "ansible-lint"), "--nocolor"],  # settings: ansible/.ansible-lint
+        cwd=ANSIBLE_DIR,
+        env=ansible_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("playbook", PLAYBOOKS)
+def test_playbook_syntax(playbook: str, tmp_path: Path) -> None:
+    run = run_playbook(playbook, ANSIBLE_DIR / "inventory.example.yml", tmp_path, "--syntax-check")
+    assert run.returncode == 0, run.output
+
+
+def test_missing_required_variable_stops_the_play_naming_it(tmp_path: Path) -> None:
+    # The hosts are never contacted: the check runs on the controller before any connection.
+    host = {"ansible_host": "127.0.0.1", "ansible_port": 9}
+    inventory = {
+        "all": {
+            "vars": {"scrapefleet_package": "scrapefleet"},  # no scrapefleet_db_password
+            "children": {
+                "database": {"hosts": {"db": host}},
+                "producer": {"hosts": {"db": None}},
+                "consumers": {"hosts": {"c1": host}},
+            },
+        }
+    }
+    with tempfile.NamedTemporaryFile("w", suffix=".yml", dir=tmp_path, delete=False) as handle:
+        json.dump(inventory, handle)
+    run = run_playbook("site.yml", Path(handle.name), tmp_path, timeout=100)
+    assert run.returncode != 0
+    assert "required variable scrapefleet_db_password is not set" in run.output
+    assert "TASK [database" not in run.output  # stopped before the first role
+    assert all(counts["changed"] == 0 for counts in run.recap().values()), run.output
