@@ -183,6 +183,7 @@ class Consumer:
                 on_stack_counter=self._set_since_restart,
             )
             self.supervisor.clean_leftovers()
+            metrics.track_browser_memory(self.host, self.supervisor.memory_pss_bytes)
         self._janitor.start()
         self._reporter = StatusReporter(self.settings.state_dir, self.host, boot_id)
         self._recorder = OutcomeRecorder(

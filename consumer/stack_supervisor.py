@@ -112,6 +112,16 @@ class StackSupervisor:
             return "restarting"
         return None
 
+    def memory_pss_bytes(self) -> int:
+        """The stack's PSS for the metrics endpoint: 0 while no stack runs, and never an error
+        (a scrape must not fail because a browser process just exited)."""
+        if not self.running:
+            return 0
+        try:
+            return self.stack.memory_pss_bytes()
+        except Exception:
+            return 0
+
     def clean_leftovers(self) -> None:
         """At consumer start: end whatever a consumer killed with SIGKILL left of its stack."""
         report = self.stack.stop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from prometheus_client import REGISTRY
 from sqlalchemy.engine import Engine
 
 from common.jobstore import NewJob
@@ -57,6 +58,11 @@ def test_pages_that_load_fail_hang_and_crash(
         # The hung job's browser was killed, so its thread returned (long before the site lets
         # the page go, at 120 s): no slot held.
         wait_for(lambda: consumer.stuck == 0, 30, "the hung job's thread to return")
+        # The metrics endpoint's browser-memory gauge reads the live stack.
+        memory = REGISTRY.get_sample_value(
+            "scrapefleet_browser_memory_bytes", {"host": consumer.host}
+        )
+        assert memory is not None and memory > 50 * 2**20, f"browser memory gauge: {memory}"
 
     by_name = {
         name: rows(engine, "SELECT * FROM jobs WHERE id = :id", id=job_id)[0]
