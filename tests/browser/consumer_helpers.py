@@ -8,15 +8,13 @@ the host is active. Every wait is on a condition with a deadline.
 from __future__ import annotations
 
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import psutil
-import pytest
 import sqlalchemy as sa
 from pydantic import BaseModel
 from sqlalchemy.engine import Engine
@@ -68,24 +66,6 @@ def consumer_settings(tmp_path: Path, database_url: str, **overrides: Any) -> Se
         **overrides,
     }
     return load_settings(None, **values)
-
-
-def wait_for(
-    condition: Callable[[], Any],
-    timeout_s: float,
-    what: str,
-    between: Callable[[], None] | None = None,
-) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
-        if between is not None:
-            between()
-        time.sleep(0.05)
 
 
 def queue_jobs(engine: Engine, jobs: list[NewJob], host: str = HOST) -> list[int]:

@@ -16,9 +16,9 @@ from tests.browser.consumer_helpers import (
     finished,
     queue_jobs,
     rows,
-    wait_for,
 )
 from tests.browser.site import LocalSite
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 

@@ -22,9 +22,9 @@ from tests.browser.consumer_helpers import (
     queue_jobs,
     rows,
     scalar,
-    wait_for,
 )
 from tests.browser.site import LocalSite
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(400)]
 

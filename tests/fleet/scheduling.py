@@ -17,9 +17,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -33,6 +32,7 @@ from common.jobstore import HostSpec, NewJob
 from common.settings import Settings, load_settings
 from producer.daemon import Producer
 from tests.fleet.harness import Fleet, FleetHost
+from tests.waiting import wait_for
 
 BIN = Path(sys.executable).parent
 CONSUMER_BIN = BIN / "scrapefleet-consumer"
@@ -49,20 +49,6 @@ CONSUMER_ENV = {
     "SCRAPEFLEET_REBOOT_EVERY": "0",
     "SCRAPEFLEET_BACKOFF_BASE_S": "0",
 }
-
-
-def wait_for(
-    condition: Callable[[], T | None], timeout_s: float, what: str, poll_s: float = 0.05
-) -> T:
-    """condition() until it returns something truthy, or fail naming ``what``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s} s: {what}")
-        time.sleep(poll_s)  # poll interval, bounded by the deadline
 
 
 class SchedulingFleet:

@@ -21,7 +21,8 @@ from common.embedded_db import EmbeddedPostgres
 from common.host_status import parse_status
 from common.migrate import upgrade
 from tests.fleet.harness import Fleet
-from tests.fleet.scheduling import BIN, CAPACITY, SchedulingFleet, wait_for
+from tests.fleet.scheduling import BIN, CAPACITY, SchedulingFleet
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.fleet, pytest.mark.timeout(60)]
 

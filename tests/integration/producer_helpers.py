@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -114,15 +114,3 @@ def leader_application(engine: Engine) -> str | None:
             ),
             {"key": PRODUCER_ADVISORY_LOCK_KEY},
         ).scalar()
-
-
-def wait_for(condition: Callable[[], T], timeout_s: float = 10.0, what: str = "condition") -> T:
-    """Poll until ``condition()`` is truthy; fail with ``what`` after the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.02)

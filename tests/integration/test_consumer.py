@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from common.host_status import parse_status, read_status
 from common.jobstore import NewJob
 from common.settings import Settings, load_settings
 from consumer.daemon import Consumer
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
 
@@ -44,25 +45,6 @@ FAST = {
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def wait_for(
-    condition: Callable[[], Any],
-    timeout_s: float = 10.0,
-    what: str = "condition",
-    between: Callable[[], None] | None = None,
-) -> Any:
-    """Poll ``condition`` until truthy (returned) or fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
-        if between is not None:
-            between()
-        time.sleep(0.02)
 
 
 def make_settings(tmp_path: Path, database_url: str, **overrides: Any) -> Settings:

@@ -19,8 +19,8 @@ from tests.integration.producer_helpers import (
     producer_settings,
     publish_status,
     submit,
-    wait_for,
 )
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
 

@@ -42,8 +42,8 @@ from tests.integration.producer_helpers import (
     publish_status,
     statuses,
     submit,
-    wait_for,
 )
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
 

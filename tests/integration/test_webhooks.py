@@ -20,8 +20,9 @@ from common.submit_file import validate_job
 from common.webhook_signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 from producer.daemon import Producer
 from producer.webhooks import WebhookSender
-from tests.integration.producer_helpers import producer_settings, submit, wait_for
+from tests.integration.producer_helpers import producer_settings, submit
 from tests.integration.webhook_receiver import Receiver
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
 
