@@ -77,6 +77,8 @@ def run_demo(settings: Settings, *, job_count: int, host_count: int, keep_db: bo
             embedded.stop()
             if keep_db:
                 click.echo(f'embedded database left running: psql "{url}"')
+            else:
+                click.echo("(the embedded database is now removed; `--keep-db` keeps it running)")
         shutil.rmtree(state_dir, ignore_errors=True)
 
 
@@ -108,12 +110,25 @@ def _run(settings: Settings, url: str, state_dir: Path, job_count: int, host_cou
             click.echo(
                 f"failed job {row.job_id}: {row.error}   (scrapefleet jobs show {row.job_id})"
             )
+        if failed:
+            _show_history(client, failed[0].job_id)
         click.echo("\n" + SQL_TOUR.format(url=url, job_id=failed[0].job_id if failed else ids[0]))
         if finished < len(ids):
             for name in fleet.processes:
                 click.echo(f"\n--- {name} log ---\n{fleet.log_tail(name)}", err=True)
             return 1
         return 0
+
+
+def _show_history(client: Client, job_id: int) -> None:
+    """What happened to one failed job: the question an operator asks at 2am."""
+    with client.engine.connect() as conn:
+        events = queries.job_events(conn, job_id)
+    click.echo(f"\nwhat happened to job {job_id}:")
+    for e in events:
+        note = f"  ({e['message']})" if e["message"] else ""
+        moved = f"{e['from_status'] or '-':>10} -> {e['to_status']:<10}"
+        click.echo(f"  {e['at']:%H:%M:%S.%f}  {moved} {e['host'] or ''}{note}")
 
 
 def _follow(client: Client, ids: list[int], fleet: LocalFleet, timeout_s: float) -> int:

@@ -81,5 +81,7 @@ def configure_logging(level: str, log_format: str = "text", stream: TextIO | Non
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
-    # Werkzeug's request log would otherwise print its own access-log format under ours.
-    logging.getLogger("werkzeug").setLevel(max(logging.WARNING, root.level))
+    # Libraries whose INFO lines are their own chatter, not our events: Werkzeug's access log,
+    # Alembic's plugin and migration steps, pgserver's start/stop command dumps.
+    for noisy in ("werkzeug", "alembic", "pgserver"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
