@@ -24,12 +24,13 @@ from sqlalchemy.engine import Engine
 
 from common import jobstore
 from common.db import libpq_url, make_engine
-from common.host_status import HostStatus, write_status
+from common.host_status import write_status
 from common.jobstore import HostSpec, NewJob
 from common.local_fleet import LocalFleet
 from common.settings import load_settings
 from producer.daemon import Producer
 from producer.probe import LocalProbe
+from tests.host_status_factory import status_for
 from tests.throwaway_db import throwaway_database
 
 FLEET_ENV = {
@@ -140,7 +141,7 @@ def cycle_time(url: str, history_rows: int, hosts: int = 10, cycles: int = 40) -
     try:
         for _ in range(cycles):
             for name in names:
-                write_status(state, _idle_status(name))
+                write_status(state, status_for(name))
             report = producer.run_cycle(full=True)
             assert report.assigned == hosts * 6, report
             durations.append(report.duration_s)
@@ -154,23 +155,6 @@ def cycle_time(url: str, history_rows: int, hosts: int = 10, cycles: int = 40) -
         producer.close()
         engine.dispose()
     return statistics.median(durations) * 1000
-
-
-def _idle_status(name: str) -> HostStatus:
-    return HostStatus(
-        host=name,
-        running=0,
-        capacity=6,
-        state="active",
-        boot_id="bench",
-        jobs_since_restart=0,
-        jobs_since_boot=0,
-        memory_available_bytes=8 << 30,
-        memory_total_bytes=16 << 30,
-        load_1m=0.0,
-        pid=0,
-        updated_at=time.time(),
-    )
 
 
 def pgqueuer(url: str, jobs: int, concurrency: int = 60) -> float:

@@ -31,13 +31,13 @@ import signal
 import socket
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from common.host_status import HostStatus
 from producer.probe import HostTarget
+from tests.host_status_factory import status_for
 
 SSHD = "/usr/sbin/sshd"
 REGISTRY = Path("/tmp/scrapefleet-fleet")  # one directory per run; /tmp is cleared on reboot
@@ -257,21 +257,7 @@ AllowAgentForwarding yes
 
 
 def default_status(host: str, **fields: Any) -> HostStatus:
-    values: dict[str, Any] = {
-        "host": host,
-        "running": 0,
-        "capacity": 6,
-        "state": "active",
-        "boot_id": str(uuid.uuid5(uuid.NAMESPACE_DNS, host)),
-        "jobs_since_restart": 0,
-        "jobs_since_boot": 0,
-        "memory_available_bytes": 6 << 30,
-        "memory_total_bytes": 8 << 30,
-        "load_1m": 0.1,
-        "pid": 4242,
-        "updated_at": time.time(),
-    }
-    return HostStatus(**{**values, **fields})
+    return status_for(host, **fields)
 
 
 class Fleet:

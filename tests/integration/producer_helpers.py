@@ -12,9 +12,10 @@ from sqlalchemy.engine import Engine
 
 from common import jobstore
 from common.constants import PRODUCER_ADVISORY_LOCK_KEY
-from common.host_status import HostStatus, write_status
+from common.host_status import write_status
 from common.jobstore import HostSpec, NewJob
 from common.settings import Settings, load_settings
+from tests.host_status_factory import status_for
 
 GIB = 1024**3
 T = TypeVar("T")
@@ -48,18 +49,13 @@ def publish_status(
     """What a live consumer on this machine writes for the local probe."""
     write_status(
         state_dir,
-        HostStatus(
-            host=name,
+        status_for(
+            name,
             running=running,
-            capacity=6,
             state=state,
             boot_id="boot-1",
-            jobs_since_restart=0,
-            jobs_since_boot=0,
             memory_available_bytes=available_bytes,
             memory_total_bytes=16 * GIB,
-            load_1m=0.1,
-            pid=1,
             updated_at=time.time() - age_s,
         ),
     )

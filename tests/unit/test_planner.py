@@ -10,6 +10,7 @@ from common.host_status import HostStatus
 from common.jobstore import PendingJob
 from common.queries import HostRow
 from producer.planner import HostSlots, host_slots, plan_assignments
+from tests.host_status_factory import status_for
 
 GIB = 1024**3
 
@@ -21,18 +22,12 @@ def _row(name: str, capacity: int = 6, state: str = "active") -> HostRow:
 def _status(
     name: str, running: int = 0, state: str = "active", available: int = 8 * GIB
 ) -> HostStatus:
-    return HostStatus(
-        host=name,
+    return status_for(
+        name,
         running=running,
-        capacity=6,
         state=state,
-        boot_id="b",
-        jobs_since_restart=0,
-        jobs_since_boot=0,
         memory_available_bytes=available,
         memory_total_bytes=16 * GIB,
-        load_1m=0.0,
-        pid=1,
         updated_at=0.0,
     )
 
