@@ -69,15 +69,8 @@ def status_counts(conn: Connection) -> dict[str, int]:
 
 
 def host_load(conn: Connection) -> list[dict[str, Any]]:
-    """The host_load view plus why the probe fails (probe_failures, last_probe_error), which
-    an operator needs next to a host that is not getting work."""
-    rows = conn.execute(
-        sa.text(
-            "SELECT l.*, h.probe_failures, h.last_probe_error"
-            " FROM host_load l JOIN hosts h ON h.name = l.host ORDER BY l.host"
-        )
-    )
-    return [dict(r._mapping) for r in rows]
+    """The host_load view: per host state, load, and why its probe fails (migration 0003)."""
+    return [dict(r._mapping) for r in conn.execute(sa.text("SELECT * FROM host_load"))]
 
 
 def job(conn: Connection, job_id: int) -> dict[str, Any]:
