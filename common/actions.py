@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from common.errors import SettingsError, SubmitError, UnknownAction
+from scrapefleet.common.errors import SettingsError, SubmitError, UnknownAction
 
 
 class FreeParams(BaseModel):
@@ -53,7 +53,9 @@ class Action:
 _REGISTRY: dict[str, Action] = {}
 _LOCK = threading.Lock()
 _BUILTINS_LOADED = False
-BUILTIN_MODULES = ("common.builtin_actions", "consumer.selenium_actions")
+# The browser actions' params are declared in the library; their Selenium implementations are
+# registered when the consumer imports scrapefleet.consumer.selenium_actions.
+BUILTIN_MODULES = ("scrapefleet.common.builtin_actions", "scrapefleet.common.browser_params")
 
 
 def register(

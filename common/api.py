@@ -1,6 +1,6 @@
 """The Python API for submitting jobs and reading results; the admin CLI uses it too.
 
-from common.api import Client
+from scrapefleet.common.api import Client
 with Client("postgresql://...") as client:
     job_id = client.submit("http_get", {"url": "https://example.org/"})
     print(client.wait([job_id], timeout_s=60))
@@ -14,13 +14,13 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any
 
-from common import jobstore, queries
-from common.actions import load_user_actions
-from common.db import make_engine, transaction, wrapped_errors
-from common.errors import SettingsError
-from common.jobstore import InsertResult, NewJob
-from common.settings import Settings, load_settings
-from common.submit_file import validate_job
+from scrapefleet.common import jobstore, queries
+from scrapefleet.common.actions import load_user_actions
+from scrapefleet.common.db import make_engine, transaction, wrapped_errors
+from scrapefleet.common.errors import SettingsError
+from scrapefleet.common.jobstore import InsertResult, NewJob
+from scrapefleet.common.settings import Settings, load_settings
+from scrapefleet.common.submit_file import validate_job
 
 FINISHED = ("completed", "failed", "cancelled")
 

@@ -16,7 +16,7 @@ import psycopg.sql
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 
-from common.errors import DatabaseUnavailable, SettingsError
+from scrapefleet.common.errors import DatabaseUnavailable, SettingsError
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from common.constants import STATUS_FORMAT_VERSION
-from common.errors import ProbeError
+from scrapefleet.common.constants import STATUS_FORMAT_VERSION
+from scrapefleet.common.errors import ProbeError
 
 HOST_STATES = ("active", "draining", "restarting", "rebooting", "offline", "disabled")
 

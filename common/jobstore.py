@@ -17,9 +17,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from common.constants import CHANNEL_ASSIGNED, CHANNEL_FINISHED, FREE_RELEASES_PER_JOB
-from common.errors import NotFound, SubmitError
-from common.host_status import HostStatus
+from scrapefleet.common.constants import CHANNEL_ASSIGNED, CHANNEL_FINISHED, FREE_RELEASES_PER_JOB
+from scrapefleet.common.errors import NotFound, SubmitError
+from scrapefleet.common.host_status import HostStatus
 
 # ---------------------------------------------------------------- jobs: submit
 

@@ -25,7 +25,7 @@ from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_se
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from common.tables import HOST_STATES
+from scrapefleet.common.tables import HOST_STATES
 
 # ---------------------------------------------------------------- producer
 

@@ -7,8 +7,8 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 
-import migrations
-from common.db import sqlalchemy_url, wrapped_errors
+from scrapefleet import migrations
+from scrapefleet.common.db import sqlalchemy_url, wrapped_errors
 
 
 def alembic_config(url: str) -> Config:
@@ -28,7 +28,7 @@ def upgrade(url: str, revision: str = "head") -> None:
 def current_revision(url: str) -> str | None:
     from alembic.runtime.migration import MigrationContext
 
-    from common.db import make_engine
+    from scrapefleet.common.db import make_engine
 
     engine = make_engine(url)
     try:

@@ -9,7 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from common.errors import NotFound
+from scrapefleet.common.errors import NotFound
 
 
 @dataclass(frozen=True)

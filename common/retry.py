@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from datetime import datetime, timedelta
 
-from common import constants as C
+from scrapefleet.common import constants as C
 
 
 def backoff_delay_s(

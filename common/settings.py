@@ -14,8 +14,8 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from common import constants as C
-from common.errors import SettingsError
+from scrapefleet.common import constants as C
+from scrapefleet.common.errors import SettingsError
 
 CONFIG_ENV = "SCRAPEFLEET_CONFIG"
 

@@ -19,9 +19,9 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from common.actions import get_action
-from common.errors import SubmitError
-from common.jobstore import NewJob
+from scrapefleet.common.actions import get_action
+from scrapefleet.common.errors import SubmitError
+from scrapefleet.common.jobstore import NewJob
 
 
 class JobLine(BaseModel):

@@ -9,10 +9,11 @@ from __future__ import annotations
 import logging
 import threading
 
-from common.clock import utcnow
-from common.constants import ARTIFACT_PRUNE_INTERVAL_S
-from common.settings import Settings
-from consumer.artifacts import prune_artifacts
+from scrapefleet.common import metrics
+from scrapefleet.common.clock import utcnow
+from scrapefleet.common.constants import ARTIFACT_PRUNE_INTERVAL_S
+from scrapefleet.common.settings import Settings
+from scrapefleet.consumer.artifacts import prune_artifacts
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,7 @@ class ArtifactJanitor:
         except Exception:  # never the daemon's end; try again next round
             log.exception("pruning artifacts in %s failed", self.settings.artifacts_dir)
             return 0
+        metrics.RETENTION_DELETED_ARTIFACT_DIRS.inc(removed)
         if removed:
             log.info(
                 "removed the artifacts of %d job(s) older than %g days",

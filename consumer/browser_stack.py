@@ -37,9 +37,9 @@ from selenium.webdriver.chromium.remote_connection import ChromiumRemoteConnecti
 from selenium.webdriver.common.proxy import Proxy, ProxyType
 from selenium.webdriver.remote.client_config import ClientConfig
 
-from common.errors import StackError
-from common.settings import Settings
-from consumer.stack_processes import (
+from scrapefleet.common.errors import StackError
+from scrapefleet.common.settings import Settings
+from scrapefleet.consumer.stack_processes import (
     TOKEN_ENV,
     WORK_DIR_ENV,
     StackMarker,

@@ -36,20 +36,20 @@ from dataclasses import dataclass
 
 from sqlalchemy.engine import Engine
 
-from common import jobstore, metrics, queries
-from common.actions import load_user_actions
-from common.constants import CHANNEL_ASSIGNED
-from common.db import Listener, describe, transaction
-from common.errors import DatabaseUnavailable, ScrapefleetError
-from common.host_status import HOST_STATES
-from common.jobstore import ClaimedJob
-from common.settings import Settings
-from consumer import artifacts
-from consumer.artifact_janitor import ArtifactJanitor
-from consumer.recorder import OutcomeRecorder
-from consumer.runner import CaptureFailure, DriverFactory, Outcome, run_job
-from consumer.stack_supervisor import StackSupervisor, needs_browser
-from consumer.status_report import Snapshot, StatusReporter, read_boot_id
+from scrapefleet.common import jobstore, metrics, queries
+from scrapefleet.common.actions import load_user_actions
+from scrapefleet.common.constants import CHANNEL_ASSIGNED
+from scrapefleet.common.db import Listener, describe, transaction
+from scrapefleet.common.errors import DatabaseUnavailable, ScrapefleetError
+from scrapefleet.common.host_status import HOST_STATES
+from scrapefleet.common.jobstore import ClaimedJob
+from scrapefleet.common.settings import Settings
+from scrapefleet.consumer import artifacts
+from scrapefleet.consumer.artifact_janitor import ArtifactJanitor
+from scrapefleet.consumer.recorder import OutcomeRecorder
+from scrapefleet.consumer.runner import CaptureFailure, DriverFactory, Outcome, run_job
+from scrapefleet.consumer.stack_supervisor import StackSupervisor, needs_browser
+from scrapefleet.consumer.status_report import Snapshot, StatusReporter, read_boot_id
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ from typing import Any
 
 import click
 
-from common.errors import DatabaseUnavailable, ProbeError, SettingsError
-from common.host_status import parse_status, status_path
-from common.settings import Settings, load_settings
+from scrapefleet.common.errors import DatabaseUnavailable, ProbeError, SettingsError
+from scrapefleet.common.host_status import parse_status, status_path
+from scrapefleet.common.settings import Settings, load_settings
 
 log = logging.getLogger("scrapefleet.consumer")
 
@@ -96,7 +96,7 @@ def run(
     metrics_port: int | None = None,
 ) -> None:
     """Claim and run this host's jobs until SIGTERM (the default command)."""
-    from common.logging_setup import configure_logging
+    from scrapefleet.common.logging_setup import configure_logging
 
     settings = _settings(config, capacity=capacity, metrics_port=metrics_port)
     configure_logging(settings.log_level, settings.log_format)
@@ -106,14 +106,14 @@ def run(
     name = _host_name(host, settings)
     # Imported here, not at the top: `status` runs once per probe over SSH, and SQLAlchemy +
     # psycopg would double its start-up time.
-    from common.db import check_reachable, make_engine
+    from scrapefleet.common.db import check_reachable, make_engine
 
     # Only the main loop, the heartbeat and the recorder use the pool; workers never do.
     engine = make_engine(
         settings.database_url, pool_size=3, application_name=f"scrapefleet-consumer {name}"
     )
-    from common.metrics import serve_metrics
-    from consumer.daemon import Consumer  # after settings: a bad setting exits fast
+    from scrapefleet.common.metrics import serve_metrics
+    from scrapefleet.consumer.daemon import Consumer  # after settings: a bad setting exits fast
 
     consumer = Consumer(settings, engine, name)
     _install_signal_handlers(consumer)

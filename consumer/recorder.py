@@ -25,14 +25,14 @@ from dataclasses import dataclass
 
 from sqlalchemy.engine import Connection, Engine
 
-from common import jobstore
-from common.clock import utcnow
-from common.db import describe, transaction
-from common.errors import DatabaseUnavailable
-from common.jobstore import ClaimedJob
-from common.retry import retry_at
-from common.settings import Settings
-from consumer.runner import Outcome
+from scrapefleet.common import jobstore
+from scrapefleet.common.clock import utcnow
+from scrapefleet.common.db import describe, transaction
+from scrapefleet.common.errors import DatabaseUnavailable
+from scrapefleet.common.jobstore import ClaimedJob
+from scrapefleet.common.retry import retry_at
+from scrapefleet.common.settings import Settings
+from scrapefleet.consumer.runner import Outcome
 
 log = logging.getLogger(__name__)
 

@@ -23,9 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from common.actions import get_action
-from common.errors import StackError, SubmitError, UnknownAction
-from common.jobstore import ClaimedJob
+from scrapefleet.common.actions import get_action
+from scrapefleet.common.errors import StackError, SubmitError, UnknownAction
+from scrapefleet.common.jobstore import ClaimedJob
+from scrapefleet.consumer import selenium_actions  # noqa: F401  (registers the browser actions)
 
 DriverFactory = Callable[[], Any]
 # (driver or None, job id, attempt, traceback text) -> artifact paths; must not raise.

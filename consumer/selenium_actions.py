@@ -8,7 +8,8 @@ always quits it). Selenium's exceptions are translated here, where they enter:
 - the stack's fault (Grid gone, session lost) -> StackError, which sends the job back to
   pending without using an attempt and gets the stack restarted.
 
-Importing this module needs only the selenium package, never a browser.
+Importing this module needs only the selenium package, never a browser. Their params models
+live in scrapefleet.common.browser_params, so that submitting needs no Selenium.
 """
 
 from __future__ import annotations
@@ -20,9 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 from selenium.common.exceptions import (
     InvalidSelectorException,
     TimeoutException,
@@ -32,9 +31,10 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
-from common.actions import register
-from common.errors import ScrapefleetError, StackError
-from consumer.artifacts import full_page_png
+from scrapefleet.common.actions import register
+from scrapefleet.common.browser_params import FetchPageParams, FieldSpec, ScreenshotParams
+from scrapefleet.common.errors import ScrapefleetError, StackError
+from scrapefleet.consumer.artifacts import full_page_png
 
 
 class ActionError(ScrapefleetError):
@@ -124,33 +124,6 @@ def wait_for_selector(driver: Any, selector: str, timeout_s: float) -> None:
             ) from None
 
 
-def _validate_web_url(value: str) -> str:
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError("must be an http:// or https:// URL")
-    return value
-
-
-class FieldSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    css: str = Field(min_length=1)
-    attr: str | None = Field(default=None, description="attribute to read; absent -> text")
-    all: bool = Field(default=False, description="a list of every match, not the first")
-
-
-class FetchPageParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    url: str
-    wait_for: str | None = Field(default=None, min_length=1, description="CSS selector")
-    wait_timeout_s: float = Field(default=10.0, gt=0, le=300)
-    fields: dict[str, FieldSpec] = Field(default_factory=dict)
-    allow_http_errors: bool = False
-
-    _url = field_validator("url")(_validate_web_url)
-
-
 def _read(element: Any, spec: FieldSpec) -> str | None:
     if spec.attr is None:
         text: str = element.text
@@ -182,18 +155,6 @@ def fetch_page(driver: Any, params: FetchPageParams) -> dict[str, Any]:
         return {"title": driver.title, "final_url": driver.current_url, "fields": fields}
 
 
-class ScreenshotParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    url: str
-    full_page: bool = True
-    wait_for: str | None = Field(default=None, min_length=1)
-    wait_timeout_s: float = Field(default=10.0, gt=0, le=300)
-    output_dir: Path | None = Field(default=None, description="unset -> <artifacts>/screenshots")
-
-    _url = field_validator("url")(_validate_web_url)
-
-
 def _png_size(png: bytes) -> tuple[int, int]:
     """Width and height from the PNG's IHDR chunk."""
     width, height = struct.unpack(">II", png[16:24])
@@ -201,7 +162,9 @@ def _png_size(png: bytes) -> tuple[int, int]:
 
 
 def _default_screenshot_dir() -> Path:
-    from common.settings import load_settings  # read at run time: the consumer's settings
+    from scrapefleet.common.settings import (
+        load_settings,  # read at run time: the consumer's settings
+    )
 
     return load_settings().artifacts_dir / "screenshots"
 

@@ -32,20 +32,20 @@ from typing import Any, Literal
 
 from sqlalchemy.engine import Connection, Engine
 
-from common import jobstore
-from common.actions import get_action
-from common.constants import (
+from scrapefleet.common import jobstore
+from scrapefleet.common.actions import get_action
+from scrapefleet.common.constants import (
     HUNG_SESSION_GRACE_S,
     REBOOT_WAIT_S,
     STACK_RETRY_BASE_S,
     STACK_RETRY_MAX_S,
 )
-from common.db import describe, transaction
-from common.errors import ScrapefleetError, StackError
-from common.jobstore import ClaimedJob
-from common.settings import Settings
-from consumer.browser_stack import BrowserStack
-from consumer.maintenance import claims_allowed, decide_maintenance
+from scrapefleet.common.db import describe, transaction
+from scrapefleet.common.errors import ScrapefleetError, StackError
+from scrapefleet.common.jobstore import ClaimedJob
+from scrapefleet.common.settings import Settings
+from scrapefleet.consumer.browser_stack import BrowserStack
+from scrapefleet.consumer.maintenance import claims_allowed, decide_maintenance
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 
-from common.host_status import HostStatus, write_status
+from scrapefleet.common.host_status import HostStatus, write_status
 
 log = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import pool
 
-from common.db import make_engine
-from common.tables import metadata
+from scrapefleet.common.db import make_engine
+from scrapefleet.common.tables import metadata
 
 config = context.config
 

@@ -32,19 +32,19 @@ from typing import Any
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.engine import Engine
 
-from common import jobstore, metrics, queries
-from common.constants import PENDING_SCAN_FACTOR, PRODUCER_ADVISORY_LOCK_KEY
-from common.db import describe, is_connection_error, wrapped_errors
-from common.errors import DatabaseUnavailable, ProbeError
-from common.host_status import HostStatus
-from common.settings import Settings
-from producer.health import next_host_state
-from producer.leader import LeaderSession
-from producer.operator_jobs import OperatorJobs
-from producer.planner import host_slots, plan_assignments
-from producer.probe import Probe
-from producer.probing import RoutingProbe, probe_target
-from producer.wakeup import WakeListener
+from scrapefleet.common import jobstore, metrics, queries
+from scrapefleet.common.constants import PENDING_SCAN_FACTOR, PRODUCER_ADVISORY_LOCK_KEY
+from scrapefleet.common.db import describe, is_connection_error, wrapped_errors
+from scrapefleet.common.errors import DatabaseUnavailable, ProbeError
+from scrapefleet.common.host_status import HostStatus
+from scrapefleet.common.settings import Settings
+from scrapefleet.producer.health import next_host_state
+from scrapefleet.producer.leader import LeaderSession
+from scrapefleet.producer.operator_jobs import OperatorJobs
+from scrapefleet.producer.planner import host_slots, plan_assignments
+from scrapefleet.producer.probe import Probe
+from scrapefleet.producer.probing import RoutingProbe, probe_target
+from scrapefleet.producer.wakeup import WakeListener
 
 log = logging.getLogger(__name__)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from sqlalchemy.engine import Engine
 
-from common import queries
-from common.db import wrapped_errors
-from common.metrics import FleetSnapshot, HostFigures, publish_fleet_snapshot
+from scrapefleet.common import queries
+from scrapefleet.common.db import wrapped_errors
+from scrapefleet.common.metrics import FleetSnapshot, HostFigures, publish_fleet_snapshot
 
 
 def read_fleet_snapshot(engine: Engine) -> FleetSnapshot:

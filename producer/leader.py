@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection
 from sqlalchemy.pool import NullPool
 
-from common.db import wrapped_errors
+from scrapefleet.common.db import wrapped_errors
 
 log = logging.getLogger(__name__)
 

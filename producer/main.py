@@ -11,11 +11,11 @@ from pathlib import Path
 
 import click
 
-from common.db import check_reachable, make_engine
-from common.errors import DatabaseUnavailable, SettingsError
-from common.logging_setup import configure_logging
-from common.settings import load_settings
-from producer.daemon import Producer
+from scrapefleet.common.db import check_reachable, make_engine
+from scrapefleet.common.errors import DatabaseUnavailable, SettingsError
+from scrapefleet.common.logging_setup import configure_logging
+from scrapefleet.common.settings import load_settings
+from scrapefleet.producer.daemon import Producer
 
 PROG = "scrapefleet-producer"
 

@@ -15,12 +15,12 @@ from typing import Any
 from apscheduler.schedulers.base import BaseScheduler
 from sqlalchemy.engine import Engine
 
-from common.db import describe
-from common.metrics import MetricsServer, serve_metrics
-from common.settings import Settings
-from producer.fleet_metrics import refresh_fleet_metrics
-from producer.retention import run_retention
-from producer.webhooks import WebhookSender
+from scrapefleet.common.db import describe
+from scrapefleet.common.metrics import MetricsServer, serve_metrics
+from scrapefleet.common.settings import Settings
+from scrapefleet.producer.fleet_metrics import refresh_fleet_metrics
+from scrapefleet.producer.retention import run_retention
+from scrapefleet.producer.webhooks import WebhookSender
 
 log = logging.getLogger(__name__)
 

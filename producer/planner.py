@@ -12,10 +12,10 @@ from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
-from common.errors import ProbeError
-from common.host_status import HostStatus
-from common.jobstore import PendingJob
-from common.queries import HostRow
+from scrapefleet.common.errors import ProbeError
+from scrapefleet.common.host_status import HostStatus
+from scrapefleet.common.jobstore import PendingJob
+from scrapefleet.common.queries import HostRow
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from common.errors import ProbeError
-from common.host_status import HostStatus, read_status
+from scrapefleet.common.errors import ProbeError
+from scrapefleet.common.host_status import HostStatus, read_status
 
 
 @dataclass(frozen=True)

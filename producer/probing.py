@@ -10,11 +10,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from common.errors import ProbeError
-from common.host_status import HostStatus
-from common.queries import HostRow
-from common.settings import Settings
-from producer.probe import HostTarget, LocalProbe, Probe
+from scrapefleet.common.errors import ProbeError
+from scrapefleet.common.host_status import HostStatus
+from scrapefleet.common.queries import HostRow
+from scrapefleet.common.settings import Settings
+from scrapefleet.producer.probe import HostTarget, LocalProbe, Probe
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class RoutingProbe:
     def _remote_probe(self) -> Probe | None:
         if self._remote is None and self._remote_unavailable is None:
             try:
-                from producer.ssh_probe import SSHProbe
+                from scrapefleet.producer.ssh_probe import SSHProbe
             except ImportError as exc:
                 self._remote_unavailable = f"cannot import producer.ssh_probe ({exc})"
                 log.error(

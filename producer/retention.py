@@ -1,5 +1,6 @@
 """Retention, on the producer's schedule: finished jobs past ``retention_days`` move to
-jobs_archive, artifact folders past ``artifact_retention_days`` are deleted.
+jobs_archive. (Artifact folders live on the consumer hosts; each consumer's ArtifactJanitor
+prunes its own.)
 
 Jobs move ``retention_batch_rows`` at a time, one short transaction each (a DELETE ... RETURNING
 feeding an INSERT, rows taken with SKIP LOCKED), so the hot table is never locked for long and
@@ -14,11 +15,10 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.engine import Engine
 
-from common import jobstore, metrics
-from common.clock import utcnow
-from common.db import transaction
-from common.settings import Settings
-from consumer.artifacts import prune_artifacts
+from scrapefleet.common import jobstore, metrics
+from scrapefleet.common.clock import utcnow
+from scrapefleet.common.db import transaction
+from scrapefleet.common.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,6 @@ MAX_BATCHES_PER_RUN = 1000  # a backlog is worked off over several runs, not in 
 @dataclass(frozen=True)
 class RetentionReport:
     archived_jobs: int
-    deleted_artifact_dirs: int
 
 
 def archive_old_jobs(engine: Engine, settings: Settings, now: datetime) -> int:
@@ -49,8 +48,6 @@ def run_retention(
 ) -> RetentionReport:
     now = now or utcnow()
     archived = archive_old_jobs(engine, settings, now)
-    deleted = prune_artifacts(settings.artifacts_dir, settings.artifact_retention_days, now)
-    metrics.RETENTION_DELETED_ARTIFACT_DIRS.inc(deleted)
-    if archived or deleted:
-        log.info("retention: archived_jobs=%d deleted_artifact_dirs=%d", archived, deleted)
-    return RetentionReport(archived, deleted)
+    if archived:
+        log.info("retention: archived_jobs=%d", archived)
+    return RetentionReport(archived)

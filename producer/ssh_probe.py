@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 
 import paramiko
 
-from common.constants import PROBE_TIMEOUT_S
-from common.errors import ProbeError
-from common.host_status import HostStatus, parse_status
-from common.settings import Settings
-from producer.probe import HostTarget
+from scrapefleet.common.constants import PROBE_TIMEOUT_S
+from scrapefleet.common.errors import ProbeError
+from scrapefleet.common.host_status import HostStatus, parse_status
+from scrapefleet.common.settings import Settings
+from scrapefleet.producer.probe import HostTarget
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ import logging
 import threading
 from collections.abc import Callable
 
-from common.constants import CHANNEL_FINISHED
-from common.db import Listener
-from common.errors import DatabaseUnavailable
+from scrapefleet.common.constants import CHANNEL_FINISHED
+from scrapefleet.common.db import Listener
+from scrapefleet.common.errors import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -22,15 +22,15 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.engine import Connection, Engine
 
-from common import jobstore, metrics
-from common.clock import utcnow
-from common.constants import WEBHOOK_BATCH, WEBHOOK_WORKERS
-from common.db import transaction
-from common.jobstore import DueWebhook
-from common.logging_setup import fields
-from common.retry import backoff_delay_s
-from common.settings import Settings
-from common.webhook_signing import sign
+from scrapefleet.common import jobstore, metrics
+from scrapefleet.common.clock import utcnow
+from scrapefleet.common.constants import WEBHOOK_BATCH, WEBHOOK_WORKERS
+from scrapefleet.common.db import transaction
+from scrapefleet.common.jobstore import DueWebhook
+from scrapefleet.common.logging_setup import fields
+from scrapefleet.common.retry import backoff_delay_s
+from scrapefleet.common.settings import Settings
+from scrapefleet.common.webhook_signing import sign
 
 log = logging.getLogger(__name__)
 

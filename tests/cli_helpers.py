@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.waiting import scaled
+
 BIN = Path(sys.executable).parent
 
 
@@ -23,6 +25,6 @@ def run_cli(
         capture_output=True,
         text=True,
         env=full_env,
-        timeout=120,
+        timeout=scaled(120),
         check=False,
     )

@@ -14,8 +14,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from common.db import make_engine
+from scrapefleet.common.db import make_engine
 from tests.throwaway_db import throwaway_database
+from tests.waiting import SLOWNESS, scaled
 
 
 @pytest.fixture(scope="session")
@@ -49,7 +50,7 @@ def engine(session_engine: Engine) -> Engine:
 # On CI every prerequisite is installed by .ci/run, so a browser, fleet or Ansible test that
 # skips means an install step is missing: fail it loudly instead of landing a green run that
 # tested nothing of the kind.
-_MUST_RUN_ON_CI = ("browser", "fleet", "ansible")
+_MUST_RUN_ON_CI = ("browser", "fleet", "ansible", "packaging")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -63,3 +64,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     ):
         report.outcome = "failed"
         report.longrepr = f"skipped on CI, where it must run: {report.longrepr}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test's timeout (its marker, else the ini default) times SCRAPEFLEET_TEST_SLOWNESS."""
+    if SLOWNESS == 1:
+        return
+    default_s = float(config.getini("timeout") or 0)
+    for item in items:
+        marker = item.get_closest_marker("timeout")
+        base_s = float(marker.args[0]) if marker and marker.args else default_s
+        if base_s:
+            item.add_marker(pytest.mark.timeout(scaled(base_s)), append=False)

@@ -6,7 +6,7 @@ import time
 import uuid
 from typing import Any
 
-from common.host_status import HostStatus
+from scrapefleet.common.host_status import HostStatus
 
 
 def status_for(host: str, **fields: Any) -> HostStatus:

@@ -28,6 +28,7 @@ from typing import Any
 
 from tests.ansible.playbook import REPO, PlaybookRun, run_playbook
 from tests.fleet.harness import Fleet, FleetHost, _end_processes, _free_port
+from tests.waiting import scaled
 
 PG_VERSION = "15"
 WHEELHOUSE = REPO / "build" / "wheelhouse"
@@ -40,7 +41,7 @@ def build_wheel(out_dir: Path) -> Path:
     subprocess.run(
         [str(REPO / ".venv/bin/pip"), "wheel", "--quiet", "--no-deps", "--no-index",
          "--find-links", str(WHEELHOUSE), "--wheel-dir", str(out_dir), str(REPO)],
-        check=True, capture_output=True, timeout=120,
+        check=True, capture_output=True, timeout=scaled(120),
     )  # fmt: skip
     return next(out_dir.glob("scrapefleet-*.whl"))
 
@@ -112,7 +113,7 @@ class Deployment:
              "-m", "immediate"],
             ["pg_dropcluster", "--stop", PG_VERSION, self.cluster],
         ):  # fmt: skip
-            subprocess.run(argv, capture_output=True, timeout=60)
+            subprocess.run(argv, capture_output=True, timeout=scaled(60))
         for user in self.users:
             subprocess.run(["userdel", user], capture_output=True)
             subprocess.run(["groupdel", user], capture_output=True)

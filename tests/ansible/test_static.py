@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.ansible.playbook import ANSIBLE_DIR, BIN, PLAYBOOKS, ansible_env, run_playbook
+from tests.waiting import scaled
 
 pytestmark = [pytest.mark.ansible, pytest.mark.usefixtures("ansible_tools")]
 
@@ -22,7 +23,7 @@ def test_ansible_lint_is_clean(tmp_path: Path) -> None:
         env=ansible_env(tmp_path),
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=scaled(300),
     )
     assert result.returncode == 0, result.stdout + result.stderr
 

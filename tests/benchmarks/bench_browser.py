@@ -28,14 +28,14 @@ import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from common import jobstore
-from common.db import libpq_url, make_engine, sqlalchemy_url
-from common.jobstore import NewJob
-from common.migrate import upgrade
-from common.settings import Settings, load_settings
-from consumer.browser_stack import BrowserStack
-from consumer.daemon import Consumer
-from consumer.selenium_actions import FetchPageParams, fetch_page
+from scrapefleet.common import jobstore
+from scrapefleet.common.db import libpq_url, make_engine, sqlalchemy_url
+from scrapefleet.common.jobstore import NewJob
+from scrapefleet.common.migrate import upgrade
+from scrapefleet.common.settings import Settings, load_settings
+from scrapefleet.consumer.browser_stack import BrowserStack
+from scrapefleet.consumer.daemon import Consumer
+from scrapefleet.consumer.selenium_actions import FetchPageParams, fetch_page
 from tests.browser.site import LocalSite
 
 HOST = "bench-1"

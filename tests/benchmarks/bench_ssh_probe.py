@@ -13,8 +13,8 @@ import argparse
 import statistics
 import time
 
-from common.host_status import HostStatus
-from producer.ssh_probe import SSHProbe
+from scrapefleet.common.host_status import HostStatus
+from scrapefleet.producer.ssh_probe import SSHProbe
 from tests.fleet.harness import Fleet
 
 

@@ -22,14 +22,14 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from common import jobstore
-from common.db import libpq_url, make_engine
-from common.host_status import write_status
-from common.jobstore import HostSpec, NewJob
-from common.local_fleet import LocalFleet
-from common.settings import load_settings
-from producer.daemon import Producer
-from producer.probe import LocalProbe
+from scrapefleet.common import jobstore
+from scrapefleet.common.db import libpq_url, make_engine
+from scrapefleet.common.host_status import write_status
+from scrapefleet.common.jobstore import HostSpec, NewJob
+from scrapefleet.common.local.local_fleet import LocalFleet
+from scrapefleet.common.settings import load_settings
+from scrapefleet.producer.daemon import Producer
+from scrapefleet.producer.probe import LocalProbe
 from tests.host_status_factory import status_for
 from tests.throwaway_db import throwaway_database
 

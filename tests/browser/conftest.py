@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import StackError
-from common.settings import Settings, load_settings
-from consumer.browser_stack import BrowserStack, StackWebDriver, find_grid_jar
+from scrapefleet.common.errors import StackError
+from scrapefleet.common.settings import Settings, load_settings
+from scrapefleet.consumer.browser_stack import BrowserStack, StackWebDriver, find_grid_jar
 from tests.browser.site import LocalSite
 
 HERE = Path(__file__).parent

@@ -19,14 +19,14 @@ import sqlalchemy as sa
 from pydantic import BaseModel
 from sqlalchemy.engine import Engine
 
-from common import jobstore
-from common.actions import register
-from common.db import make_engine
-from common.jobstore import NewJob
-from common.settings import Settings, load_settings
-from consumer.daemon import Consumer
-from consumer.selenium_actions import navigate
-from consumer.stack_processes import is_gone
+from scrapefleet.common import jobstore
+from scrapefleet.common.actions import register
+from scrapefleet.common.db import make_engine
+from scrapefleet.common.jobstore import NewJob
+from scrapefleet.common.settings import Settings, load_settings
+from scrapefleet.consumer.daemon import Consumer
+from scrapefleet.consumer.selenium_actions import navigate
+from scrapefleet.consumer.stack_processes import is_gone
 from tests.browser.conftest import stack_settings
 
 HOST = "b1"

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from common.actions import get_action
-from common.errors import SubmitError
-from consumer.browser_stack import BrowserStack, StackWebDriver
-from consumer.selenium_actions import (
+from scrapefleet.common.actions import get_action
+from scrapefleet.common.errors import SubmitError
+from scrapefleet.consumer.browser_stack import BrowserStack, StackWebDriver
+from scrapefleet.consumer.selenium_actions import (
     FetchPageParams,
     HttpError,
     PageLoadTimeout,

@@ -26,12 +26,12 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 from sqlalchemy.engine import Engine
 
-from common import jobstore
-from common.dashboard.app import create_app
-from common.dashboard.server import DashboardServer
-from common.jobstore import NewJob
-from common.settings import Settings
-from producer.daemon import Producer
+from scrapefleet.common import jobstore
+from scrapefleet.common.jobstore import NewJob
+from scrapefleet.common.ops.dashboard.app import create_app
+from scrapefleet.common.ops.dashboard.server import DashboardServer
+from scrapefleet.common.settings import Settings
+from scrapefleet.producer.daemon import Producer
 from tests.integration.producer_helpers import (
     add_hosts,
     producer_settings,

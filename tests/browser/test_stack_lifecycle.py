@@ -12,11 +12,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from common.errors import StackError
-from common.settings import Settings
-from consumer.browser_stack import BrowserStack
-from consumer.selenium_actions import FetchPageParams, fetch_page
-from consumer.stack_processes import is_gone
+from scrapefleet.common.errors import StackError
+from scrapefleet.common.settings import Settings
+from scrapefleet.consumer.browser_stack import BrowserStack
+from scrapefleet.consumer.selenium_actions import FetchPageParams, fetch_page
+from scrapefleet.consumer.stack_processes import is_gone
 from tests.browser.site import LocalSite
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(60)]

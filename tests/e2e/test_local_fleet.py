@@ -11,9 +11,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from common import jobstore
-from common.jobstore import HostSpec, NewJob
-from common.local_fleet import LocalFleet
+from scrapefleet.common import jobstore
+from scrapefleet.common.jobstore import HostSpec, NewJob
+from scrapefleet.common.local.local_fleet import LocalFleet
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]

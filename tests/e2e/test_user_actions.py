@@ -10,16 +10,16 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from common import jobstore
-from common.jobstore import HostSpec
-from common.local_fleet import LocalFleet
+from scrapefleet.common import jobstore
+from scrapefleet.common.jobstore import HostSpec
+from scrapefleet.common.local.local_fleet import LocalFleet
 from tests.cli_helpers import run_cli
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
 USER_MODULE = """
 from pydantic import BaseModel
-from common.actions import register
+from scrapefleet.common.actions import register
 
 class PriceParams(BaseModel):
     sku: str

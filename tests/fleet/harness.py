@@ -35,8 +35,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from common.host_status import HostStatus
-from producer.probe import HostTarget
+from scrapefleet.common.host_status import HostStatus
+from scrapefleet.producer.probe import HostTarget
 from tests.host_status_factory import status_for
 
 SSHD = "/usr/sbin/sshd"

@@ -25,12 +25,12 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from common import jobstore
-from common.db import make_engine
-from common.host_status import parse_status
-from common.jobstore import HostSpec, NewJob
-from common.settings import Settings, load_settings
-from producer.daemon import Producer
+from scrapefleet.common import jobstore
+from scrapefleet.common.db import make_engine
+from scrapefleet.common.host_status import parse_status
+from scrapefleet.common.jobstore import HostSpec, NewJob
+from scrapefleet.common.settings import Settings, load_settings
+from scrapefleet.producer.daemon import Producer
 from tests.fleet.harness import Fleet, FleetHost
 from tests.waiting import wait_for
 

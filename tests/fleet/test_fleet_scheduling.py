@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from common import queries
-from common.embedded_db import EmbeddedPostgres
-from common.host_status import parse_status
-from common.migrate import upgrade
+from scrapefleet.common import queries
+from scrapefleet.common.host_status import parse_status
+from scrapefleet.common.local.embedded_db import EmbeddedPostgres
+from scrapefleet.common.migrate import upgrade
 from tests.fleet.harness import Fleet
 from tests.fleet.scheduling import BIN, CAPACITY, SchedulingFleet
-from tests.waiting import wait_for
+from tests.waiting import scaled, wait_for
 
 pytestmark = [pytest.mark.fleet, pytest.mark.timeout(60)]
 
@@ -198,7 +198,7 @@ def test_swapped_host_key_is_refused_with_reason_others_unaffected(
         env=env,
         capture_output=True,
         text=True,
-        timeout=20,
+        timeout=scaled(20),
     )
     assert refused.returncode == 1 and refused.stdout == ""
     assert "host key for h2 changed" in refused.stderr
@@ -208,7 +208,7 @@ def test_swapped_host_key_is_refused_with_reason_others_unaffected(
         env=env,
         capture_output=True,
         text=True,
-        timeout=20,
+        timeout=scaled(20),
     )
     assert healthy.returncode == 0, healthy.stderr
     assert parse_status(healthy.stdout).host == "h1"

@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterator
 import paramiko
 import pytest
 
-from common.errors import ProbeError
-from common.host_status import HostStatus
-from producer.ssh_probe import SSHProbe
+from scrapefleet.common.errors import ProbeError
+from scrapefleet.common.host_status import HostStatus
+from scrapefleet.producer.ssh_probe import SSHProbe
 from tests.fleet import harness
 from tests.fleet.harness import Fleet, FleetHost, default_status
 

@@ -10,11 +10,11 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from common import jobstore
-from common.constants import PRODUCER_ADVISORY_LOCK_KEY
-from common.host_status import write_status
-from common.jobstore import HostSpec, NewJob
-from common.settings import Settings, load_settings
+from scrapefleet.common import jobstore
+from scrapefleet.common.constants import PRODUCER_ADVISORY_LOCK_KEY
+from scrapefleet.common.host_status import write_status
+from scrapefleet.common.jobstore import HostSpec, NewJob
+from scrapefleet.common.settings import Settings, load_settings
 from tests.host_status_factory import status_for
 
 GIB = 1024**3

@@ -24,13 +24,13 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from common import jobstore
-from common.db import make_engine
-from common.host_status import parse_status, read_status
-from common.jobstore import NewJob
-from common.settings import Settings, load_settings
-from consumer.daemon import Consumer
-from tests.waiting import wait_for
+from scrapefleet.common import jobstore
+from scrapefleet.common.db import make_engine
+from scrapefleet.common.host_status import parse_status, read_status
+from scrapefleet.common.jobstore import NewJob
+from scrapefleet.common.settings import Settings, load_settings
+from scrapefleet.consumer.daemon import Consumer
+from tests.waiting import scaled, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
 
@@ -438,7 +438,7 @@ def test_until_idle_exits_when_nothing_is_left(
         env=consumer_env(settings),
         capture_output=True,
         text=True,
-        timeout=20,
+        timeout=scaled(20),
     )
     assert result.returncode == 0, result.stderr
     assert all_in(engine, ids, "completed")

@@ -8,9 +8,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from common import jobstore, queries
-from common.clock import utcnow
-from common.jobstore import HostSpec, JobFilter, NewJob
+from scrapefleet.common import jobstore, queries
+from scrapefleet.common.clock import utcnow
+from scrapefleet.common.jobstore import HostSpec, JobFilter, NewJob
 
 pytestmark = pytest.mark.integration
 
@@ -142,7 +142,7 @@ def test_register_consumer_resets_since_boot_on_new_boot_id(engine: Engine) -> N
 
 def test_releases_are_free_only_a_few_times(engine: Engine) -> None:
     """A job that takes every host's browser down cannot bounce between hosts forever."""
-    from common.constants import FREE_RELEASES_PER_JOB
+    from scrapefleet.common.constants import FREE_RELEASES_PER_JOB
 
     _setup_host(engine)
     with engine.begin() as conn:

@@ -11,9 +11,9 @@ import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import Engine
 
-from common import jobstore
-from common.jobstore import NewJob
-from producer.daemon import Producer
+from scrapefleet.common import jobstore
+from scrapefleet.common.jobstore import NewJob
+from scrapefleet.producer.daemon import Producer
 from tests.integration.producer_helpers import (
     add_hosts,
     producer_settings,

@@ -23,14 +23,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy.engine import Engine
 
-from common import jobstore
-from common.clock import utcnow
-from common.errors import ProbeError
-from common.host_status import HostStatus
-from common.jobstore import NewJob
-from producer.daemon import Producer
-from producer.probe import HostTarget
-from producer.probing import RoutingProbe
+from scrapefleet.common import jobstore
+from scrapefleet.common.clock import utcnow
+from scrapefleet.common.errors import ProbeError
+from scrapefleet.common.host_status import HostStatus
+from scrapefleet.common.jobstore import NewJob
+from scrapefleet.producer.daemon import Producer
+from scrapefleet.producer.probe import HostTarget
+from scrapefleet.producer.probing import RoutingProbe
 from tests.integration.producer_helpers import (
     GIB,
     add_hosts,
@@ -43,7 +43,7 @@ from tests.integration.producer_helpers import (
     statuses,
     submit,
 )
-from tests.waiting import wait_for
+from tests.waiting import scaled, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
 
@@ -372,7 +372,7 @@ class _TerminatingProbe:
 def test_a_dropped_connection_mid_cycle_is_survived(
     engine: Engine, database_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="producer.daemon")
+    caplog.set_level(logging.WARNING, logger="scrapefleet.producer.daemon")
     add_hosts(engine, {"h1": 6})
     publish_status(tmp_path, "h1")
     settings_ = producer_settings(database_url, tmp_path)
@@ -463,7 +463,7 @@ def test_invalid_setting_is_one_line_and_exit_2(tmp_path: Path) -> None:
         "SCRAPEFLEET_DATABASE_URL": "postgresql://127.0.0.1:1/none",
         "SCRAPEFLEET_PRODUCER_INTERVAL_S": "-1",
     }
-    done = subprocess.run([str(PRODUCER_BIN)], env=env, capture_output=True, timeout=20)
+    done = subprocess.run([str(PRODUCER_BIN)], env=env, capture_output=True, timeout=scaled(20))
     assert done.returncode == 2
     assert done.stderr.decode().strip().count("\n") == 0
     assert "producer_interval_s" in done.stderr.decode()
@@ -471,7 +471,7 @@ def test_invalid_setting_is_one_line_and_exit_2(tmp_path: Path) -> None:
 
 def test_unreachable_database_is_one_line_and_exit_1(tmp_path: Path) -> None:
     env = os.environ | {"SCRAPEFLEET_DATABASE_URL": "postgresql://postgres@127.0.0.1:1/none"}
-    done = subprocess.run([str(PRODUCER_BIN)], env=env, capture_output=True, timeout=20)
+    done = subprocess.run([str(PRODUCER_BIN)], env=env, capture_output=True, timeout=scaled(20))
     assert done.returncode == 1
     err = done.stderr.decode().strip()
     assert err.count("\n") == 0 and "database unavailable" in err

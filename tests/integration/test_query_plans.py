@@ -8,7 +8,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from common import jobstore, queries
+from scrapefleet.common import jobstore, queries
 
 pytestmark = pytest.mark.integration
 

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import time
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from common.clock import utcnow
-from common.jobstore import NewJob
-from producer.retention import run_retention
+from scrapefleet.common.jobstore import NewJob
+from scrapefleet.producer.retention import run_retention
 from tests.integration.producer_helpers import producer_settings, submit
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
@@ -86,18 +83,3 @@ def test_archive_moves_rows_without_losing_any(
     assert events >= 2500  # their audit trail stays
     # A second run finds nothing more to move.
     assert run_retention(engine, settings).archived_jobs == 0
-
-
-def test_old_artifacts_are_deleted(engine: Engine, database_url: str, tmp_path: Path) -> None:
-    artifacts = tmp_path / "artifacts"
-    old, fresh = artifacts / "17", artifacts / "18"
-    for folder in (old, fresh):
-        folder.mkdir(parents=True)
-        (folder / "attempt-1.png").write_bytes(b"png")
-    long_ago = (utcnow() - timedelta(days=30)).timestamp()
-    os.utime(old / "attempt-1.png", (long_ago, long_ago))
-    settings = producer_settings(
-        database_url, tmp_path, artifacts_dir=artifacts, artifact_retention_days=14
-    )
-    assert run_retention(engine, settings).deleted_artifact_dirs == 1
-    assert not old.exists() and fresh.exists()

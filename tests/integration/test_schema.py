@@ -8,7 +8,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy.engine import Engine
 
-from common.tables import metadata
+from scrapefleet.common.tables import metadata
 
 pytestmark = pytest.mark.integration
 

@@ -12,14 +12,14 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from common.api import Client
-from common.errors import SubmitError
-from common.jobstore import NewJob
-from common.settings import Settings
-from common.submit_file import validate_job
-from common.webhook_signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
-from producer.daemon import Producer
-from producer.webhooks import WebhookSender
+from scrapefleet.common.api import Client
+from scrapefleet.common.errors import SubmitError
+from scrapefleet.common.jobstore import NewJob
+from scrapefleet.common.settings import Settings
+from scrapefleet.common.submit_file import validate_job
+from scrapefleet.common.webhook_signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
+from scrapefleet.producer.daemon import Producer
+from scrapefleet.producer.webhooks import WebhookSender
 from tests.integration.producer_helpers import producer_settings, submit
 from tests.integration.webhook_receiver import Receiver
 from tests.waiting import wait_for

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from producer.health import next_host_state
+from scrapefleet.producer.health import next_host_state
 
 THRESHOLD = 3
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from consumer.maintenance import claims_allowed, decide_maintenance, maintenance_due
+from scrapefleet.consumer.maintenance import claims_allowed, decide_maintenance, maintenance_due
 
 
 @pytest.mark.parametrize(

@@ -5,11 +5,11 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from common.errors import ProbeError
-from common.host_status import HostStatus
-from common.jobstore import PendingJob
-from common.queries import HostRow
-from producer.planner import HostSlots, host_slots, plan_assignments
+from scrapefleet.common.errors import ProbeError
+from scrapefleet.common.host_status import HostStatus
+from scrapefleet.common.jobstore import PendingJob
+from scrapefleet.common.queries import HostRow
+from scrapefleet.producer.planner import HostSlots, host_slots, plan_assignments
 from tests.host_status_factory import status_for
 
 GIB = 1024**3

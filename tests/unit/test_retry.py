@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from common.retry import backoff_delay_s, retry_at
+from scrapefleet.common.retry import backoff_delay_s, retry_at
 
 NOW = datetime(2024, 1, 1, tzinfo=UTC)
 

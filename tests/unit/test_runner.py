@@ -6,10 +6,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from common.actions import register
-from common.errors import StackError
-from common.jobstore import ClaimedJob
-from consumer.runner import run_job
+from scrapefleet.common.actions import register
+from scrapefleet.common.errors import StackError
+from scrapefleet.common.jobstore import ClaimedJob
+from scrapefleet.consumer.runner import run_job
 
 
 def _job(kind: str, payload: Any = None, attempt: int = 1) -> ClaimedJob:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import SettingsError
-from common.settings import load_settings
+from scrapefleet.common.errors import SettingsError
+from scrapefleet.common.settings import load_settings
 
 
 @pytest.fixture(autouse=True)

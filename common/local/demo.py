@@ -13,17 +13,17 @@ from pathlib import Path
 import click
 import sqlalchemy as sa
 
-from common import jobstore, queries
-from common.api import FINISHED, Client
-from common.cli import render_status
-from common.db import transaction
-from common.demo_site import DemoSite
-from common.embedded_db import EmbeddedPostgres
-from common.jobstore import HostSpec, NewJob
-from common.local_fleet import LocalFleet
-from common.migrate import upgrade
-from common.settings import Settings
-from common.submit_file import validate_job
+from scrapefleet.common import jobstore, queries
+from scrapefleet.common.api import FINISHED, Client
+from scrapefleet.common.db import transaction
+from scrapefleet.common.jobstore import HostSpec, NewJob
+from scrapefleet.common.local.demo_site import DemoSite
+from scrapefleet.common.local.embedded_db import EmbeddedPostgres
+from scrapefleet.common.local.local_fleet import LocalFleet
+from scrapefleet.common.migrate import upgrade
+from scrapefleet.common.ops.render import render_status
+from scrapefleet.common.settings import Settings
+from scrapefleet.common.submit_file import validate_job
 
 # Short periods so that a few hundred jobs take seconds, not minutes.
 DEMO_ENV = {

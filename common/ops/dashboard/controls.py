@@ -16,13 +16,13 @@ from flask import Blueprint, current_app, flash, redirect, request, url_for
 from werkzeug.exceptions import Forbidden
 from werkzeug.wrappers import Response
 
-from common import jobstore
-from common.dashboard.inputs import BadInput, parse_job_ids
-from common.db import transaction
-from common.errors import NotFound, SubmitError
-from common.jobstore import JobFilter
-from common.logging_setup import fields
-from common.settings import Settings
+from scrapefleet.common import jobstore
+from scrapefleet.common.db import transaction
+from scrapefleet.common.errors import NotFound, SubmitError
+from scrapefleet.common.jobstore import JobFilter
+from scrapefleet.common.logging_setup import fields
+from scrapefleet.common.ops.dashboard.inputs import BadInput, parse_job_ids
+from scrapefleet.common.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from common.dashboard.reads import JobSearch
-from common.tables import JOB_STATUSES
+from scrapefleet.common.ops.dashboard.reads import JobSearch
+from scrapefleet.common.tables import JOB_STATUSES
 
 MAX_BIGINT = 2**63 - 1
 MAX_TEXT = 200  # longest kind or host name searched for

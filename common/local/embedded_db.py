@@ -8,7 +8,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from common.errors import DatabaseUnavailable
+from scrapefleet.common.errors import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -18,17 +18,17 @@ from flask import Flask, Response, render_template, request
 from sqlalchemy.engine import Engine
 from werkzeug.exceptions import HTTPException
 
-from common import queries
-from common.clock import utcnow
-from common.constants import DASHBOARD_PAGE_ROWS
-from common.dashboard import charts, reads
-from common.dashboard.artifacts import relative_artifact, send_artifact
-from common.dashboard.controls import TOKEN_COOKIE, controls
-from common.dashboard.inputs import BadInput, parse_job_id, parse_search
-from common.db import wrapped_errors
-from common.errors import DatabaseUnavailable, NotFound
-from common.settings import Settings
-from common.tables import JOB_STATUSES
+from scrapefleet.common import queries
+from scrapefleet.common.clock import utcnow
+from scrapefleet.common.constants import DASHBOARD_PAGE_ROWS
+from scrapefleet.common.db import wrapped_errors
+from scrapefleet.common.errors import DatabaseUnavailable, NotFound
+from scrapefleet.common.ops.dashboard import charts, reads
+from scrapefleet.common.ops.dashboard.artifacts import relative_artifact, send_artifact
+from scrapefleet.common.ops.dashboard.controls import TOKEN_COOKIE, controls
+from scrapefleet.common.ops.dashboard.inputs import BadInput, parse_job_id, parse_search
+from scrapefleet.common.settings import Settings
+from scrapefleet.common.tables import JOB_STATUSES
 
 log = logging.getLogger(__name__)
 

@@ -16,20 +16,21 @@ from typing import Any, TypeVar
 
 import click
 
-from common import jobstore, queries
-from common.api import Client
-from common.db import transaction, wrapped_errors
-from common.errors import (
+from scrapefleet.common import jobstore, queries
+from scrapefleet.common.api import Client
+from scrapefleet.common.db import transaction, wrapped_errors
+from scrapefleet.common.errors import (
     DatabaseUnavailable,
     NotFound,
     ProbeError,
     ScrapefleetError,
     SettingsError,
 )
-from common.jobstore import HostSpec, JobFilter
-from common.logging_setup import configure_logging
-from common.settings import Settings, load_settings
-from common.submit_file import detect_format, parse_jobs
+from scrapefleet.common.jobstore import HostSpec, JobFilter
+from scrapefleet.common.logging_setup import configure_logging
+from scrapefleet.common.ops.render import render_status
+from scrapefleet.common.settings import Settings, load_settings
+from scrapefleet.common.submit_file import detect_format, parse_jobs
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -98,7 +99,7 @@ def db() -> None:
 @pass_ctx
 def db_upgrade(ctx: _Context) -> None:
     """Create or migrate the schema to the latest version."""
-    from common.migrate import current_revision, upgrade
+    from scrapefleet.common.migrate import current_revision, upgrade
 
     with _one_line_errors():
         url = ctx.database_url()
@@ -145,19 +146,6 @@ def status(ctx: _Context, as_json: bool) -> None:
         click.echo(json.dumps({"jobs": counts, "hosts": hosts}, default=str, indent=2))
         return
     click.echo(render_status(counts, hosts))
-
-
-def render_status(counts: dict[str, int], hosts: list[dict[str, Any]]) -> str:
-    lines = ["jobs:  " + "  ".join(f"{s} {n}" for s, n in counts.items())]
-    lines.append(f"{'host':<16}{'state':<12}{'running':>8}{'queued':>8}{'cap':>5}{'done/1h':>9}")
-    for h in hosts:
-        lines.append(
-            f"{h['host']:<16}{h['state']:<12}{h['running']:>8}{h['queued']:>8}"
-            f"{h['capacity']:>5}{h['completed_last_hour']:>9}"
-        )
-    if not hosts:
-        lines.append("(no hosts: `scrapefleet hosts add NAME`, or start a consumer)")
-    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------- jobs
@@ -255,10 +243,10 @@ def hosts_add(
 def hosts_check(ctx: _Context, name: str) -> None:
     """Probe NAME once, as the producer does, and print its status document or why the probe
     failed (exit 1). Changes nothing in the database."""
-    from producer.probing import RoutingProbe, probe_target
+    from scrapefleet.producer.probing import RoutingProbe, probe_target
 
     # The probe logs a failure as a warning; here the reason is printed once, below.
-    for noisy in ("producer", "paramiko"):
+    for noisy in ("scrapefleet.producer", "paramiko"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
     with _one_line_errors():
         with wrapped_errors(), ctx.client.engine.connect() as conn:
@@ -326,8 +314,8 @@ def dashboard(ctx: _Context, port: int | None, address: str | None) -> None:
 
     Controls need the dashboard_token setting; without it the dashboard is read-only.
     """
-    from common.dashboard.app import create_app
-    from common.dashboard.server import DashboardServer
+    from scrapefleet.common.ops.dashboard.app import create_app
+    from scrapefleet.common.ops.dashboard.server import DashboardServer
 
     with _one_line_errors():
         settings = ctx.settings
@@ -386,7 +374,7 @@ def demo(ctx: _Context, job_count: int, host_count: int, keep_db: bool) -> None:
 
     With no database_url set, an embedded PostgreSQL (pgserver) is started for it.
     """
-    from common.demo import run_demo
+    from scrapefleet.common.local.demo import run_demo
 
     with _one_line_errors():
         sys.exit(

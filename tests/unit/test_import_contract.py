@@ -1,0 +1,134 @@
+"""The import contract: which part of scrapefleet may import which, and no import cycles.
+
+    library   scrapefleet.common (but ops/ and local/)   the migrations' location, nothing else
+    producer  the library only                           (never the consumer, never the tools)
+    consumer  the library only                           (never the producer, never the tools)
+    migrations the library only
+    ops, local (the tools for people) anything: they sit above both daemons
+
+Read from the source with ast, so it needs no import and runs in the fast tier.
+"""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+FOLDERS = ("common", "producer", "consumer", "migrations")
+
+ALLOWED: dict[str, set[str]] = {
+    "library": {"library", "migrations"},  # `db upgrade` finds the migrations package
+    "producer": {"library", "producer"},
+    "consumer": {"library", "consumer"},
+    "migrations": {"library", "migrations"},
+    "ops": {"library", "ops", "local", "producer", "consumer"},
+    "local": {"library", "ops", "local", "producer", "consumer"},
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return "scrapefleet." + ".".join(parts)
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    if parts[1] == "common":
+        return parts[2] if len(parts) > 2 and parts[2] in ("ops", "local") else "library"
+    return parts[1]
+
+
+def _sources() -> dict[str, Path]:
+    return {
+        _module_name(path): path
+        for folder in FOLDERS
+        for path in (REPO / folder).rglob("*.py")
+        if "__pycache__" not in path.parts
+    }
+
+
+def _imports(path: Path, module: str, *, top_level_only: bool) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    found: set[str] = set()
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{anchor}.{base}" if base else anchor
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return {name for name in found if name.startswith("scrapefleet.")}
+
+
+def _crossings(sources: dict[str, Path]) -> list[str]:
+    broken = []
+    for module, path in sorted(sources.items()):
+        for imported in _imports(path, module, top_level_only=False):
+            if imported != "scrapefleet" and _layer(imported) not in ALLOWED[_layer(module)]:
+                broken.append(f"{path.name} ({module}) imports {imported}")
+    return broken
+
+
+def test_every_import_respects_the_layers() -> None:
+    sources = _sources()
+    assert len(sources) > 40, "the walk found the packages"
+    broken = _crossings(sources)
+    assert not broken, "\n".join(broken)
+
+
+def test_no_import_cycles_at_module_level() -> None:
+    sources = _sources()
+    graph = {
+        module: {
+            name
+            for name in _imports(path, module, top_level_only=True)
+            if name in sources and name != module
+        }
+        for module, path in sources.items()
+    }
+    visiting: list[str] = []
+    done: set[str] = set()
+
+    def visit(module: str) -> None:
+        if module in done:
+            return
+        if module in visiting:
+            cycle = [*visiting[visiting.index(module) :], module]
+            pytest.fail("import cycle: " + " -> ".join(cycle))
+        visiting.append(module)
+        for imported in sorted(graph[module]):
+            visit(imported)
+        visiting.pop()
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module)
+
+
+def test_every_package_folder_is_listed_for_the_wheel() -> None:
+    listed = set(
+        tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    folders = {
+        _module_name(init) for folder in FOLDERS for init in (REPO / folder).rglob("__init__.py")
+    }
+    assert folders - listed == set(), "add these to [tool.setuptools] packages"
+
+
+def test_the_contract_catches_a_crossing(tmp_path: Path) -> None:
+    # The check itself must be able to fail: a library module importing the consumer is caught.
+    bad = tmp_path / "probe.py"
+    bad.write_text("from scrapefleet.consumer import runner\n")
+    crossings = _crossings({**_sources(), "scrapefleet.common.probe": bad})
+    assert "probe.py (scrapefleet.common.probe) imports scrapefleet.consumer.runner" in crossings
