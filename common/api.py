@@ -14,12 +14,12 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any
 
-from scrapefleet.common import jobstore, queries
+from scrapefleet.common import queries, store
 from scrapefleet.common.actions import load_user_actions
 from scrapefleet.common.db import make_engine, transaction, wrapped_errors
 from scrapefleet.common.errors import SettingsError
-from scrapefleet.common.jobstore import InsertResult, NewJob
 from scrapefleet.common.settings import Settings, load_settings
+from scrapefleet.common.store import InsertResult, NewJob
 from scrapefleet.common.submit_file import validate_job
 
 FINISHED = ("completed", "failed", "cancelled")
@@ -77,7 +77,7 @@ class Client:
     ) -> InsertResult:
         """Insert already-validated jobs in one transaction: all of them or none."""
         with transaction(self.engine) as conn:
-            return jobstore.insert_jobs(
+            return store.insert_jobs(
                 conn, jobs, default_max_attempts=self.settings.max_attempts, progress=progress
             )
 

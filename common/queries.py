@@ -1,4 +1,4 @@
-"""Read-only queries shared by the daemons and the CLI (writes live in common.jobstore)."""
+"""Read-only queries shared by the daemons and the CLI (writes live in scrapefleet.common.store)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from scrapefleet.common.actions import get_action
 from scrapefleet.common.errors import SubmitError
-from scrapefleet.common.jobstore import NewJob
+from scrapefleet.common.store import NewJob
 
 
 class JobLine(BaseModel):

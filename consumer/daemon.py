@@ -36,14 +36,14 @@ from dataclasses import dataclass
 
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common import jobstore, metrics, queries
+from scrapefleet.common import metrics, queries, store
 from scrapefleet.common.actions import load_user_actions
 from scrapefleet.common.constants import CHANNEL_ASSIGNED
 from scrapefleet.common.db import Listener, describe, transaction
 from scrapefleet.common.errors import DatabaseUnavailable, ScrapefleetError
 from scrapefleet.common.host_status import HOST_STATES
-from scrapefleet.common.jobstore import ClaimedJob
 from scrapefleet.common.settings import Settings
+from scrapefleet.common.store import ClaimedJob
 from scrapefleet.consumer import artifacts
 from scrapefleet.consumer.artifact_janitor import ArtifactJanitor
 from scrapefleet.consumer.recorder import OutcomeRecorder
@@ -163,11 +163,9 @@ class Consumer:
         load_user_actions(self.settings.actions)
         boot_id = read_boot_id(self.settings.boot_id_file)
         with transaction(self.engine) as conn:
-            jobstore.reactivate_after_own_drain(conn, self.host, OWN_DRAIN_REASON)
-            registration = jobstore.register_consumer(
-                conn, self.host, self.settings.capacity, boot_id
-            )
-            recovered = jobstore.recover_host_jobs(conn, self.host)
+            store.reactivate_after_own_drain(conn, self.host, OWN_DRAIN_REASON)
+            registration = store.register_consumer(conn, self.host, self.settings.capacity, boot_id)
+            recovered = store.recover_host_jobs(conn, self.host)
         self.capacity = registration.capacity
         self._db_state = registration.state
         self._since_restart = registration.jobs_since_restart
@@ -228,10 +226,10 @@ class Consumer:
         while True:
             try:
                 with transaction(self.engine) as conn:
-                    jobstore.set_host_state(
+                    store.set_host_state(
                         conn, self.host, "draining", OWN_DRAIN_REASON, expected=["active"]
                     )
-                    handed = jobstore.requeue_host_queued(
+                    handed = store.requeue_host_queued(
                         conn, self.host, f"requeued: consumer on {self.host} stopping"
                     )
                 if handed:
@@ -254,10 +252,10 @@ class Consumer:
         try:
             with transaction(self.engine) as conn:
                 # Jobs assigned while we drained, then the host offline if we drained it.
-                jobstore.requeue_host_queued(
+                store.requeue_host_queued(
                     conn, self.host, f"requeued: consumer on {self.host} stopped"
                 )
-                jobstore.set_host_state(
+                store.set_host_state(
                     conn,
                     self.host,
                     "offline",
@@ -325,7 +323,7 @@ class Consumer:
             if free <= 0:
                 return 0
         with transaction(self.engine) as conn:
-            claim = jobstore.claim_jobs(conn, self.host, free)
+            claim = store.claim_jobs(conn, self.host, free)
         started = time.monotonic()
         with self._lock:
             self._since_restart, self._since_boot = claim.jobs_since_restart, claim.jobs_since_boot
@@ -464,7 +462,7 @@ class Consumer:
             ids = list(self._in_flight)
         try:
             with transaction(self.engine) as conn:
-                state = jobstore.heartbeat(conn, self.host, ids)
+                state = store.heartbeat(conn, self.host, ids)
         except Exception as exc:
             log.warning("heartbeat failed: %s", describe(exc))
         else:

@@ -25,13 +25,13 @@ from dataclasses import dataclass
 
 from sqlalchemy.engine import Connection, Engine
 
-from scrapefleet.common import jobstore
+from scrapefleet.common import store
 from scrapefleet.common.clock import utcnow
 from scrapefleet.common.db import describe, transaction
 from scrapefleet.common.errors import DatabaseUnavailable
-from scrapefleet.common.jobstore import ClaimedJob
 from scrapefleet.common.retry import retry_at
 from scrapefleet.common.settings import Settings
+from scrapefleet.common.store import ClaimedJob
 from scrapefleet.consumer.runner import Outcome
 
 log = logging.getLogger(__name__)
@@ -157,7 +157,7 @@ class OutcomeRecorder:
         completed = [item for item in batch if item.outcome.status == "completed"]
         if completed:
             moved = set(
-                jobstore.complete_jobs(
+                store.complete_jobs(
                     conn,
                     self.host,
                     [(i.job.id, i.job.attempt, i.outcome.result or {}) for i in completed],
@@ -176,11 +176,11 @@ class OutcomeRecorder:
         job, outcome = item.job, item.outcome
         if outcome.status == "completed":
             assert outcome.result is not None
-            if not jobstore.complete_job(conn, self.host, job.id, job.attempt, outcome.result):
+            if not store.complete_job(conn, self.host, job.id, job.attempt, outcome.result):
                 log.warning("job %d attempt %d is no longer ours: result dropped", *_key(job))
             return
         if outcome.status == "released":
-            jobstore.release_job(conn, self.host, job.id, job.attempt, outcome.error or "released")
+            store.release_job(conn, self.host, job.id, job.attempt, outcome.error or "released")
             log.info("job %d attempt %d released: %s", job.id, job.attempt, outcome.error)
             return
         when = None
@@ -193,7 +193,7 @@ class OutcomeRecorder:
                 max_s=self.settings.backoff_max_s,
             )
         error = outcome.error or "failed"
-        status = jobstore.fail_attempt(
+        status = store.fail_attempt(
             conn, self.host, job.id, job.attempt, error, retry_at=when, artifacts=outcome.artifacts
         )
         last_line = error.strip().splitlines()[-1] if error.strip() else error

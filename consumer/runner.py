@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from scrapefleet.common.actions import get_action
 from scrapefleet.common.errors import StackError, SubmitError, UnknownAction
-from scrapefleet.common.jobstore import ClaimedJob
+from scrapefleet.common.store import ClaimedJob
 from scrapefleet.consumer import selenium_actions  # noqa: F401  (registers the browser actions)
 
 DriverFactory = Callable[[], Any]

@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from sqlalchemy.engine import Connection, Engine
 
-from scrapefleet.common import jobstore
+from scrapefleet.common import store
 from scrapefleet.common.actions import get_action
 from scrapefleet.common.constants import (
     HUNG_SESSION_GRACE_S,
@@ -42,8 +42,8 @@ from scrapefleet.common.constants import (
 )
 from scrapefleet.common.db import describe, transaction
 from scrapefleet.common.errors import ScrapefleetError, StackError
-from scrapefleet.common.jobstore import ClaimedJob
 from scrapefleet.common.settings import Settings
+from scrapefleet.common.store import ClaimedJob
 from scrapefleet.consumer.browser_stack import BrowserStack
 from scrapefleet.consumer.maintenance import claims_allowed, decide_maintenance
 
@@ -243,7 +243,7 @@ class StackSupervisor:
         state = self.maintenance_state or "restarting"
         log.info("host %s %s: %s", self.host, state, reason)
         self._write(
-            lambda conn: jobstore.set_host_state(
+            lambda conn: store.set_host_state(
                 conn, self.host, state, reason, expected=["active", "restarting"]
             ),
             f"host state {state}",
@@ -274,7 +274,7 @@ class StackSupervisor:
             "leftover_pids": list(stopped.leftover_pids),
         }
         self._write(
-            lambda conn: jobstore.reset_restart_counter(conn, self.host, details),
+            lambda conn: store.reset_restart_counter(conn, self.host, details),
             "restart event",
         )
         self._on_stack_counter(0)
@@ -305,7 +305,7 @@ class StackSupervisor:
         if in_flight is not None:
             details = {"reason": reason, "duration_s": round(time.monotonic() - started, 3)}
             self._write(
-                lambda conn: jobstore.begin_stack_lifetime(conn, self.host, in_flight, details),
+                lambda conn: store.begin_stack_lifetime(conn, self.host, in_flight, details),
                 "stack start event",
             )
             self._on_stack_counter(in_flight)
@@ -336,7 +336,7 @@ class StackSupervisor:
         log.error("host %s disabled: %s", self.host, reason)
         details = {"failures_in_a_row": self._failures}
         self._write(
-            lambda conn: jobstore.disable_for_stack_failure(conn, self.host, reason, details),
+            lambda conn: store.disable_for_stack_failure(conn, self.host, reason, details),
             "circuit breaker",
         )
         self._pending = None
@@ -349,7 +349,7 @@ class StackSupervisor:
         self.running = False
         reason = f"{self._reason}; {stopped.killed} stack process(es) ended"
         self._write(
-            lambda conn: jobstore.record_reboot_request(conn, self.host, reason), "reboot event"
+            lambda conn: store.record_reboot_request(conn, self.host, reason), "reboot event"
         )
         command = self.settings.reboot_command
         log.warning("host %s rebooting: running %r", self.host, command)
@@ -375,7 +375,7 @@ class StackSupervisor:
         moved: list[bool] = []
         self._reactivate = not self._write(
             lambda conn: moved.append(
-                jobstore.set_host_state(
+                store.set_host_state(
                     conn, self.host, "active", "browser stack ready", expected=["restarting"]
                 )
             ),

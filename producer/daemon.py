@@ -32,7 +32,7 @@ from typing import Any
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common import jobstore, metrics, queries
+from scrapefleet.common import metrics, queries, store
 from scrapefleet.common.constants import PENDING_SCAN_FACTOR, PRODUCER_ADVISORY_LOCK_KEY
 from scrapefleet.common.db import describe, is_connection_error, wrapped_errors
 from scrapefleet.common.errors import DatabaseUnavailable, ProbeError
@@ -235,10 +235,10 @@ class Producer:
                 if not isinstance(result, HostStatus):
                     metrics.PROBE_FAILURES.labels(host=host.name).inc()
                 if isinstance(result, HostStatus):
-                    jobstore.record_probe_success(conn, host.name, result)
+                    store.record_probe_success(conn, host.name, result)
                     failures, reported = 0, result.state
                 else:
-                    failures = jobstore.record_probe_failure(conn, host.name, str(result))
+                    failures = store.record_probe_failure(conn, host.name, str(result))
                     reported = None
                     level = logging.INFO if failures == 1 else logging.DEBUG
                     log.log(
@@ -258,9 +258,7 @@ class Producer:
                     if new_state == "offline"
                     else "probe succeeds again"
                 )
-                if jobstore.set_host_state(
-                    conn, host.name, new_state, reason, expected=[host.state]
-                ):
+                if store.set_host_state(conn, host.name, new_state, reason, expected=[host.state]):
                     log.info(
                         "host state host=%s from=%s to=%s reason=%s",
                         host.name,
@@ -274,9 +272,9 @@ class Producer:
     def _rescue(self) -> tuple[int, int]:
         # Separate transactions: each sets its own audit message for the rest of its transaction.
         with self._leader.transaction() as conn:
-            rescued = jobstore.rescue_stale_processing(conn, self.settings.rescue_after_s)
+            rescued = store.rescue_stale_processing(conn, self.settings.rescue_after_s)
         with self._leader.transaction() as conn:
-            requeued = jobstore.requeue_from_unavailable_hosts(conn, self.settings.offline_grace_s)
+            requeued = store.requeue_from_unavailable_hosts(conn, self.settings.offline_grace_s)
         if rescued:
             log.warning(
                 "rescued jobs without heartbeat count=%d ids=%s", len(rescued), rescued[:20]
@@ -305,14 +303,14 @@ class Producer:
             free = sum(s.free for s in slots)
             if free == 0:
                 return 0
-            pending = jobstore.lock_pending_jobs(conn, free * PENDING_SCAN_FACTOR)
+            pending = store.lock_pending_jobs(conn, free * PENDING_SCAN_FACTOR)
             if not pending:
                 return 0
             # The pending query already leaves out busy keys; this read is the planner's
             # second guard and is skipped when no candidate has a key at all.
             busy = queries.busy_lock_keys(conn) if any(p.lock_key for p in pending) else set()
             plan = plan_assignments(slots, pending, busy)
-            assigned = jobstore.assign_jobs(conn, plan)
+            assigned = store.assign_jobs(conn, plan)
         if assigned:
             per_host: dict[str, int] = {}
             for _, host in assigned:

@@ -1,4 +1,4 @@
-"""A host's state after a probe: a pure decision, applied by the daemon through jobstore.
+"""A host's state after a probe: a pure decision, applied by the daemon through store.
 
 Only the producer's own transitions live here (active <-> offline). Draining and disabled are
 an operator's decision and restarting/rebooting the consumer's own; a probe never overrides

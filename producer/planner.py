@@ -2,7 +2,7 @@
 
 The daemon (producer.daemon) reads the hosts, their probe results, the database's in-flight
 counts, the pending jobs and the busy lock keys, and hands them here; the plan it gets back is
-written by common.jobstore.assign_jobs in the same transaction.
+written by scrapefleet.common.store.assign_jobs in the same transaction.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from scrapefleet.common.errors import ProbeError
 from scrapefleet.common.host_status import HostStatus
-from scrapefleet.common.jobstore import PendingJob
 from scrapefleet.common.queries import HostRow
+from scrapefleet.common.store import PendingJob
 
 
 @dataclass(frozen=True)

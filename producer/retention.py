@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common import jobstore, metrics
+from scrapefleet.common import metrics, store
 from scrapefleet.common.clock import utcnow
 from scrapefleet.common.db import transaction
 from scrapefleet.common.settings import Settings
@@ -35,7 +35,7 @@ def archive_old_jobs(engine: Engine, settings: Settings, now: datetime) -> int:
     total = 0
     for _ in range(MAX_BATCHES_PER_RUN):
         with transaction(engine) as conn:
-            moved = jobstore.archive_finished_jobs(conn, cutoff, settings.retention_batch_rows)
+            moved = store.archive_finished_jobs(conn, cutoff, settings.retention_batch_rows)
         total += moved
         metrics.RETENTION_ARCHIVED_JOBS.inc(moved)
         if moved < settings.retention_batch_rows:

@@ -22,14 +22,14 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.engine import Connection, Engine
 
-from scrapefleet.common import jobstore, metrics
+from scrapefleet.common import metrics, store
 from scrapefleet.common.clock import utcnow
 from scrapefleet.common.constants import WEBHOOK_BATCH, WEBHOOK_WORKERS
 from scrapefleet.common.db import transaction
-from scrapefleet.common.jobstore import DueWebhook
 from scrapefleet.common.logging_setup import fields
 from scrapefleet.common.retry import backoff_delay_s
 from scrapefleet.common.settings import Settings
+from scrapefleet.common.store import DueWebhook
 from scrapefleet.common.webhook_signing import sign
 
 log = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ class WebhookSender:
         settings = self._settings
         lease_s = settings.webhook_timeout_s * (1 + WEBHOOK_BATCH / WEBHOOK_WORKERS) + 10
         with transaction(self._engine) as conn:
-            due = jobstore.take_due_webhooks(conn, WEBHOOK_BATCH, lease_s)
+            due = store.take_due_webhooks(conn, WEBHOOK_BATCH, lease_s)
         if not due:
             return DeliveryRound()
         results = list(self._pool.map(self._post, due))
@@ -128,7 +128,7 @@ class WebhookSender:
         settings = self._settings
         where = fields(job=delivery.job_id, status=delivery.status, attempt=delivery.attempt)
         if result.delivered:
-            jobstore.record_webhook_delivered(conn, delivery.id, result.response_code or 200)
+            store.record_webhook_delivered(conn, delivery.id, result.response_code or 200)
             log.info("webhook delivered", extra=where)
             return "delivered"
         retry_at: datetime | None = None
@@ -139,7 +139,7 @@ class WebhookSender:
                 max_s=settings.webhook_backoff_max_s,
             )
             retry_at = now + timedelta(seconds=delay)
-        jobstore.record_webhook_failed(
+        store.record_webhook_failed(
             conn,
             delivery.id,
             result.error or "failed",

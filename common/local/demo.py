@@ -13,16 +13,16 @@ from pathlib import Path
 import click
 import sqlalchemy as sa
 
-from scrapefleet.common import jobstore, queries
+from scrapefleet.common import queries, store
 from scrapefleet.common.api import FINISHED, Client
 from scrapefleet.common.db import transaction
-from scrapefleet.common.jobstore import HostSpec, NewJob
 from scrapefleet.common.local.demo_site import DemoSite
 from scrapefleet.common.local.embedded_db import EmbeddedPostgres
 from scrapefleet.common.local.local_fleet import LocalFleet
 from scrapefleet.common.migrate import upgrade
 from scrapefleet.common.ops.render import render_status
 from scrapefleet.common.settings import Settings
+from scrapefleet.common.store import HostSpec, NewJob
 from scrapefleet.common.submit_file import validate_job
 
 # Short periods so that a few hundred jobs take seconds, not minutes.
@@ -87,8 +87,8 @@ def _run(settings: Settings, url: str, state_dir: Path, job_count: int, host_cou
     with Client(url, settings) as client, DemoSite() as site:
         with transaction(client.engine) as conn:
             for host in hosts:
-                jobstore.add_host(conn, HostSpec(name=host, capacity=settings.capacity))
-                jobstore.enable_host(conn, host)
+                store.add_host(conn, HostSpec(name=host, capacity=settings.capacity))
+                store.enable_host(conn, host)
         ids = client.submit_many(demo_jobs(site.url, job_count)).ids
         click.echo(f"submitted {len(ids)} http_get jobs against {site.url}")
         fleet = LocalFleet(url, state_dir, hosts, env=DEMO_ENV)

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import click
 
-from scrapefleet.common import jobstore, queries
+from scrapefleet.common import queries, store
 from scrapefleet.common.api import Client
 from scrapefleet.common.db import transaction, wrapped_errors
 from scrapefleet.common.errors import (
@@ -26,10 +26,10 @@ from scrapefleet.common.errors import (
     ScrapefleetError,
     SettingsError,
 )
-from scrapefleet.common.jobstore import HostSpec, JobFilter
 from scrapefleet.common.logging_setup import configure_logging
 from scrapefleet.common.ops.render import render_status
 from scrapefleet.common.settings import Settings, load_settings
+from scrapefleet.common.store import HostSpec, JobFilter
 from scrapefleet.common.submit_file import detect_format, parse_jobs
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -194,7 +194,7 @@ def _filter_options(func: F) -> F:
 def jobs_retry(ctx: _Context, ids: tuple[int, ...], kind: str | None, host: str | None) -> None:
     """Failed or cancelled jobs -> pending again, with fresh attempts."""
     with _one_line_errors(), transaction(ctx.client.engine) as conn:
-        moved = jobstore.retry_jobs(conn, JobFilter(ids, kind, host))
+        moved = store.retry_jobs(conn, JobFilter(ids, kind, host))
     click.echo(f"retried {len(moved)} job(s)")
 
 
@@ -204,7 +204,7 @@ def jobs_retry(ctx: _Context, ids: tuple[int, ...], kind: str | None, host: str 
 def jobs_cancel(ctx: _Context, ids: tuple[int, ...], kind: str | None, host: str | None) -> None:
     """Pending or queued jobs -> cancelled (running ones finish)."""
     with _one_line_errors(), transaction(ctx.client.engine) as conn:
-        moved = jobstore.cancel_jobs(conn, JobFilter(ids, kind, host))
+        moved = store.cancel_jobs(conn, JobFilter(ids, kind, host))
     click.echo(f"cancelled {len(moved)} job(s)")
 
 
@@ -233,7 +233,7 @@ def hosts_add(
         user = ssh_user or ctx.settings.ssh_user
         spec = HostSpec(name=name, capacity=capacity or ctx.settings.capacity, ssh_user=user, **ssh)
         with transaction(ctx.client.engine) as conn:
-            created = jobstore.add_host(conn, spec)
+            created = store.add_host(conn, spec)
     click.echo(f"host {name} {'added' if created else 'updated'} (capacity {spec.capacity})")
 
 
@@ -278,7 +278,7 @@ def hosts_list(ctx: _Context) -> None:
 def hosts_drain(ctx: _Context, name: str) -> None:
     """Stop giving NAME work; its queued jobs go to other hosts, running ones finish."""
     with _one_line_errors(), transaction(ctx.client.engine) as conn:
-        requeued = jobstore.drain_host(conn, name)
+        requeued = store.drain_host(conn, name)
     click.echo(f"host {name} draining; {len(requeued)} queued job(s) handed back")
 
 
@@ -288,7 +288,7 @@ def hosts_drain(ctx: _Context, name: str) -> None:
 def hosts_enable(ctx: _Context, name: str) -> None:
     """Let NAME take work again."""
     with _one_line_errors(), transaction(ctx.client.engine) as conn:
-        jobstore.enable_host(conn, name)
+        store.enable_host(conn, name)
     click.echo(f"host {name} active")
 
 
@@ -298,7 +298,7 @@ def hosts_enable(ctx: _Context, name: str) -> None:
 def hosts_remove(ctx: _Context, name: str) -> None:
     """Remove NAME (it must run nothing: drain it first)."""
     with _one_line_errors(), transaction(ctx.client.engine) as conn:
-        jobstore.remove_host(conn, name)
+        store.remove_host(conn, name)
     click.echo(f"host {name} removed")
 
 
@@ -346,7 +346,7 @@ def fleet() -> None:
 def fleet_pause(ctx: _Context, reason: str | None) -> None:
     """Stop assigning new jobs anywhere (running ones finish); the producer sees it next cycle."""
     with _one_line_errors(), transaction(ctx.client.engine) as conn:
-        jobstore.set_assignment_paused(conn, True, "cli", reason)
+        store.set_assignment_paused(conn, True, "cli", reason)
     click.echo("assignment paused")
 
 
@@ -355,7 +355,7 @@ def fleet_pause(ctx: _Context, reason: str | None) -> None:
 def fleet_resume(ctx: _Context) -> None:
     """Assign jobs again."""
     with _one_line_errors(), transaction(ctx.client.engine) as conn:
-        jobstore.set_assignment_paused(conn, False, "cli", None)
+        store.set_assignment_paused(conn, False, "cli", None)
     click.echo("assignment resumed")
 
 

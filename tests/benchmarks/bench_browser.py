@@ -28,11 +28,11 @@ import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common import jobstore
+from scrapefleet.common import store
 from scrapefleet.common.db import libpq_url, make_engine, sqlalchemy_url
-from scrapefleet.common.jobstore import NewJob
 from scrapefleet.common.migrate import upgrade
 from scrapefleet.common.settings import Settings, load_settings
+from scrapefleet.common.store import NewJob
 from scrapefleet.consumer.browser_stack import BrowserStack
 from scrapefleet.consumer.daemon import Consumer
 from scrapefleet.consumer.selenium_actions import FetchPageParams, fetch_page
@@ -98,8 +98,8 @@ def run_consumer(engine: Engine, settings: Settings, urls: list[str], label: str
     with engine.begin() as conn:
         conn.execute(sa.text("TRUNCATE jobs, hosts, job_events, host_events RESTART IDENTITY"))
         jobs = [NewJob("fetch_page", {"url": url}, max_attempts=3) for url in urls]
-        ids = jobstore.insert_jobs(conn, jobs, default_max_attempts=3).ids
-        jobstore.assign_jobs(conn, [(i, HOST) for i in ids])
+        ids = store.insert_jobs(conn, jobs, default_max_attempts=3).ids
+        store.assign_jobs(conn, [(i, HOST) for i in ids])
     consumer = Consumer(settings, engine, HOST)
     thread = threading.Thread(target=consumer.run, kwargs={"until_idle": True}, daemon=True)
     run = Run(label)
@@ -111,8 +111,8 @@ def run_consumer(engine: Engine, settings: Settings, urls: list[str], label: str
             # The producer's part: a job released by a stack fault goes back to this host.
             state = conn.execute(sa.text("SELECT state FROM hosts WHERE name = :h"), {"h": HOST})
             if state.scalar() == "active":
-                due = jobstore.lock_pending_jobs(conn, 100)
-                jobstore.assign_jobs(conn, [(p.id, HOST) for p in due])
+                due = store.lock_pending_jobs(conn, 100)
+                store.assign_jobs(conn, [(p.id, HOST) for p in due])
         with engine.connect() as conn:
             done = conn.execute(
                 sa.text("SELECT count(*) FROM jobs WHERE status IN ('completed', 'failed')")

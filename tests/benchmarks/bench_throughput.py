@@ -22,12 +22,12 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common import jobstore
+from scrapefleet.common import store
 from scrapefleet.common.db import libpq_url, make_engine
 from scrapefleet.common.host_status import write_status
-from scrapefleet.common.jobstore import HostSpec, NewJob
 from scrapefleet.common.local.local_fleet import LocalFleet
 from scrapefleet.common.settings import load_settings
+from scrapefleet.common.store import HostSpec, NewJob
 from scrapefleet.producer.daemon import Producer
 from scrapefleet.producer.probe import LocalProbe
 from tests.host_status_factory import status_for
@@ -56,7 +56,7 @@ def _wait(engine: Engine, sql: str, until: int, timeout_s: float) -> None:
 
 def _submit(engine: Engine, count: int) -> None:
     with engine.begin() as conn:
-        jobstore.insert_jobs(conn, [NewJob("noop")] * count, default_max_attempts=3)
+        store.insert_jobs(conn, [NewJob("noop")] * count, default_max_attempts=3)
 
 
 def end_to_end(url: str, jobs: int, hosts: int) -> dict[str, float]:
@@ -65,7 +65,7 @@ def end_to_end(url: str, jobs: int, hosts: int) -> dict[str, float]:
     names = [f"bench-{i:02d}" for i in range(hosts)]
     with engine.begin() as conn:
         for name in names:
-            jobstore.add_host(conn, HostSpec(name=name, capacity=6))
+            store.add_host(conn, HostSpec(name=name, capacity=6))
     state = Path(tempfile.mkdtemp(prefix="scrapefleet-bench-"))
     fleet = LocalFleet(url, state, names, env=FLEET_ENV)
     try:
@@ -130,9 +130,9 @@ def cycle_time(url: str, history_rows: int, hosts: int = 10, cycles: int = 40) -
             {"n": history_rows},
         )
         conn.execute(sa.text("ALTER TABLE jobs ENABLE TRIGGER USER"))
-        jobstore.insert_jobs(conn, [NewJob("noop")] * 1000, default_max_attempts=3)
+        store.insert_jobs(conn, [NewJob("noop")] * 1000, default_max_attempts=3)
         for name in names:
-            jobstore.add_host(conn, HostSpec(name=name, capacity=6))
+            store.add_host(conn, HostSpec(name=name, capacity=6))
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(sa.text("VACUUM ANALYZE jobs"))
     settings = load_settings(database_url=url, state_dir=state, log_level="WARNING")

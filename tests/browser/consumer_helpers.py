@@ -1,4 +1,4 @@
-"""A real Consumer with its own browser stack, run in a thread, fed through jobstore.
+"""A real Consumer with its own browser stack, run in a thread, fed through store.
 
 The tests stand in for the producer: they queue jobs on the host with insert_jobs + assign_jobs,
 and ``assign_due`` gives released or retried jobs back to the host, as the producer would while
@@ -19,11 +19,11 @@ import sqlalchemy as sa
 from pydantic import BaseModel
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common import jobstore
+from scrapefleet.common import store
 from scrapefleet.common.actions import register
 from scrapefleet.common.db import make_engine
-from scrapefleet.common.jobstore import NewJob
 from scrapefleet.common.settings import Settings, load_settings
+from scrapefleet.common.store import NewJob
 from scrapefleet.consumer.daemon import Consumer
 from scrapefleet.consumer.selenium_actions import navigate
 from scrapefleet.consumer.stack_processes import is_gone
@@ -70,8 +70,8 @@ def consumer_settings(tmp_path: Path, database_url: str, **overrides: Any) -> Se
 
 def queue_jobs(engine: Engine, jobs: list[NewJob], host: str = HOST) -> list[int]:
     with engine.begin() as conn:
-        ids = jobstore.insert_jobs(conn, jobs, default_max_attempts=1).ids
-        jobstore.assign_jobs(conn, [(i, host) for i in ids])
+        ids = store.insert_jobs(conn, jobs, default_max_attempts=1).ids
+        store.assign_jobs(conn, [(i, host) for i in ids])
     return ids
 
 
@@ -83,8 +83,8 @@ def assign_due(engine: Engine, host: str = HOST) -> None:
         ).scalar()
         if state != "active":
             return
-        due = jobstore.lock_pending_jobs(conn, 100)
-        jobstore.assign_jobs(conn, [(p.id, host) for p in due])
+        due = store.lock_pending_jobs(conn, 100)
+        store.assign_jobs(conn, [(p.id, host) for p in due])
 
 
 def fetch(site_url: str, **extra: Any) -> NewJob:

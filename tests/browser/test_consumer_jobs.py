@@ -8,7 +8,7 @@ import pytest
 from prometheus_client import REGISTRY
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common.jobstore import NewJob
+from scrapefleet.common.store import NewJob
 from tests.browser.consumer_helpers import (
     consumer_settings,
     consumer_thread,

@@ -26,11 +26,11 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common import jobstore
-from scrapefleet.common.jobstore import NewJob
+from scrapefleet.common import store
 from scrapefleet.common.ops.dashboard.app import create_app
 from scrapefleet.common.ops.dashboard.server import DashboardServer
 from scrapefleet.common.settings import Settings
+from scrapefleet.common.store import NewJob
 from scrapefleet.producer.daemon import Producer
 from tests.integration.producer_helpers import (
     add_hosts,
@@ -149,7 +149,7 @@ def seed_fleet(engine: Engine, settings: Settings) -> None:
             ),
             {"ids": done},
         )
-        jobstore.drain_host(conn, "h2")
+        store.drain_host(conn, "h2")
 
 
 def post(url: str, fields: dict[str, str]) -> int:

@@ -11,9 +11,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common import jobstore
-from scrapefleet.common.jobstore import HostSpec, NewJob
+from scrapefleet.common import store
 from scrapefleet.common.local.local_fleet import LocalFleet
+from scrapefleet.common.store import HostSpec, NewJob
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -63,13 +63,13 @@ def fleet_factory(database_url: str, tmp_path: Path) -> Iterator[Callable[..., L
 def _submit(engine: Engine, count: int, sleep_s: float) -> list[int]:
     with engine.begin() as conn:
         jobs = [NewJob("noop", {"sleep_s": sleep_s}, max_attempts=5) for _ in range(count)]
-        return jobstore.insert_jobs(conn, jobs, default_max_attempts=5).ids
+        return store.insert_jobs(conn, jobs, default_max_attempts=5).ids
 
 
 def _add_hosts(engine: Engine, names: list[str], capacity: int) -> None:
     with engine.begin() as conn:
         for name in names:
-            jobstore.add_host(conn, HostSpec(name=name, capacity=capacity))
+            store.add_host(conn, HostSpec(name=name, capacity=capacity))
 
 
 def test_consumer_killed_mid_job_loses_nothing_and_runs_nothing_twice(

@@ -10,9 +10,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common import jobstore
-from scrapefleet.common.jobstore import HostSpec
+from scrapefleet.common import store
 from scrapefleet.common.local.local_fleet import LocalFleet
+from scrapefleet.common.store import HostSpec
 from tests.cli_helpers import run_cli
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
@@ -62,7 +62,7 @@ def test_user_actions_validate_at_submit_and_run_on_a_consumer(
     assert good.returncode == 0, good.stderr
 
     with engine.begin() as conn:
-        jobstore.add_host(conn, HostSpec(name="u1", capacity=2))
+        store.add_host(conn, HostSpec(name="u1", capacity=2))
     env = {
         **user_env,
         "SCRAPEFLEET_PRODUCER_INTERVAL_S": "0.3",

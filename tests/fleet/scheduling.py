@@ -25,11 +25,11 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common import jobstore
+from scrapefleet.common import store
 from scrapefleet.common.db import make_engine
 from scrapefleet.common.host_status import parse_status
-from scrapefleet.common.jobstore import HostSpec, NewJob
 from scrapefleet.common.settings import Settings, load_settings
+from scrapefleet.common.store import HostSpec, NewJob
 from scrapefleet.producer.daemon import Producer
 from tests.fleet.harness import Fleet, FleetHost
 from tests.waiting import wait_for
@@ -78,7 +78,7 @@ class SchedulingFleet:
                     ssh_port=host.port,
                     ssh_user=self.fleet.user,
                 )
-                jobstore.add_host(conn, spec)
+                store.add_host(conn, spec)
         for host in self.fleet.hosts.values():
             self.use_status_command(host)
             self.write_boot_id(host)
@@ -191,7 +191,7 @@ class SchedulingFleet:
     def submit(self, count: int, sleep_s: float) -> list[int]:
         jobs = [NewJob(kind="noop", payload={"sleep_s": sleep_s}) for _ in range(count)]
         with self.engine.begin() as conn:
-            return jobstore.insert_jobs(conn, jobs, default_max_attempts=3).ids
+            return store.insert_jobs(conn, jobs, default_max_attempts=3).ids
 
     def rows(self, sql: str, **params: Any) -> list[Any]:
         with self.engine.connect() as conn:

@@ -10,11 +10,11 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common import jobstore
+from scrapefleet.common import store
 from scrapefleet.common.constants import PRODUCER_ADVISORY_LOCK_KEY
 from scrapefleet.common.host_status import write_status
-from scrapefleet.common.jobstore import HostSpec, NewJob
 from scrapefleet.common.settings import Settings, load_settings
+from scrapefleet.common.store import HostSpec, NewJob
 from tests.host_status_factory import status_for
 
 GIB = 1024**3
@@ -34,7 +34,7 @@ def producer_settings(database_url: str, state_dir: Path, **overrides: Any) -> S
 def add_hosts(engine: Engine, capacities: dict[str, int]) -> None:
     with engine.begin() as conn:
         for name, capacity in capacities.items():
-            jobstore.add_host(conn, HostSpec(name=name, capacity=capacity))
+            store.add_host(conn, HostSpec(name=name, capacity=capacity))
 
 
 def publish_status(
@@ -63,7 +63,7 @@ def publish_status(
 
 def submit(engine: Engine, jobs: Sequence[NewJob]) -> list[int]:
     with engine.begin() as conn:
-        return jobstore.insert_jobs(conn, jobs, default_max_attempts=3).ids
+        return store.insert_jobs(conn, jobs, default_max_attempts=3).ids
 
 
 def statuses(engine: Engine) -> dict[int, tuple[str, str | None]]:

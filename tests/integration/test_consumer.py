@@ -1,6 +1,6 @@
 """The consumer daemon against real PostgreSQL: in a thread, or as `scrapefleet-consumer`.
 
-The tests stand in for the producer: they queue jobs on a host with jobstore.insert_jobs +
+The tests stand in for the producer: they queue jobs on a host with store.insert_jobs +
 assign_jobs, and where a job goes back to pending (retry, recovery) a small loop assigns the
 due ones again. Every wait is on a condition with a deadline.
 """
@@ -24,11 +24,11 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common import jobstore
+from scrapefleet.common import store
 from scrapefleet.common.db import make_engine
 from scrapefleet.common.host_status import parse_status, read_status
-from scrapefleet.common.jobstore import NewJob
 from scrapefleet.common.settings import Settings, load_settings
+from scrapefleet.common.store import NewJob
 from scrapefleet.consumer.daemon import Consumer
 from tests.waiting import scaled, wait_for
 
@@ -63,16 +63,16 @@ def make_settings(tmp_path: Path, database_url: str, **overrides: Any) -> Settin
 def queue_jobs(engine: Engine, jobs: list[NewJob], host: str = HOST) -> list[int]:
     """Stand in for the producer: insert and assign to ``host`` (NOTIFYs it)."""
     with engine.begin() as conn:
-        ids = jobstore.insert_jobs(conn, jobs, default_max_attempts=3).ids
-        jobstore.assign_jobs(conn, [(i, host) for i in ids])
+        ids = store.insert_jobs(conn, jobs, default_max_attempts=3).ids
+        store.assign_jobs(conn, [(i, host) for i in ids])
     return ids
 
 
 def assign_due_pending(engine: Engine, host: str = HOST) -> None:
     """The producer's part for retried and recovered jobs: due pending jobs to ``host``."""
     with engine.begin() as conn:
-        due = jobstore.lock_pending_jobs(conn, 100)
-        jobstore.assign_jobs(conn, [(p.id, host) for p in due])
+        due = store.lock_pending_jobs(conn, 100)
+        store.assign_jobs(conn, [(p.id, host) for p in due])
 
 
 def statuses(engine: Engine, ids: list[int]) -> dict[int, str]:
@@ -273,12 +273,12 @@ def test_recovers_its_own_processing_jobs_at_start(
 ) -> None:
     settings = make_settings(tmp_path, database_url)
     with engine.begin() as conn:
-        jobstore.register_consumer(conn, HOST, 6, "boot-0")
+        store.register_consumer(conn, HOST, 6, "boot-0")
     again, exhausted = queue_jobs(
         engine, [NewJob("noop", max_attempts=3), NewJob("noop", max_attempts=1)]
     )
     with engine.begin() as conn:  # a consumer claimed them, then died
-        assert len(jobstore.claim_jobs(conn, HOST, 6).jobs) == 2
+        assert len(store.claim_jobs(conn, HOST, 6).jobs) == 2
     with consumer_thread(settings, database_url):
         wait_for(lambda: all_in(engine, [exhausted], "failed"), what="exhausted job failed")
         wait_for(
@@ -314,7 +314,7 @@ def test_operator_drain_then_enable(engine: Engine, database_url: str, tmp_path:
         (long_job,) = queue_jobs(engine, [NewJob("noop", {"sleep_s": 1.0})])
         wait_for(lambda: all_in(engine, [long_job], "processing"), what="job processing")
         with engine.begin() as conn:
-            jobstore.drain_host(conn, HOST)
+            store.drain_host(conn, HOST)
         wait_for(lambda: consumer.state == "draining", what="consumer sees the drain")
         # In-flight work finishes while draining; work queued anyway is not claimed.
         held = queue_jobs(engine, [NewJob("noop")])
@@ -323,7 +323,7 @@ def test_operator_drain_then_enable(engine: Engine, database_url: str, tmp_path:
         assert all_in(engine, held, "queued")
         assert read_status(settings.state_dir, HOST).state == "draining"
         with engine.begin() as conn:
-            jobstore.enable_host(conn, HOST)
+            store.enable_host(conn, HOST)
         wait_for(lambda: all_in(engine, held, "completed"), what="claims again once enabled")
         assert consumer.state == "active"
 
@@ -431,7 +431,7 @@ def test_until_idle_exits_when_nothing_is_left(
 ) -> None:
     settings = make_settings(tmp_path, database_url)
     with engine.begin() as conn:
-        jobstore.register_consumer(conn, HOST, 6, "boot-1")
+        store.register_consumer(conn, HOST, 6, "boot-1")
     ids = queue_jobs(engine, [NewJob("noop") for _ in range(3)])
     result = subprocess.run(
         [CONSUMER_BIN, "--host", HOST, "--until-idle"],

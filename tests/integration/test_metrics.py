@@ -11,8 +11,8 @@ import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common import jobstore
-from scrapefleet.common.jobstore import NewJob
+from scrapefleet.common import store
+from scrapefleet.common.store import NewJob
 from scrapefleet.producer.daemon import Producer
 from tests.integration.producer_helpers import (
     add_hosts,
@@ -57,10 +57,10 @@ def test_producer_metrics_match_the_database(
     submit(engine, [NewJob("http_get", {"url": "http://127.0.0.1:9/"}) for _ in range(4)])
     with engine.begin() as conn:
         conn.execute(sa.text("UPDATE jobs SET status = 'failed', finished_at = now() WHERE id = 8"))
-        jobstore.reset_restart_counter(conn, "h1", {"duration_s": 1.0})
-        jobstore.reset_restart_counter(conn, "h1", {"duration_s": 1.2})
-        jobstore.set_host_state(conn, "h1", "rebooting", "test")
-        jobstore.set_host_state(conn, "h1", "active", "test")
+        store.reset_restart_counter(conn, "h1", {"duration_s": 1.0})
+        store.reset_restart_counter(conn, "h1", {"duration_s": 1.2})
+        store.set_host_state(conn, "h1", "rebooting", "test")
+        store.set_host_state(conn, "h1", "active", "test")
     port = free_port()
     settings = producer_settings(
         database_url, tmp_path, metrics_port=port, metrics_refresh_s=0.1, probe_failures_offline=50
@@ -71,7 +71,7 @@ def test_producer_metrics_match_the_database(
         # Let it assign (h1 has 2 free slots), then freeze the counts with a pause.
         wait_for(lambda: producer.total_assigned >= 2, 10, "first assignment")
         with engine.begin() as conn:
-            jobstore.set_assignment_paused(conn, True, "test", None)
+            store.set_assignment_paused(conn, True, "test", None)
         expected = database_job_counts(engine)
 
         def jobs_metric_matches() -> bool:

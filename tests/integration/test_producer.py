@@ -23,11 +23,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common import jobstore
+from scrapefleet.common import store
 from scrapefleet.common.clock import utcnow
 from scrapefleet.common.errors import ProbeError
 from scrapefleet.common.host_status import HostStatus
-from scrapefleet.common.jobstore import NewJob
+from scrapefleet.common.store import NewJob
 from scrapefleet.producer.daemon import Producer
 from scrapefleet.producer.probe import HostTarget
 from scrapefleet.producer.probing import RoutingProbe
@@ -105,7 +105,7 @@ def test_doubtful_hosts_get_no_work(engine: Engine, tmp_path: Path, make_produce
     publish_status(tmp_path, "drained")
     publish_status(tmp_path, "ok")
     with engine.begin() as conn:
-        jobstore.drain_host(conn, "drained")
+        store.drain_host(conn, "drained")
     submit(engine, [NewJob("noop") for _ in range(10)])
 
     make_producer().run_cycle()
@@ -125,9 +125,9 @@ def test_lock_keys_never_overlap(engine: Engine, tmp_path: Path, make_producer: 
     assert producer.run_cycle().assigned == 0  # keys still busy
     with engine.begin() as conn:
         for host in ("h1", "h2"):
-            for job in jobstore.claim_jobs(conn, host, 6).jobs:
+            for job in store.claim_jobs(conn, host, 6).jobs:
                 if job.lock_key == "acct-0":
-                    jobstore.complete_job(conn, host, job.id, job.attempt, {})
+                    store.complete_job(conn, host, job.id, job.attempt, {})
     assert producer.run_cycle().assigned == 1  # the next acct-0 job, and only it
     jobs = statuses(engine)
     assert jobs[ids[3]][0] == "queued" and jobs[ids[6]][0] == "pending"
@@ -169,8 +169,8 @@ def test_stale_processing_jobs_are_rescued_and_live_ones_kept(
         engine, [NewJob("noop"), NewJob("noop"), NewJob("noop", max_attempts=1)]
     )
     with engine.begin() as conn:
-        jobstore.assign_jobs(conn, [(stale, "h1"), (live, "h1"), (last_attempt, "h1")])
-        jobstore.claim_jobs(conn, "h1", 6)
+        store.assign_jobs(conn, [(stale, "h1"), (live, "h1"), (last_attempt, "h1")])
+        store.claim_jobs(conn, "h1", 6)
         conn.execute(
             sa.text(
                 "UPDATE jobs SET heartbeat_at = now() - interval '1 hour' WHERE id = ANY(:ids)"
@@ -193,9 +193,9 @@ def test_queued_jobs_of_a_host_offline_past_grace_return_to_pending(
     add_hosts(engine, {"gone": 6, "recent": 6})
     ids = submit(engine, [NewJob("noop"), NewJob("noop")])
     with engine.begin() as conn:
-        jobstore.assign_jobs(conn, [(ids[0], "gone"), (ids[1], "recent")])
+        store.assign_jobs(conn, [(ids[0], "gone"), (ids[1], "recent")])
         for name in ("gone", "recent"):
-            jobstore.set_host_state(conn, name, "offline", "test")
+            store.set_host_state(conn, name, "offline", "test")
         conn.execute(
             sa.text(
                 "UPDATE hosts SET state_changed_at = now() - interval '10 minutes'"
@@ -254,7 +254,7 @@ def test_cap_and_lock_keys_hold_under_interleaved_cycles_claims_and_completions(
                 assert report.error is None
             elif op[0] == "claim":
                 with engine.begin() as conn:
-                    jobstore.claim_jobs(conn, names[op[1]], op[2])
+                    store.claim_jobs(conn, names[op[1]], op[2])
             else:
                 _complete_some(engine, names[op[1]], op[2])
             for host, n in in_flight_per_host(engine).items():
@@ -297,7 +297,7 @@ def _complete_some(engine: Engine, host: str, n: int) -> None:
             {"h": host, "n": n},
         ).all()
         for row in rows:
-            assert jobstore.complete_job(conn, host, row.id, row.attempts, {})
+            assert store.complete_job(conn, host, row.id, row.attempts, {})
 
 
 # ---------------------------------------------------------------- the daemon
@@ -314,8 +314,8 @@ def test_a_finished_job_is_refilled_at_once_not_at_the_next_tick(
     wait_for(lambda: statuses(engine)[first][0] == "queued", what="the first assignment")
     wait_for(lambda: producer.listening, what="the wake-up listener")
     with engine.begin() as conn:
-        (job,) = jobstore.claim_jobs(conn, "h1", 1).jobs
-        assert jobstore.complete_job(conn, "h1", job.id, job.attempt, {})  # NOTIFYs
+        (job,) = store.claim_jobs(conn, "h1", 1).jobs
+        assert store.complete_job(conn, "h1", job.id, job.attempt, {})  # NOTIFYs
     wait_for(lambda: statuses(engine)[second][0] == "queued", 5, "the refill on NOTIFY")
 
 

@@ -8,7 +8,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from scrapefleet.common import jobstore, queries
+from scrapefleet.common import queries, store
 
 pytestmark = pytest.mark.integration
 
@@ -40,8 +40,8 @@ def test_hot_queries_use_partial_indexes_at_one_million_rows(engine: Engine) -> 
     with engine.connect() as conn:
         conn.execute(sa.text("ANALYZE jobs"))
         assert conn.execute(sa.text("SELECT count(*) FROM jobs")).scalar_one() == 1_000_000
-        pending = _plan(conn, jobstore.LOCK_PENDING_SQL, limit=240)
-        claim = _plan(conn, jobstore.CLAIM_SQL, host="h3", limit=6)
+        pending = _plan(conn, store.LOCK_PENDING_SQL, limit=240)
+        claim = _plan(conn, store.CLAIM_SQL, host="h3", limit=6)
         in_flight = _plan(conn, queries.IN_FLIGHT_BY_HOST_SQL)
     assert "jobs_pending_idx" in pending and "Seq Scan" not in pending, pending
     assert "jobs_in_flight_by_host_idx" in claim and "Seq Scan" not in claim, claim

@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common.jobstore import NewJob
+from scrapefleet.common.store import NewJob
 from scrapefleet.producer.retention import run_retention
 from tests.integration.producer_helpers import producer_settings, submit
 

@@ -14,8 +14,8 @@ from sqlalchemy.engine import Engine
 
 from scrapefleet.common.api import Client
 from scrapefleet.common.errors import SubmitError
-from scrapefleet.common.jobstore import NewJob
 from scrapefleet.common.settings import Settings
+from scrapefleet.common.store import NewJob
 from scrapefleet.common.submit_file import validate_job
 from scrapefleet.common.webhook_signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 from scrapefleet.producer.daemon import Producer

@@ -8,7 +8,7 @@ from pydantic import BaseModel
 
 from scrapefleet.common.actions import register
 from scrapefleet.common.errors import StackError
-from scrapefleet.common.jobstore import ClaimedJob
+from scrapefleet.common.store import ClaimedJob
 from scrapefleet.consumer.runner import run_job
 
 

@@ -3,8 +3,8 @@
 No token configured: every control is a 403 and the pages hide the forms (read-only). A token
 is accepted from the form (``token`` field) or from an HttpOnly, SameSite=Strict cookie set by
 the "unlock" form, so another site can never post with it. Wrong or missing token: 403.
-Changes go through common.jobstore, like the CLI's; after a control the browser is redirected
-back (POST, redirect, GET), with a one-line notice.
+Changes go through scrapefleet.common.store, like the CLI's; after a control the browser is
+redirected back (POST, redirect, GET), with a one-line notice.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from flask import Blueprint, current_app, flash, redirect, request, url_for
 from werkzeug.exceptions import Forbidden
 from werkzeug.wrappers import Response
 
-from scrapefleet.common import jobstore
+from scrapefleet.common import store
 from scrapefleet.common.db import transaction
 from scrapefleet.common.errors import NotFound, SubmitError
-from scrapefleet.common.jobstore import JobFilter
 from scrapefleet.common.logging_setup import fields
 from scrapefleet.common.ops.dashboard.inputs import BadInput, parse_job_ids
 from scrapefleet.common.settings import Settings
+from scrapefleet.common.store import JobFilter
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def assignment() -> Response:
         raise BadInput("action must be pause or resume")
     reason = (request.form.get("reason") or "").strip()[:MAX_REASON] or None
     with transaction(current_app.config["SCRAPEFLEET_ENGINE"]) as conn:
-        jobstore.set_assignment_paused(conn, action == "pause", _who(), reason)
+        store.set_assignment_paused(conn, action == "pause", _who(), reason)
     log.warning("assignment %s from the dashboard", f"{action}d", extra=fields(action=action))
     flash(f"assignment {action}d for the whole fleet")
     return _back(url_for("overview"))
@@ -102,10 +102,10 @@ def host(name: str) -> Response:
     try:
         with transaction(engine) as conn:
             if action == "drain":
-                handed = jobstore.drain_host(conn, name, f"drained from the {_who()}")
+                handed = store.drain_host(conn, name, f"drained from the {_who()}")
                 notice = f"host {name} draining; {len(handed)} queued job(s) handed back"
             elif action == "enable":
-                jobstore.enable_host(conn, name)
+                store.enable_host(conn, name)
                 notice = f"host {name} active"
             else:
                 raise BadInput("action must be drain or enable")
@@ -127,9 +127,9 @@ def jobs() -> Response:
     try:
         with transaction(engine) as conn:
             if action == "retry":
-                moved = jobstore.retry_jobs(conn, JobFilter(ids=ids))
+                moved = store.retry_jobs(conn, JobFilter(ids=ids))
             elif action == "cancel":
-                moved = jobstore.cancel_jobs(conn, JobFilter(ids=ids))
+                moved = store.cancel_jobs(conn, JobFilter(ids=ids))
             else:
                 raise BadInput("action must be retry or cancel")
     except SubmitError as exc:

@@ -1,4 +1,4 @@
-"""Read-only SQL of the dashboard's pages (every write goes through common.jobstore)."""
+"""Read-only SQL of the dashboard's pages (every write goes through scrapefleet.common.store)."""
 
 from __future__ import annotations
 

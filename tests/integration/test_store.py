@@ -8,16 +8,16 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common import jobstore, queries
+from scrapefleet.common import queries, store
 from scrapefleet.common.clock import utcnow
-from scrapefleet.common.jobstore import HostSpec, JobFilter, NewJob
+from scrapefleet.common.store import HostSpec, JobFilter, NewJob
 
 pytestmark = pytest.mark.integration
 
 
 def _setup_host(engine: Engine, name: str = "h1", capacity: int = 6) -> None:
     with engine.begin() as conn:
-        jobstore.add_host(conn, HostSpec(name=name, capacity=capacity))
+        store.add_host(conn, HostSpec(name=name, capacity=capacity))
 
 
 def _statuses(engine: Engine) -> dict[int, str]:
@@ -27,12 +27,12 @@ def _statuses(engine: Engine) -> dict[int, str]:
 
 def test_insert_skips_unfinished_dedupe_keys(engine: Engine) -> None:
     with engine.begin() as conn:
-        first = jobstore.insert_jobs(
+        first = store.insert_jobs(
             conn,
             [NewJob("noop", dedupe_key="a"), NewJob("noop", dedupe_key="a"), NewJob("noop")],
             default_max_attempts=3,
         )
-        again = jobstore.insert_jobs(conn, [NewJob("noop", dedupe_key="a")], default_max_attempts=3)
+        again = store.insert_jobs(conn, [NewJob("noop", dedupe_key="a")], default_max_attempts=3)
     assert len(first.ids) == 2 and first.skipped_duplicates == 1
     assert again.ids == [] and again.skipped_duplicates == 1
 
@@ -40,18 +40,18 @@ def test_insert_skips_unfinished_dedupe_keys(engine: Engine) -> None:
 def test_full_flow_is_audited(engine: Engine) -> None:
     _setup_host(engine)
     with engine.begin() as conn:
-        (job_id,) = jobstore.insert_jobs(conn, [NewJob("noop")], default_max_attempts=3).ids
-        pending = jobstore.lock_pending_jobs(conn, 10)
+        (job_id,) = store.insert_jobs(conn, [NewJob("noop")], default_max_attempts=3).ids
+        pending = store.lock_pending_jobs(conn, 10)
         assert [p.id for p in pending] == [job_id]
-        assert jobstore.assign_jobs(conn, [(job_id, "h1")]) == [(job_id, "h1")]
+        assert store.assign_jobs(conn, [(job_id, "h1")]) == [(job_id, "h1")]
     with engine.begin() as conn:
-        claim = jobstore.claim_jobs(conn, "h1", 6)
+        claim = store.claim_jobs(conn, "h1", 6)
     assert [j.id for j in claim.jobs] == [job_id] and claim.jobs[0].attempt == 1
     assert claim.jobs_since_restart == 1
     with engine.begin() as conn:
-        assert jobstore.complete_job(conn, "h1", job_id, 1, {"ok": True})
+        assert store.complete_job(conn, "h1", job_id, 1, {"ok": True})
         # A second completion of the same attempt cannot happen.
-        assert not jobstore.complete_job(conn, "h1", job_id, 1, {"ok": True})
+        assert not store.complete_job(conn, "h1", job_id, 1, {"ok": True})
         events = queries.job_events(conn, job_id)
     assert [(e["from_status"], e["to_status"]) for e in events] == [
         (None, "pending"),
@@ -64,7 +64,7 @@ def test_full_flow_is_audited(engine: Engine) -> None:
 def test_failed_attempt_retries_then_fails(engine: Engine) -> None:
     _setup_host(engine)
     with engine.begin() as conn:
-        (job_id,) = jobstore.insert_jobs(
+        (job_id,) = store.insert_jobs(
             conn, [NewJob("noop", max_attempts=2)], default_max_attempts=3
         ).ids
     for attempt, retry_at, expected in (
@@ -72,9 +72,9 @@ def test_failed_attempt_retries_then_fails(engine: Engine) -> None:
         (2, None, "failed"),
     ):
         with engine.begin() as conn:
-            jobstore.assign_jobs(conn, [(job_id, "h1")])
-            assert jobstore.claim_jobs(conn, "h1", 6).jobs[0].attempt == attempt
-            status = jobstore.fail_attempt(
+            store.assign_jobs(conn, [(job_id, "h1")])
+            assert store.claim_jobs(conn, "h1", 6).jobs[0].attempt == attempt
+            status = store.fail_attempt(
                 conn, "h1", job_id, attempt, "Traceback...\nRuntimeError: boom\n", retry_at=retry_at
             )
         assert status == expected
@@ -86,46 +86,46 @@ def test_failed_attempt_retries_then_fails(engine: Engine) -> None:
 def test_lock_key_cannot_be_in_flight_twice(engine: Engine) -> None:
     _setup_host(engine)
     with engine.begin() as conn:
-        ids = jobstore.insert_jobs(
+        ids = store.insert_jobs(
             conn,
             [NewJob("noop", lock_key="acct-1"), NewJob("noop", lock_key="acct-1")],
             default_max_attempts=3,
         ).ids
-        jobstore.assign_jobs(conn, [(ids[0], "h1")])
+        store.assign_jobs(conn, [(ids[0], "h1")])
     with pytest.raises(sa.exc.IntegrityError), engine.begin() as conn:
-        jobstore.assign_jobs(conn, [(ids[1], "h1")])
+        store.assign_jobs(conn, [(ids[1], "h1")])
 
 
 def test_recover_and_rescue(engine: Engine) -> None:
     _setup_host(engine)
     with engine.begin() as conn:
-        ids = jobstore.insert_jobs(
+        ids = store.insert_jobs(
             conn,
             [NewJob("noop", max_attempts=1), NewJob("noop", max_attempts=2)],
             default_max_attempts=3,
         ).ids
-        jobstore.assign_jobs(conn, [(i, "h1") for i in ids])
-        jobstore.claim_jobs(conn, "h1", 6)
+        store.assign_jobs(conn, [(i, "h1") for i in ids])
+        store.claim_jobs(conn, "h1", 6)
     with engine.begin() as conn:
-        assert jobstore.rescue_stale_processing(conn, 60) == []  # still heartbeating
+        assert store.rescue_stale_processing(conn, 60) == []  # still heartbeating
         conn.execute(sa.text("UPDATE jobs SET heartbeat_at = now() - interval '2 minutes'"))
     with engine.begin() as conn:
-        assert sorted(jobstore.rescue_stale_processing(conn, 60)) == ids
+        assert sorted(store.rescue_stale_processing(conn, 60)) == ids
     assert _statuses(engine) == {ids[0]: "failed", ids[1]: "pending"}
 
 
 def test_operator_cancel_retry_drain(engine: Engine) -> None:
     _setup_host(engine)
     with engine.begin() as conn:
-        ids = jobstore.insert_jobs(
+        ids = store.insert_jobs(
             conn, [NewJob("noop"), NewJob("noop"), NewJob("http_get")], default_max_attempts=3
         ).ids
-        jobstore.assign_jobs(conn, [(ids[0], "h1")])
-        assert jobstore.drain_host(conn, "h1") == [ids[0]]
-        assert jobstore.cancel_jobs(conn, JobFilter(kind="noop")) == ids[:2]
-        assert jobstore.retry_jobs(conn, JobFilter(ids=[ids[0]])) == [ids[0]]
+        store.assign_jobs(conn, [(ids[0], "h1")])
+        assert store.drain_host(conn, "h1") == [ids[0]]
+        assert store.cancel_jobs(conn, JobFilter(kind="noop")) == ids[:2]
+        assert store.retry_jobs(conn, JobFilter(ids=[ids[0]])) == [ids[0]]
         with pytest.raises(Exception, match="refusing"):
-            jobstore.cancel_jobs(conn, JobFilter())
+            store.cancel_jobs(conn, JobFilter())
         state = conn.execute(sa.text("SELECT state FROM hosts WHERE name='h1'")).scalar()
     assert state == "draining"
     assert _statuses(engine) == {ids[0]: "pending", ids[1]: "cancelled", ids[2]: "pending"}
@@ -133,11 +133,11 @@ def test_operator_cancel_retry_drain(engine: Engine) -> None:
 
 def test_register_consumer_resets_since_boot_on_new_boot_id(engine: Engine) -> None:
     with engine.begin() as conn:
-        reg = jobstore.register_consumer(conn, "h9", 4, "boot-a")
+        reg = store.register_consumer(conn, "h9", 4, "boot-a")
         assert (reg.capacity, reg.state) == (4, "active")
         conn.execute(sa.text("UPDATE hosts SET jobs_since_boot = 7, jobs_since_restart = 3"))
-        assert jobstore.register_consumer(conn, "h9", 4, "boot-a").jobs_since_boot == 7
-        assert jobstore.register_consumer(conn, "h9", 4, "boot-b").jobs_since_boot == 0
+        assert store.register_consumer(conn, "h9", 4, "boot-a").jobs_since_boot == 7
+        assert store.register_consumer(conn, "h9", 4, "boot-b").jobs_since_boot == 0
 
 
 def test_releases_are_free_only_a_few_times(engine: Engine) -> None:
@@ -146,15 +146,15 @@ def test_releases_are_free_only_a_few_times(engine: Engine) -> None:
 
     _setup_host(engine)
     with engine.begin() as conn:
-        (job_id,) = jobstore.insert_jobs(
+        (job_id,) = store.insert_jobs(
             conn, [NewJob("noop", max_attempts=2)], default_max_attempts=3
         ).ids
     outcomes = []
     for _ in range(FREE_RELEASES_PER_JOB + 2):
         with engine.begin() as conn:
-            jobstore.assign_jobs(conn, [(job_id, "h1")])
-            attempt = jobstore.claim_jobs(conn, "h1", 6).jobs[0].attempt
-            assert jobstore.release_job(conn, "h1", job_id, attempt, "stack down")
+            store.assign_jobs(conn, [(job_id, "h1")])
+            attempt = store.claim_jobs(conn, "h1", 6).jobs[0].attempt
+            assert store.release_job(conn, "h1", job_id, attempt, "stack down")
             outcomes.append(
                 conn.execute(
                     sa.text("SELECT status, attempts FROM jobs WHERE id = :id"), {"id": job_id}
