@@ -1,7 +1,6 @@
 #!/bin/sh
 # Installs what the Ansible tests (tests/ansible) need beyond the test extras (ansible-core and
 # ansible-lint come from pyproject's `test` extra):
-#   - sudo, for `visudo -cf` (the consumer role validates its sudoers rule with it);
 #   - systemd's `systemd-analyze` (verifies the rendered units), PostgreSQL 15 (the database
 #     role's throwaway cluster) and python3-apt (Ansible's apt module on the test hosts);
 #   - build/wheelhouse: wheels of scrapefleet's dependencies and of its build backend, so the
@@ -12,7 +11,6 @@ set -eu
 cd "$(dirname "$0")/.."
 
 missing=""
-command -v visudo >/dev/null 2>&1 || missing="$missing sudo"
 command -v systemd-analyze >/dev/null 2>&1 || missing="$missing systemd"
 command -v pg_createcluster >/dev/null 2>&1 || missing="$missing postgresql-15"
 /usr/bin/python3 -c 'import apt' >/dev/null 2>&1 || missing="$missing python3-apt"

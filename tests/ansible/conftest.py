@@ -18,7 +18,7 @@ def _missing_tools() -> list[str]:
     missing = [
         str(p.name) for p in (BIN / "ansible-playbook", BIN / "ansible-lint") if not p.exists()
     ]
-    missing += [t for t in ("visudo", "systemd-analyze", "pg_createcluster") if not shutil.which(t)]
+    missing += [t for t in ("systemd-analyze", "pg_createcluster") if not shutil.which(t)]
     return missing
 
 

@@ -80,9 +80,9 @@ class Deployment:
     def path(self, host: FleetHost, name: str) -> Path:
         return host.dir / name
 
-    def unit_file(self, host: FleetHost) -> Path:
-        role = "producer" if host is self.db else "consumer"
-        return host.dir / "systemd" / f"scrapefleet-{role}.service"
+    def unit_file(self, host: FleetHost, name: str | None = None) -> Path:
+        name = name or ("scrapefleet-producer.service" if host is self.db else None)
+        return host.dir / "systemd" / (name or "scrapefleet-consumer.service")
 
     def start_service(self, host: FleetHost) -> subprocess.Popen[Any]:
         """Start a unit's ExecStart in the host, as its User= with its Environment= only
@@ -158,7 +158,14 @@ class Deployment:
         user = f"sf{self.fleet.run_id}{host.index}"  # /etc/passwd is shared by the hosts
         self.users.append(user)
         (host.dir / "sudoers.d").mkdir()
+        # A sudo rule as earlier versions of the role wrote it: the role must remove it.
+        (host.dir / "sudoers.d" / "scrapefleet").write_text(f"{user} ALL=(root) NOPASSWD: x\n")
         (host.dir / "systemd").mkdir()
+        (host.dir / "tmpfiles.d").mkdir()
+        # The harmless stand-in for the reboot: it only counts the reboots it was asked for.
+        fake_reboot = host.dir / "fake-reboot"
+        fake_reboot.write_text(f"#!/bin/sh\necho reboot >> {host.dir / 'reboots'}\n")
+        fake_reboot.chmod(0o755)
         return {
             "ansible_host": host.address,
             "scrapefleet_user": user,
@@ -169,6 +176,9 @@ class Deployment:
             "scrapefleet_artifacts_dir": str(host.dir / "artifacts"),
             "scrapefleet_systemd_unit_dir": str(host.dir / "systemd"),
             "scrapefleet_sudoers_file": str(host.dir / "sudoers.d" / "scrapefleet"),
+            "scrapefleet_tmpfiles_dir": str(host.dir / "tmpfiles.d"),
+            "scrapefleet_reboot_request_dir": str(host.dir / "run-reboot"),
+            "scrapefleet_reboot_exec": str(host.dir / "fake-reboot"),
             "scrapefleet_ssh_host_key_file": str(host.host_key.with_suffix(".pub")),
         }
 

@@ -7,8 +7,11 @@ first run's recap, the rendered units, a batch of jobs, then the second run (cha
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import time
+import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -34,8 +37,12 @@ def test_site_provisions_every_reachable_host(deployment: Deployment) -> None:
 
 
 def test_units_pass_systemd_analyze_verify(deployment: Deployment) -> None:
-    for host in (deployment.db, *deployment.consumers):
-        unit = deployment.unit_file(host)
+    reboot_units = ["scrapefleet-reboot.path", "scrapefleet-reboot.service"]
+    for host, name in [
+        (deployment.db, None),
+        *[(h, n) for h in deployment.consumers for n in [None, *reboot_units]],
+    ]:
+        unit = deployment.unit_file(host, name)
         result = subprocess.run(
             ["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60
         )
@@ -43,8 +50,9 @@ def test_units_pass_systemd_analyze_verify(deployment: Deployment) -> None:
         assert result.returncode == 0, problems
         assert "ignoring" not in problems.lower(), problems  # a setting systemd did not take
         values = parse_unit(unit.read_text())
-        assert values["Restart"] == ["always"]
-        assert values["StandardOutput"] == ["journal"]
+        if name is None:
+            assert values["Restart"] == ["always"]
+            assert values["StandardOutput"] == ["journal"]
 
 
 def test_consumers_are_locked_down(deployment: Deployment) -> None:
@@ -53,9 +61,43 @@ def test_consumers_are_locked_down(deployment: Deployment) -> None:
         (line,) = [k for k in keys.splitlines() if k and not k.startswith("#")]
         assert line.startswith('command="') and f"--host {host.name}" in line
         assert f'",{FORCED_OPTIONS} ssh-ed25519 ' in line
-        sudoers = (host.dir / "sudoers.d" / "scrapefleet").read_text()
-        (rule,) = [r for r in sudoers.splitlines() if r and not r.startswith("#")]
-        assert rule.endswith('NOPASSWD: /usr/sbin/reboot ""')
+        # No sudo rule any more (an earlier version's is removed): the consumer gains no
+        # privilege, ever, and its unit says so.
+        assert not (host.dir / "sudoers.d" / "scrapefleet").exists()
+        unit = parse_unit(deployment.unit_file(host).read_text())
+        assert unit["NoNewPrivileges"] == ["yes"]
+
+
+def test_deployed_reboot_path_is_allowed(deployment: Deployment) -> None:
+    """The consumer's configured reboot_command, run as its service user under the unit's
+    environment, makes the request the root-owned path unit watches; the reboot service then
+    clears the request and runs the reboot (here a harmless stand-in that counts)."""
+    for host in deployment.consumers:
+        settings = tomllib.loads((host.dir / "etc" / "consumer.toml").read_text())
+        unit = parse_unit(deployment.unit_file(host).read_text())
+        path_unit = parse_unit(deployment.unit_file(host, "scrapefleet-reboot.path").read_text())
+        service = parse_unit(deployment.unit_file(host, "scrapefleet-reboot.service").read_text())
+        (request,) = path_unit["PathExists"]
+        assert request.startswith(unit["ReadWritePaths"][0].split()[-1])  # writable by the unit
+
+        asked = host.run(
+            ["runuser", "-u", unit["User"][0], "--", "env", "-i", "PATH=/usr/bin:/bin",
+             *shlex.split(settings["reboot_command"])]
+        )  # fmt: skip
+        assert asked.returncode == 0, asked.stderr
+        assert Path(request).exists(), "the consumer's request did not reach the path unit"
+
+        # What systemd does when the path triggers: the service's commands, as root.
+        for key in ("ExecStartPre", "ExecStart"):
+            done = host.run(shlex.split(service[key][0]))
+            assert done.returncode == 0, f"{key}: {done.stderr}"
+        assert not Path(request).exists(), "a request left behind would reboot again"
+        assert (host.dir / "reboots").read_text() == "reboot\n"
+        (host.dir / "reboots").unlink()
+
+        # The request directory is made anew at boot (on /run) with the same owner and mode.
+        tmpfiles = (host.dir / "tmpfiles.d" / "scrapefleet-reboot.conf").read_text()
+        assert f"d {Path(request).parent} 0770 root " in tmpfiles
 
 
 def test_provisioned_fleet_processes_a_batch(deployment: Deployment) -> None:
