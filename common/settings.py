@@ -59,6 +59,12 @@ class Settings(BaseSettings):
     consumer_poll_s: float = Field(default=C.CONSUMER_POLL_S, gt=0)
     heartbeat_s: float = Field(default=C.HEARTBEAT_S, gt=0)
     job_timeout_s: float = Field(default=C.JOB_TIMEOUT_S, gt=0)
+    drain_timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="a consumer's warm stop waits this long for running jobs, then stops cold"
+        " (they go back to pending); unset -> job_timeout_s",
+    )
 
     # Retries.
     max_attempts: int = Field(default=C.DEFAULT_MAX_ATTEMPTS, ge=1, le=100)
@@ -138,8 +144,11 @@ class Settings(BaseSettings):
         description="own a browser stack, started on the first browser job; false -> browser"
         " jobs fail here",
     )
-    reboot_command: str = Field(
-        default=C.REBOOT_COMMAND, min_length=1, description="run after reboot_every jobs"
+    reboot_command: str | None = Field(
+        default=None,
+        min_length=1,
+        description="how this host asks for a reboot after reboot_every browser jobs (the"
+        " Ansible role sets it); unset -> never reboot: the stack is restarted instead",
     )
     stack_restart_failures_disable: int = Field(
         default=C.STACK_RESTART_FAILURES_DISABLE,

@@ -2,8 +2,9 @@
 
 Threads, each with one job:
 - main (``run``): wakes on a NOTIFY for this host, on a freed slot while more work may be
-  queued, or every ``consumer_poll_s``; claims up to the free slots in ONE statement, hands the
-  jobs to a pool of ``capacity`` threads, and enforces ``job_timeout_s``;
+  queued, on a change of its lifecycle, or every ``consumer_poll_s``; claims up to the free
+  slots in ONE statement, hands the jobs to a pool of ``capacity`` threads, and enforces
+  ``job_timeout_s``;
 - workers (the pool): run one job each with consumer.runner and pass the outcome on;
 - recorder (consumer.recorder): writes outcomes, a batch per transaction;
 - heartbeat: every ``heartbeat_s`` marks the running jobs and the host alive, learns the host
@@ -15,8 +16,15 @@ the main loop consults before and after each claim and lets do restarts and rebo
 them; failure artifacts are captured per failed browser attempt and pruned hourly
 (consumer.artifact_janitor).
 
-Shutdown is the ``_stop`` Event, which every loop checks. Stopping hands the host's queued jobs
-back, lets in-flight jobs finish (at most ``job_timeout_s``), leaves the host offline.
+What a consumer is (ConsumerConfig) is fixed before it starts; what it holds while it runs
+(_RunningConsumer) is built in one place once its host is registered, so none of it is ever
+missing. Shutdown is its common.lifecycle.Lifecycle, which every loop checks:
+- warm (a first SIGTERM/SIGINT, ``request_stop``, idle): no new claims, queued jobs handed back,
+  in-flight jobs finish, for at most ``drain_timeout_s`` (``job_timeout_s`` unless told);
+- cold (a second signal, ``request_cold_stop``, a drain past its deadline): in-flight jobs are
+  not waited for; they end as a crash's would (back to pending with the attempt counted, failed
+  on the last one) and their late results are dropped, so none completes twice.
+Either way the host is left offline and the status document says ``daemon: stopped``.
 
 A job past its timeout is recorded as a failed attempt at once; its thread cannot be killed, so
 it is counted as stuck and keeps its pool slot until it returns. The status document has no
@@ -42,8 +50,9 @@ from scrapefleet.common.constants import CHANNEL_ASSIGNED
 from scrapefleet.common.db import Listener, describe, transaction
 from scrapefleet.common.errors import DatabaseUnavailable, ScrapefleetError
 from scrapefleet.common.host_status import HOST_STATES
+from scrapefleet.common.lifecycle import DaemonState, Lifecycle
 from scrapefleet.common.settings import Settings
-from scrapefleet.common.store import ClaimedJob
+from scrapefleet.common.store import ClaimedJob, Registration
 from scrapefleet.consumer import artifacts
 from scrapefleet.consumer.artifact_janitor import ArtifactJanitor
 from scrapefleet.consumer.recorder import OutcomeRecorder
@@ -60,15 +69,49 @@ NOT_CLAIMING_STATES = ("draining", "disabled")
 DB_RETRY_MAX_S = 10.0  # longest wait between attempts while the database is unreachable
 DRAIN_CHECK_S = 0.05  # drain loop period while in-flight jobs finish
 IDLE_POLLS_TO_EXIT = 2  # run(until_idle=True): idle for this many polls -> exit
+# A cold stop still gives the outcomes already in hand this long to reach the database: a job
+# that did finish is worth a moment, a rerun costs more.
+COLD_WRITE_GRACE_S = 2.0
 
 
 @dataclass(frozen=True)
-class _Running:
-    job: ClaimedJob
-    started: float  # time.monotonic()
+class ConsumerConfig:
+    """What a consumer is: fixed before it starts, never changed while it runs."""
+
+    settings: Settings
+    host: str
+    driver_factory: DriverFactory | None  # tests' fakes; None -> the host's own browser stack
+    capture_failure: CaptureFailure
+    drain_timeout_s: float  # a warm stop waits this long for in-flight jobs, then turns cold
+
+    @classmethod
+    def build(
+        cls,
+        settings: Settings,
+        host: str,
+        *,
+        driver_factory: DriverFactory | None = None,
+        capture_failure: CaptureFailure | None = None,
+        drain_timeout_s: float | None = None,
+    ) -> ConsumerConfig:
+        return cls(
+            settings=settings,
+            host=host,
+            driver_factory=driver_factory,
+            capture_failure=capture_failure or artifacts.capture_into(settings.artifacts_dir),
+            # A job cannot run longer than job_timeout_s: a drain that long waits for any job.
+            drain_timeout_s=settings.job_timeout_s if drain_timeout_s is None else drain_timeout_s,
+        )
+
+    @property
+    def owns_browser_stack(self) -> bool:
+        """settings.browser and no driver factory from the caller."""
+        return self.driver_factory is None and self.settings.browser
 
 
 class Consumer:
+    """One host's consumer: its configuration and lifecycle; ``run`` serves until stopped."""
+
     def __init__(
         self,
         settings: Settings,
@@ -77,40 +120,164 @@ class Consumer:
         *,
         driver_factory: DriverFactory | None = None,
         capture_failure: CaptureFailure | None = None,
+        drain_timeout_s: float | None = None,
     ) -> None:
-        self.settings = settings
+        self.config = ConsumerConfig.build(
+            settings,
+            host_name,
+            driver_factory=driver_factory,
+            capture_failure=capture_failure,
+            drain_timeout_s=drain_timeout_s,
+        )
         self.engine = engine
-        self.host = host_name
-        self.driver_factory = driver_factory
-        self.capture_failure = capture_failure or artifacts.capture_into(settings.artifacts_dir)
-        # Set at start when this consumer owns a browser stack: settings.browser and no
-        # driver factory from the caller (tests pass fakes).
-        self.supervisor: StackSupervisor | None = None
-        self.capacity = settings.capacity  # replaced by the host row's capacity at start
-        self._stop = threading.Event()
-        self._closed = threading.Event()  # set last: the heartbeat stops
-        self._wake = threading.Event()
-        self._lock = threading.Lock()  # guards the fields below
-        self._in_flight: dict[int, _Running] = {}
-        self._stuck = 0
-        self._more_queued = False  # last claim filled every free slot: claim again on a finish
-        self._db_state = "active"
-        self._since_restart = 0
-        self._since_boot = 0
-        self._stop_reason = "stopped"
-        self._stop_deadline = math.inf
-        self._final = False
-        self._threads: list[threading.Thread] = []
-        self._executor: ThreadPoolExecutor | None = None
-        self._reporter: StatusReporter | None = None
-        self._recorder: OutcomeRecorder | None = None
-        self._janitor = ArtifactJanitor(settings, self._closed)
+        self.lifecycle = Lifecycle(
+            f"consumer {host_name}", drain_timeout_s=self.config.drain_timeout_s
+        )
+        self._running: _RunningConsumer | None = None
 
-    # -- public ---------------------------------------------------------------------
+    @property
+    def host(self) -> str:
+        return self.config.host
+
+    @property
+    def settings(self) -> Settings:
+        return self.config.settings
+
+    @property
+    def supervisor(self) -> StackSupervisor | None:
+        """The browser stack's supervisor, once started (None without a stack of its own)."""
+        return self._running.supervisor if self._running is not None else None
 
     @property
     def running(self) -> int:
-        """Busy pool threads: jobs running plus threads stuck past their job's timeout."""
+        """Busy pool threads: jobs running plus threads stuck past their job's timeout (or let
+        go by a cold stop)."""
+        return self._running.running if self._running is not None else 0
+
+    @property
+    def stuck(self) -> int:
+        return self._running.stuck if self._running is not None else 0
+
+    @property
+    def state(self) -> str:
+        """The host state this consumer reports in its status document."""
+        return self._running.state if self._running is not None else "active"
+
+    def request_stop(self, reason: str = "stop requested") -> None:
+        """Begin a warm drain; safe from any thread (not from a signal handler: see
+        common.lifecycle.StopSignals)."""
+        self.lifecycle.request_stop(reason)
+
+    def request_cold_stop(self, reason: str = "cold stop requested") -> None:
+        """Stop without waiting for in-flight jobs; safe from any thread."""
+        self.lifecycle.request_cold_stop(reason)
+
+    def run(self, until_idle: bool = False) -> int:
+        """Serve until stopped (or, with ``until_idle``, until there is nothing left to do
+        here); returns the exit code, 0. Raises DatabaseUnavailable if the database cannot be
+        reached at start, SettingsError for a bad ``actions`` setting."""
+        try:
+            self._running = _RunningConsumer.open(self.config, self.engine, self.lifecycle)
+        except BaseException:
+            self.lifecycle.stopped()
+            raise
+        self._running.serve(until_idle)
+        return 0
+
+
+@dataclass(frozen=True)
+class _InFlight:
+    job: ClaimedJob
+    started: float  # time.monotonic()
+
+
+class _RunningConsumer:
+    """The running part of one consumer, built by ``open`` once its host is registered."""
+
+    @classmethod
+    def open(cls, config: ConsumerConfig, engine: Engine, lifecycle: Lifecycle) -> _RunningConsumer:
+        load_user_actions(config.settings.actions)
+        boot_id = read_boot_id(config.settings.boot_id_file)
+        with transaction(engine) as conn:
+            store.reactivate_after_own_drain(conn, config.host, OWN_DRAIN_REASON)
+            registration = store.register_consumer(
+                conn, config.host, config.settings.capacity, boot_id
+            )
+            recovered = store.recover_host_jobs(conn, config.host)
+        running = cls(config, engine, lifecycle, registration, boot_id)
+        running._start_threads()
+        log.info(
+            "consumer %s started: capacity %d, state %s, %d interrupted job(s) recovered",
+            config.host,
+            running.capacity,
+            registration.state,
+            len(recovered),
+        )
+        return running
+
+    def __init__(
+        self,
+        config: ConsumerConfig,
+        engine: Engine,
+        lifecycle: Lifecycle,
+        registration: Registration,
+        boot_id: str,
+    ) -> None:
+        settings = config.settings
+        self.config = config
+        self.settings = settings
+        self.engine = engine
+        self.host = config.host
+        self.lifecycle = lifecycle
+        self.capacity = registration.capacity  # the host row's, not the setting's
+        self._wake = threading.Event()
+        self._closed = threading.Event()  # set last: the heartbeat stops
+        self._lock = threading.Lock()  # guards the fields below
+        self._in_flight: dict[int, _InFlight] = {}
+        self._stuck = 0
+        self._more_queued = False  # last claim filled every free slot: claim again on a finish
+        self._db_state = registration.state
+        self._since_restart = registration.jobs_since_restart
+        self._since_boot = registration.jobs_since_boot
+        self._threads: list[threading.Thread] = []
+        self.reporter = StatusReporter(settings.state_dir, self.host, boot_id)
+        self.executor = ThreadPoolExecutor(self.capacity, thread_name_prefix=f"job-{self.host}")
+        self.supervisor: StackSupervisor | None = None
+        if config.owns_browser_stack:
+            self.supervisor = StackSupervisor(
+                settings,
+                engine,
+                self.host,
+                self.capacity,
+                on_host_state=self._set_own_state,
+                on_stack_counter=self._set_since_restart,
+            )
+        self.recorder = OutcomeRecorder(
+            engine,
+            self.host,
+            settings,
+            before_commit=self._publish_status,
+            after_write=self._on_outcomes_written,
+            give_up=lambda: lifecycle.cold,
+        )
+        self.janitor = ArtifactJanitor(settings, lifecycle.stop_event)
+        lifecycle.on_change(self._on_lifecycle_change)
+
+    def _start_threads(self) -> None:
+        if self.supervisor is not None:
+            self.supervisor.clean_leftovers()
+            metrics.track_browser_memory(self.host, self.supervisor.memory_pss_bytes)
+        self.janitor.start()
+        self.recorder.start()
+        for target, name in ((self._heartbeat_loop, "heartbeat"), (self._listen_loop, "listen")):
+            thread = threading.Thread(target=target, name=f"{name}-{self.host}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    # -- what it reports ------------------------------------------------------------
+
+    @property
+    def running(self) -> int:
         with self._lock:
             return len(self._in_flight) + self._stuck
 
@@ -121,10 +288,9 @@ class Consumer:
 
     @property
     def state(self) -> str:
-        """The state this consumer reports in its status document."""
-        if self._final:
+        if self.lifecycle.state is DaemonState.STOPPED:
             return "offline"
-        if self._stop.is_set():
+        if self.lifecycle.stopping:
             return "draining"
         # 'offline' in the database is the producer's verdict on reachability; this consumer is
         # alive and serving, which is what its own document says.
@@ -134,94 +300,30 @@ class Consumer:
             return self.supervisor.maintenance_state or self._db_state
         return self._db_state
 
-    def request_stop(self, reason: str = "stop requested") -> None:
-        """Begin the drain; safe from any thread (main.py calls it from a signal's helper)."""
-        if self._stop.is_set():
-            return
-        self._stop_reason = reason
-        self._stop_deadline = time.monotonic() + self.settings.job_timeout_s
-        self._stop.set()
-        self._wake.set()
+    # -- serving and stopping -------------------------------------------------------
 
-    def run(self, until_idle: bool = False) -> int:
-        """Serve until request_stop (or, with ``until_idle``, until there is nothing left to do
-        here); returns the exit code, 0. Raises DatabaseUnavailable if the database cannot be
-        reached at start, SettingsError for a bad ``actions`` setting."""
-        self._start()
+    def serve(self, until_idle: bool) -> None:
         try:
-            self._main_loop(until_idle)
-            self.request_stop("idle" if until_idle else "stop requested")
-            log.info("consumer %s stopping (%s)", self.host, self._stop_reason)
-            self._drain()
+            if self.lifecycle.started():  # the document says so (_on_lifecycle_change)
+                self._main_loop(until_idle)
+            self.lifecycle.request_stop("idle" if until_idle else "stop requested")
+            self._hand_back_queued()
+            if not self.lifecycle.drain_until(self._drained, DRAIN_CHECK_S):
+                self._let_go_of_in_flight()
         finally:
             self._finish()
-        return 0
 
-    # -- start and stop -------------------------------------------------------------
-
-    def _start(self) -> None:
-        load_user_actions(self.settings.actions)
-        boot_id = read_boot_id(self.settings.boot_id_file)
-        with transaction(self.engine) as conn:
-            store.reactivate_after_own_drain(conn, self.host, OWN_DRAIN_REASON)
-            registration = store.register_consumer(conn, self.host, self.settings.capacity, boot_id)
-            recovered = store.recover_host_jobs(conn, self.host)
-        self.capacity = registration.capacity
-        self._db_state = registration.state
-        self._since_restart = registration.jobs_since_restart
-        self._since_boot = registration.jobs_since_boot
-        self._executor = ThreadPoolExecutor(self.capacity, thread_name_prefix=f"job-{self.host}")
-        if self.driver_factory is None and self.settings.browser:
-            self.supervisor = StackSupervisor(
-                self.settings,
-                self.engine,
-                self.host,
-                self.capacity,
-                on_host_state=self._set_own_state,
-                on_stack_counter=self._set_since_restart,
-            )
-            self.supervisor.clean_leftovers()
-            metrics.track_browser_memory(self.host, self.supervisor.memory_pss_bytes)
-        self._janitor.start()
-        self._reporter = StatusReporter(self.settings.state_dir, self.host, boot_id)
-        self._recorder = OutcomeRecorder(
-            self.engine,
-            self.host,
-            self.settings,
-            before_commit=self._publish_status,
-            after_write=self._on_outcomes_written,
-            give_up=lambda: self._stop.is_set() and time.monotonic() > self._stop_deadline,
-        )
-        self._recorder.start()
-        self._publish_status()
-        for target, name in ((self._heartbeat_loop, "heartbeat"), (self._listen_loop, "listen")):
-            thread = threading.Thread(target=target, name=f"{name}-{self.host}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
-        log.info(
-            "consumer %s started: capacity %d, state %s, %d interrupted job(s) recovered",
-            self.host,
-            self.capacity,
-            self._db_state,
-            len(recovered),
-        )
-
-    def _drain(self) -> None:
-        """No new claims (the loop has ended); queued jobs handed back; in-flight finish."""
-        self._hand_back_queued()
-        while time.monotonic() < self._stop_deadline + 1.0:
-            self._expire_timed_out()
-            assert self._recorder is not None
-            with self._lock:
-                busy = len(self._in_flight)
-            if busy == 0 and self._recorder.outstanding == 0:
-                return
-            self._wake.wait(DRAIN_CHECK_S)
-            self._wake.clear()
+    def _drained(self) -> bool:
+        """In-flight jobs done (or timed out) and every outcome written."""
+        self._expire_timed_out()
+        with self._lock:
+            busy = len(self._in_flight)
+        return busy == 0 and self.recorder.outstanding == 0
 
     def _hand_back_queued(self) -> None:
         """Host to draining (unless an operator already chose its state), queued jobs back to
-        pending for the other hosts. Retried while the database is away, up to the deadline."""
+        pending for the other hosts. Retried while the database is away, until the stop turns
+        cold."""
         wait_s = self.settings.consumer_poll_s
         while True:
             try:
@@ -236,17 +338,49 @@ class Consumer:
                     log.info("handed %d queued job(s) back", len(handed))
                 return
             except DatabaseUnavailable as exc:
-                if time.monotonic() + wait_s > self._stop_deadline:
+                if self.lifecycle.cold:
                     log.warning("could not hand queued jobs back: %s", exc)
                     return
                 log.warning("handing queued jobs back failed (%s); retrying", exc)
-                time.sleep(wait_s)
+                if self.lifecycle.wait_cold(wait_s):
+                    log.warning("could not hand queued jobs back before the cold stop")
+                    return
                 wait_s = min(wait_s * 2, DB_RETRY_MAX_S)
 
+    def _let_go_of_in_flight(self) -> None:
+        """Cold stop: the jobs still running are not waited for. They end as after a crash
+        (store.recover_host_jobs: back to pending with the attempt counted, failed on the last
+        one), now if the database answers, else at the next start or by the producer's rescue.
+        Their threads are counted as stuck; what they return is dropped."""
+        with self._lock:
+            let_go = sorted(self._in_flight)
+            self._in_flight.clear()
+            self._stuck += len(let_go)
+        self.recorder.close(COLD_WRITE_GRACE_S)  # outcomes already in hand, if it can
+        if not let_go and self.recorder.outstanding == 0:
+            return
+        try:
+            with transaction(self.engine) as conn:
+                ended = store.recover_host_jobs(conn, self.host)
+        except Exception as exc:
+            log.warning(
+                "cold stop: job(s) %s left processing (%s); the next start of this consumer,"
+                " or the producer's rescue, sends them back",
+                let_go,
+                describe(exc),
+            )
+            return
+        log.warning(
+            "cold stop: job(s) %s not waited for; %d interrupted attempt(s) ended as after a"
+            " crash (back to pending, or failed on their last attempt)",
+            let_go,
+            len(ended),
+        )
+
     def _finish(self) -> None:
-        self.request_stop(self._stop_reason)
-        if self._recorder is not None:
-            self._recorder.close(timeout_s=max(0.0, self._stop_deadline - time.monotonic()) + 1)
+        self.lifecycle.request_stop("stopped")  # the loop ended by an exception: still a stop
+        cold = self.lifecycle.cold
+        self.recorder.close(COLD_WRITE_GRACE_S if cold else self.lifecycle.drain_left_s() + 1)
         if self.supervisor is not None:
             self.supervisor.close()
         try:
@@ -259,22 +393,25 @@ class Consumer:
                     conn,
                     self.host,
                     "offline",
-                    f"consumer stopped: {self._stop_reason}",
+                    f"consumer stopped: {self.lifecycle.reason}",
                     expected=["draining"],
                 )
         except Exception as exc:
             log.warning("could not mark host %s offline: %s", self.host, describe(exc))
-        self._final = True
+        self.lifecycle.stopped()
         self._closed.set()
         for thread in self._threads:
             thread.join(self.settings.consumer_poll_s + 1)
-        if self._reporter is not None:
-            self._publish_status()
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
+        self._publish_status()
+        self.executor.shutdown(wait=False, cancel_futures=True)
         if self.stuck:
-            log.warning("%d job thread(s) still stuck past their timeout at exit", self.stuck)
-        log.info("consumer %s stopped (%s)", self.host, self._stop_reason)
+            log.warning("%d job thread(s) still busy at exit, not waited for", self.stuck)
+        log.info(
+            "consumer %s stopped (%s%s)",
+            self.host,
+            self.lifecycle.reason,
+            ", cold" if cold else "",
+        )
 
     # -- the main loop --------------------------------------------------------------
 
@@ -282,7 +419,7 @@ class Consumer:
         poll_s = self.settings.consumer_poll_s
         failures = 0
         idle_since: float | None = None
-        while not self._stop.is_set():
+        while self.lifecycle.is_running:
             self._wake.clear()
             self._expire_timed_out()
             wait_s = poll_s
@@ -308,10 +445,9 @@ class Consumer:
     def _claim(self) -> int:
         if self._db_state in NOT_CLAIMING_STATES:
             return 0
-        assert self._recorder is not None
         # An outcome not yet written keeps its job 'processing' in the database: its slot is
         # not free yet, or the database would count more than capacity on this host.
-        unwritten = self._recorder.outstanding
+        unwritten = self.recorder.outstanding
         with self._lock:
             free = self.capacity - len(self._in_flight) - self._stuck - unwritten
             if free <= 0:
@@ -329,7 +465,7 @@ class Consumer:
             self._since_restart, self._since_boot = claim.jobs_since_restart, claim.jobs_since_boot
             self._more_queued = len(claim.jobs) == free
             for job in claim.jobs:
-                self._in_flight[job.id] = _Running(job, started)
+                self._in_flight[job.id] = _InFlight(job, started)
             in_flight = len(self._in_flight)
         if self.supervisor is not None and claim.jobs:
             # May start the stack (first browser job), seconds in this thread: the jobs wait.
@@ -341,22 +477,26 @@ class Consumer:
                 restamped = time.monotonic()
                 for job in claim.jobs:
                     if job.id in self._in_flight:
-                        self._in_flight[job.id] = _Running(job, restamped)
+                        self._in_flight[job.id] = _InFlight(job, restamped)
         if claim.jobs:
             self._publish_status()
-            assert self._executor is not None
             for job in claim.jobs:
-                self._executor.submit(self._work, job)
+                self.executor.submit(self._work, job)
         return len(claim.jobs)
 
     def _maintain(self) -> None:
         """Let the supervisor restart or reboot once nothing runs here (stuck threads aside)."""
         if self.supervisor is None:
             return
-        assert self._recorder is not None
         with self._lock:
             busy = len(self._in_flight)
-        self.supervisor.step(busy, self._recorder.outstanding)
+        self.supervisor.step(busy, self.recorder.outstanding)
+
+    def _on_lifecycle_change(self) -> None:
+        """In the thread that moved the lifecycle: the loops look again, and the producer reads
+        the change (draining: no more work here) without waiting for a heartbeat."""
+        self._wake.set()
+        self._publish_status()
 
     def _set_own_state(self, state: str) -> None:
         """The supervisor changed the host's state in the database (restarting, disabled...)."""
@@ -370,11 +510,10 @@ class Consumer:
             self._since_restart = count
 
     def _looks_idle(self) -> bool:
-        assert self._recorder is not None
         with self._lock:
             if self._in_flight:
                 return False
-        if self._recorder.outstanding:
+        if self.recorder.outstanding:
             return False
         with transaction(self.engine) as conn:
             return queries.host_is_idle(conn, self.host)
@@ -389,13 +528,13 @@ class Consumer:
 
     def _work(self, job: ClaimedJob) -> None:
         """In a pool thread."""
-        factory = self.driver_factory
+        factory = self.config.driver_factory
         if self.supervisor is not None:
             factory = functools.partial(self.supervisor.new_driver, job.id)
         started = time.monotonic()
-        outcome = run_job(job, driver_factory=factory, capture_failure=self.capture_failure)
-        # Metrics (issue 6): duration by kind and outcome; a retryable failure with attempts
-        # left is a retry (the recorder schedules it).
+        outcome = run_job(job, driver_factory=factory, capture_failure=self.config.capture_failure)
+        # Duration by kind and outcome; a retryable failure with attempts left is a retry (the
+        # recorder schedules it).
         retried = (
             outcome.status == "failed" and outcome.retryable and job.attempt < job.max_attempts
         )
@@ -408,12 +547,12 @@ class Consumer:
             ours = self._in_flight.pop(job.id, None) is not None
             if not ours:
                 self._stuck -= 1
-        assert self._recorder is not None
         if ours:
-            self._recorder.submit(job, outcome)
+            self.recorder.submit(job, outcome)
         else:
             log.warning(
-                "job %d attempt %d returned after its timeout was recorded; outcome (%s) dropped",
+                "job %d attempt %d returned after it was given up (timeout or cold stop);"
+                " outcome (%s) dropped",
                 job.id,
                 job.attempt,
                 outcome.status,
@@ -423,7 +562,7 @@ class Consumer:
 
     def _on_outcomes_written(self) -> None:
         """In the recorder's thread: slots are free now; claim if more may be queued."""
-        if self._more_queued or self._stop.is_set():
+        if self._more_queued or self.lifecycle.stopping:
             self._wake.set()
 
     def _expire_timed_out(self) -> None:
@@ -434,11 +573,10 @@ class Consumer:
             for running in expired:
                 del self._in_flight[running.job.id]
             self._stuck += len(expired)
-        assert self._recorder is not None
         for running in expired:
             job = running.job
             log.warning("job %d attempt %d timed out after %g s", job.id, job.attempt, limit)
-            self._recorder.submit(
+            self.recorder.submit(
                 job, Outcome.failed(f"TimeoutError: job exceeded job_timeout_s ({limit:g} s)")
             )
             if self.supervisor is not None:  # its browser is killed, so its thread returns
@@ -473,8 +611,7 @@ class Consumer:
                 log.info("host %s state %s -> %s", self.host, self._db_state, state)
                 self._db_state = state
                 self._wake.set()
-        assert self._reporter is not None
-        self._reporter.sample_system()
+        self.reporter.sample_system()
         self._publish_status()
 
     def _listen_loop(self) -> None:
@@ -484,13 +621,15 @@ class Consumer:
         listener = Listener(url, [CHANNEL_ASSIGNED])
         failures = 0
         try:
-            while not self._stop.is_set():
+            while not self.lifecycle.stopping:
                 try:
                     payloads = listener.wait(self.settings.consumer_poll_s)
                     failures = 0
                 except DatabaseUnavailable:  # Listener logged it; the poll keeps us going
                     failures += 1
-                    self._stop.wait(min(self.settings.consumer_poll_s * 2**failures, 10.0))
+                    self.lifecycle.wait(
+                        min(self.settings.consumer_poll_s * 2**failures, DB_RETRY_MAX_S)
+                    )
                     continue
                 if self.host in payloads:
                     self._wake.set()
@@ -498,11 +637,17 @@ class Consumer:
             listener.close()
 
     def _publish_status(self) -> None:
-        assert self._reporter is not None
-        self._reporter.publish(self._snapshot)
+        self.reporter.publish(self._snapshot)
 
     def _snapshot(self) -> Snapshot:
         with self._lock:
             running = len(self._in_flight) + self._stuck
             since_restart, since_boot = self._since_restart, self._since_boot
-        return Snapshot(running, self.capacity, self.state, since_restart, since_boot)
+        return Snapshot(
+            running,
+            self.capacity,
+            self.state,
+            since_restart,
+            since_boot,
+            self.lifecycle.state.value,
+        )

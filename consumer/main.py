@@ -3,18 +3,16 @@
     scrapefleet-consumer [run] [--host NAME] [--capacity N] [--config FILE] [--until-idle]
     scrapefleet-consumer status --json [--host NAME] [--config FILE]
 
-Exit codes: 0 done (SIGTERM drains and exits 0), 1 database unreachable at start or no status,
-2 invalid setting.
+Exit codes: 0 done (a first SIGTERM/SIGINT drains, a second one stops cold; both exit 0), 1
+database unreachable at start or no status, 2 invalid setting.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -112,18 +110,19 @@ def run(
     engine = make_engine(
         settings.database_url, pool_size=3, application_name=f"scrapefleet-consumer {name}"
     )
+    from scrapefleet.common.lifecycle import StopSignals
     from scrapefleet.common.metrics import serve_metrics
     from scrapefleet.consumer.daemon import Consumer  # after settings: a bad setting exits fast
 
-    consumer = Consumer(settings, engine, name)
-    _install_signal_handlers(consumer)
+    consumer = Consumer(settings, engine, name, drain_timeout_s=settings.drain_timeout_s)
     try:
         metrics_server = serve_metrics(settings.metrics_address, settings.metrics_port)
     except OSError as exc:
         _fail(f"cannot serve metrics on port {settings.metrics_port}: {exc.strerror}", 2)
     try:
-        check_reachable(engine)
-        code = consumer.run(until_idle=until_idle)
+        with StopSignals(consumer.lifecycle):
+            check_reachable(engine)
+            code = consumer.run(until_idle=until_idle)
     except DatabaseUnavailable as exc:
         _fail(str(exc), 1)
     except SettingsError as exc:
@@ -133,8 +132,9 @@ def run(
         if metrics_server is not None:
             metrics_server.close()
     logging.shutdown()
-    if consumer.stuck:
-        # A thread stuck in an action cannot be killed, and Python would wait for it at exit.
+    if consumer.running:
+        # A job thread stuck in an action, or let go by a cold stop, cannot be killed, and
+        # Python would wait for it at exit.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
@@ -164,19 +164,6 @@ def status(as_json: bool, host: str | None, config: Path | None) -> None:
     if age_s > settings.local_state_stale_s:
         _fail(f"status of host {name!r} is {age_s:.1f} s old: consumer not running?", 1)
     click.echo(text)
-
-
-def _install_signal_handlers(consumer: Any) -> None:
-    """SIGTERM/SIGINT drain. The handler runs on the main thread, which may be inside an
-    Event's lock at that instant: setting an Event from the handler could deadlock, so a
-    short-lived thread does it."""
-
-    def handle(signum: int, _frame: Any) -> None:
-        reason = f"received {signal.Signals(signum).name}"
-        threading.Thread(target=consumer.request_stop, args=(reason,), daemon=True).start()
-
-    signal.signal(signal.SIGTERM, handle)
-    signal.signal(signal.SIGINT, handle)
 
 
 def main() -> None:

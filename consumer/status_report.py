@@ -43,6 +43,7 @@ class Snapshot:
     state: str
     jobs_since_restart: int
     jobs_since_boot: int
+    daemon: str  # the daemon's lifecycle state (common.lifecycle.DaemonState)
 
 
 class StatusReporter:
@@ -80,6 +81,7 @@ class StatusReporter:
                 load_1m=self._load_1m,
                 pid=os.getpid(),
                 updated_at=time.time(),
+                daemon=now.daemon,
             )
             try:
                 write_status(self.state_dir, status)

@@ -15,19 +15,22 @@ wake-up is lost and none piles up.
 
 Only the holder of the advisory lock (producer.leader) writes anything; the others are hot
 standbys trying the lock at each interval.
+
+Shutdown is the producer's common.lifecycle.Lifecycle: a warm stop lets the cycle in progress
+and the background jobs finish, then releases the lock, for at most PRODUCER_DRAIN_TIMEOUT_S;
+a cold stop (a second signal, or that bound passed) waits for nothing: every change is one
+transaction, so an abandoned cycle rolls back, and the lock goes with the process's session.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import signal
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.engine import Engine
@@ -37,6 +40,7 @@ from scrapefleet.common.constants import PENDING_SCAN_FACTOR, PRODUCER_ADVISORY_
 from scrapefleet.common.db import describe, is_connection_error, wrapped_errors
 from scrapefleet.common.errors import DatabaseUnavailable, ProbeError
 from scrapefleet.common.host_status import HostStatus
+from scrapefleet.common.lifecycle import PRODUCER_DRAIN_TIMEOUT_S, DaemonState, Lifecycle
 from scrapefleet.common.settings import Settings
 from scrapefleet.producer.health import next_host_state
 from scrapefleet.producer.leader import LeaderSession
@@ -49,7 +53,7 @@ from scrapefleet.producer.wakeup import WakeListener
 log = logging.getLogger(__name__)
 
 IDLE_CHECK_S = 0.1  # how often run(until_idle=True) looks for unfinished jobs
-STOP_JOIN_S = 30.0  # longest stop() waits for a running cycle
+RUN_CHECK_S = 1.0  # run()'s sleep when not watching for idle; a stop wakes it at once
 
 
 @dataclass(frozen=True)
@@ -74,14 +78,22 @@ class Producer:
     """``probe``: the probe for every host (tests inject one); by default local hosts read
     their status file and hosts with an address are asked over SSH."""
 
-    def __init__(self, settings: Settings, engine: Engine, probe: Probe | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        engine: Engine,
+        probe: Probe | None = None,
+        *,
+        drain_timeout_s: float = PRODUCER_DRAIN_TIMEOUT_S,
+    ) -> None:
         self.settings = settings
         self._engine = engine
         self._probe: Probe = probe if probe is not None else RoutingProbe(settings)
         self._leader = LeaderSession(engine.url, PRODUCER_ADVISORY_LOCK_KEY)
         self._probed: dict[str, _Probed] = {}
         self._cycle_lock = threading.Lock()
-        self._stopping = threading.Event()
+        self._stop_lock = threading.Lock()  # one stop() at a time; a second waits for the first
+        self.lifecycle = Lifecycle("producer", drain_timeout_s=drain_timeout_s)
         self._scheduler: BackgroundScheduler | None = None
         self._wake: WakeListener | None = None
         self._standby_logged = False
@@ -118,7 +130,7 @@ class Producer:
             return self._guarded_cycle(full)
 
     def _guarded_cycle(self, full: bool) -> CycleReport:
-        if self._stopping.is_set():
+        if self.lifecycle.stopping:
             return CycleReport(leader=self.is_leader, full=full, error="stopping")
         started = time.perf_counter()
         try:
@@ -352,7 +364,8 @@ class Producer:
         """Start the interval job and the wake listener in background threads."""
         if self._scheduler is not None:
             return
-        self._stopping.clear()
+        if not self.lifecycle.started():  # a stop came first: nothing to start
+            return
         self._scheduler = BackgroundScheduler(logger=_quiet_scheduler_logger(), timezone=UTC)
         self._scheduler.add_job(
             self._interval_cycle,
@@ -372,7 +385,7 @@ class Producer:
             self._wake_cycle,
             debounce_s=self.settings.wake_debounce_s,
             retry_s=self.settings.producer_interval_s,
-            stopping=self._stopping,
+            stopping=self.lifecycle.stop_event,
         )
         self._wake.start()
 
@@ -384,33 +397,53 @@ class Producer:
             self.run_cycle(full=False)
 
     def run(self, until_idle: bool = False) -> int:
-        """Run until SIGTERM/SIGINT (or, with ``until_idle``, until no job is pending, queued
-        or processing); returns the exit code."""
-        self._install_signal_handlers()
+        """Run until stopped (SIGTERM/SIGINT when the caller installed
+        common.lifecycle.StopSignals) or, with ``until_idle``, until no job is pending, queued
+        or processing; returns the exit code."""
         self.start()
         try:
-            while not self._stopping.is_set():
+            while self.lifecycle.is_running:
                 if until_idle and self._idle():
                     log.info("no job pending, queued or processing: exiting")
+                    self.lifecycle.request_stop("idle")
                     break
-                self._stopping.wait(IDLE_CHECK_S if until_idle else 1.0)
+                self.lifecycle.wait(IDLE_CHECK_S if until_idle else RUN_CHECK_S)
         finally:
             self.stop()
         return 0
 
-    def request_stop(self) -> None:
-        self._stopping.set()
+    def request_stop(self, reason: str = "stop requested") -> None:
+        self.lifecycle.request_stop(reason)
 
     def stop(self) -> None:
-        """Finish the running cycle, stop the threads, release the lock. Idempotent."""
-        self._stopping.set()
-        if self._wake is not None:
-            self._wake.join(STOP_JOIN_S)
-        if self._scheduler is not None:
-            self._scheduler.shutdown(wait=True)
-            self._scheduler = None
-        self.operator_jobs.close()
-        self.close()
+        """Drain (the running cycle and background jobs finish, the lock is released) for at
+        most the drain timeout, then stop cold. Idempotent; safe without start()."""
+        with self._stop_lock:
+            if self.lifecycle.state is DaemonState.STOPPED:
+                return
+            self.lifecycle.request_stop("stop requested")
+            # The warm part runs in its own thread so that a cold stop can leave it behind.
+            finisher = threading.Thread(target=self._wind_down, name="producer-stop", daemon=True)
+            finisher.start()
+            if not self.lifecycle.drain_until(lambda: not finisher.is_alive()):
+                self._stop_cold()
+            self.lifecycle.stopped()
+
+    def _wind_down(self) -> None:
+        try:
+            if self._wake is not None:
+                self._wake.join(self.lifecycle.drain_timeout_s)
+            if self._scheduler is not None:
+                self._scheduler.shutdown(wait=True)  # waits for the cycle and jobs in progress
+            self.operator_jobs.close()
+        finally:
+            self.close()  # the lock is released even if a background job failed to stop
+
+    def _stop_cold(self) -> None:
+        """Not waiting for the cycle in progress: it rolls back when the process ends, and the
+        server drops the advisory lock with the leader's session. In a process that goes on
+        (tests), the wind-down thread still finishes in the background and releases it."""
+        log.warning("producer stopped cold: the cycle in progress, if any, is abandoned")
 
     def close(self) -> None:
         """Release the lock and the probe (for producers driven by run_cycle alone)."""
@@ -428,17 +461,6 @@ class Producer:
                 return not queries.has_unfinished_jobs(conn)
         except DatabaseUnavailable:
             return False
-
-    def _install_signal_handlers(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-
-        def on_signal(signum: int, _frame: Any) -> None:
-            # A flag, not an exception: the cycle in progress finishes, then everything stops.
-            self._stopping.set()
-
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
 
 
 class _DropMaxInstancesWarning(logging.Filter):

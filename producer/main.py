@@ -1,11 +1,14 @@
 """``scrapefleet-producer``: the producer daemon's command line.
 
-Exit codes: 0 stopped by SIGTERM/SIGINT or idle (--until-idle); 1 database unreachable at
-start; 2 invalid settings. Once running, a lost database is retried, never an exit.
+Exit codes: 0 stopped by SIGTERM/SIGINT (the first drains, a second stops cold) or idle
+(--until-idle); 1 database unreachable at start; 2 invalid settings. Once running, a lost
+database is retried, never an exit.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
 from pathlib import Path
 
@@ -13,6 +16,7 @@ import click
 
 from scrapefleet.common.db import check_reachable, make_engine
 from scrapefleet.common.errors import DatabaseUnavailable, SettingsError
+from scrapefleet.common.lifecycle import StopSignals
 from scrapefleet.common.logging_setup import configure_logging
 from scrapefleet.common.settings import load_settings
 from scrapefleet.producer.daemon import Producer
@@ -63,4 +67,14 @@ def main(
     except DatabaseUnavailable as exc:
         click.echo(f"{PROG}: {exc}", err=True)
         sys.exit(1)
-    sys.exit(Producer(settings, engine).run(until_idle=until_idle))
+    producer = Producer(settings, engine)
+    with StopSignals(producer.lifecycle):
+        code = producer.run(until_idle=until_idle)
+    if producer.lifecycle.cold:
+        # The abandoned cycle's thread would hold the interpreter's exit; the lock and its
+        # transaction end with the process.
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

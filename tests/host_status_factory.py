@@ -10,7 +10,8 @@ from scrapefleet.common.host_status import HostStatus
 
 
 def status_for(host: str, **fields: Any) -> HostStatus:
-    """An idle, active host with plenty of memory, written now, unless ``fields`` say otherwise."""
+    """An idle, active host with plenty of memory and a running daemon, written now, unless
+    ``fields`` say otherwise."""
     values: dict[str, Any] = {
         "host": host,
         "running": 0,
@@ -24,5 +25,6 @@ def status_for(host: str, **fields: Any) -> HostStatus:
         "load_1m": 0.1,
         "pid": 4242,
         "updated_at": time.time(),
+        "daemon": "running",
     }
     return HostStatus(**{**values, **fields})

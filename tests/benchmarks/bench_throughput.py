@@ -112,6 +112,41 @@ def end_to_end(url: str, jobs: int, hosts: int) -> dict[str, float]:
     }
 
 
+def idle_dispatch(url: str, jobs: int = 100, hosts: int = 2) -> dict[str, float]:
+    """Dispatch latency on an idle fleet: one job submitted at a time, the next only once the
+    last has started, so each one meets a producer and consumers with nothing else to do (what
+    a user submitting by hand sees). Latency = started_at - created_at, both the database's."""
+    engine = make_engine(url)
+    names = [f"idle-{i:02d}" for i in range(hosts)]
+    with engine.begin() as conn:
+        conn.execute(sa.text("TRUNCATE jobs, job_events, hosts CASCADE"))
+        for name in names:
+            store.add_host(conn, HostSpec(name=name, capacity=6))
+    state = Path(tempfile.mkdtemp(prefix="scrapefleet-bench-idle-"))
+    fleet = LocalFleet(url, state, names, env=FLEET_ENV)
+    started_sql = "SELECT count(*) FROM jobs WHERE started_at IS NOT NULL"
+    try:
+        fleet.start()
+        _wait(engine, "SELECT count(*) FROM hosts WHERE heartbeat_at IS NOT NULL", hosts, 60)
+        time.sleep(1.5)  # past the producer's first probe round and cycle: idle from here
+        for index in range(jobs):
+            _submit(engine, 1)
+            _wait(engine, started_sql, index + 1, 30)
+            time.sleep(0.05)  # the fleet goes idle again before the next submit
+        with engine.connect() as conn:
+            p50, p99 = conn.execute(
+                sa.text(
+                    "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY d),"
+                    " percentile_cont(0.99) WITHIN GROUP (ORDER BY d)"
+                    " FROM (SELECT extract(epoch FROM started_at - created_at) AS d FROM jobs) s"
+                )
+            ).one()
+    finally:
+        fleet.stop()
+        engine.dispose()
+    return {"idle_dispatch_p50_ms": float(p50) * 1000, "idle_dispatch_p99_ms": float(p99) * 1000}
+
+
 def cycle_time(url: str, history_rows: int, hosts: int = 10, cycles: int = 40) -> float:
     """Median full producer cycle (probe, health, rescue, assign 60 jobs) over a table holding
     ``history_rows`` finished jobs and 1,000 pending ones."""
@@ -196,37 +231,52 @@ def pgqueuer(url: str, jobs: int, concurrency: int = 60) -> float:
     return asyncio.run(run())
 
 
+def _throughput_and_cycles(url: str, args: argparse.Namespace, figures: dict[str, float]) -> None:
+    print(f"end to end: {args.jobs} noop jobs, {args.hosts} consumer hosts of capacity 6 ...")
+    figures.update(end_to_end(url, args.jobs, args.hosts))
+    print(
+        f"  scrapefleet: {figures['jobs_per_s']:.0f} jobs/s; dispatch at 200 jobs/s offered:"
+        f" p50 {figures['dispatch_p50_ms']:.1f} ms, p99 {figures['dispatch_p99_ms']:.1f} ms"
+    )
+    print(f"PGQueuer (psycopg driver), {args.jobs} no-op jobs, 60 concurrent ...")
+    figures["pgqueuer_jobs_per_s"] = pgqueuer(url, args.jobs)
+    figures["ratio_to_pgqueuer"] = figures["jobs_per_s"] / figures["pgqueuer_jobs_per_s"]
+    print(
+        f"  PGQueuer: {figures['pgqueuer_jobs_per_s']:.0f} jobs/s;"
+        f" scrapefleet / PGQueuer = {figures['ratio_to_pgqueuer']:.2f}"
+    )
+    print("producer cycle (probe 10 hosts, health, rescue, assign 60) ...")
+    figures["cycle_ms_10k"] = cycle_time(url, 10_000 - 1000)
+    figures["cycle_ms_1m"] = cycle_time(url, args.big_table - 1000)
+    figures["cycle_ratio"] = figures["cycle_ms_1m"] / figures["cycle_ms_10k"]
+    print(
+        f"  median cycle: {figures['cycle_ms_10k']:.1f} ms at 10k rows,"
+        f" {figures['cycle_ms_1m']:.1f} ms at {args.big_table:,} rows"
+        f" (ratio {figures['cycle_ratio']:.2f})"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--hosts", type=int, default=10)
     parser.add_argument("--big-table", type=int, default=1_000_000)
+    parser.add_argument("--idle-jobs", type=int, default=100)
+    parser.add_argument(
+        "--idle-only", action="store_true", help="only the idle-fleet dispatch latency"
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     figures: dict[str, float] = {}
     with throwaway_database("SCRAPEFLEET_BENCH_DATABASE_URL", "scrapefleet_bench") as url:
-        print(f"end to end: {args.jobs} noop jobs, {args.hosts} consumer hosts of capacity 6 ...")
-        figures.update(end_to_end(url, args.jobs, args.hosts))
+        print(f"idle fleet: {args.idle_jobs} noop jobs submitted one at a time, 2 hosts ...")
+        figures.update(idle_dispatch(url, args.idle_jobs))
         print(
-            f"  scrapefleet: {figures['jobs_per_s']:.0f} jobs/s; dispatch at 200 jobs/s offered:"
-            f" p50 {figures['dispatch_p50_ms']:.1f} ms, p99 {figures['dispatch_p99_ms']:.1f} ms"
+            f"  dispatch on an idle fleet: p50 {figures['idle_dispatch_p50_ms']:.1f} ms,"
+            f" p99 {figures['idle_dispatch_p99_ms']:.1f} ms"
         )
-        print(f"PGQueuer (psycopg driver), {args.jobs} no-op jobs, 60 concurrent ...")
-        figures["pgqueuer_jobs_per_s"] = pgqueuer(url, args.jobs)
-        figures["ratio_to_pgqueuer"] = figures["jobs_per_s"] / figures["pgqueuer_jobs_per_s"]
-        print(
-            f"  PGQueuer: {figures['pgqueuer_jobs_per_s']:.0f} jobs/s;"
-            f" scrapefleet / PGQueuer = {figures['ratio_to_pgqueuer']:.2f}"
-        )
-        print("producer cycle (probe 10 hosts, health, rescue, assign 60) ...")
-        figures["cycle_ms_10k"] = cycle_time(url, 10_000 - 1000)
-        figures["cycle_ms_1m"] = cycle_time(url, args.big_table - 1000)
-        figures["cycle_ratio"] = figures["cycle_ms_1m"] / figures["cycle_ms_10k"]
-        print(
-            f"  median cycle: {figures['cycle_ms_10k']:.1f} ms at 10k rows,"
-            f" {figures['cycle_ms_1m']:.1f} ms at {args.big_table:,} rows"
-            f" (ratio {figures['cycle_ratio']:.2f})"
-        )
+        if not args.idle_only:
+            _throughput_and_cycles(url, args, figures)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
 

@@ -1,7 +1,11 @@
-"""Helpers for the producer's integration tests: hosts, stand-in consumers, waiting."""
+"""Helpers for the producer's tests: hosts, stand-in consumers, producer processes."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +23,7 @@ from tests.host_status_factory import status_for
 
 GIB = 1024**3
 T = TypeVar("T")
+PRODUCER_BIN = Path(sys.executable).parent / "scrapefleet-producer"
 
 
 def producer_settings(database_url: str, state_dir: Path, **overrides: Any) -> Settings:
@@ -110,3 +115,29 @@ def leader_application(engine: Engine) -> str | None:
             ),
             {"key": PRODUCER_ADVISORY_LOCK_KEY},
         ).scalar()
+
+
+def leader_pid(engine: Engine) -> int | None:
+    """The OS pid of the producer process holding the lock, from its application_name."""
+    name = leader_application(engine)
+    return int(name.rsplit("-", 1)[1]) if name else None
+
+
+def start_producer_process(
+    database_url: str, state_dir: Path, log: Path, *args: str
+) -> subprocess.Popen[bytes]:
+    """``scrapefleet-producer`` with a short interval, its output appended to ``log``."""
+    env = os.environ | {
+        "SCRAPEFLEET_DATABASE_URL": database_url,
+        "SCRAPEFLEET_STATE_DIR": str(state_dir),
+        "SCRAPEFLEET_PRODUCER_INTERVAL_S": "0.2",
+    }
+    with log.open("ab") as out:
+        return subprocess.Popen([str(PRODUCER_BIN), *args], env=env, stdout=out, stderr=out)
+
+
+def kill_processes(processes: Sequence[subprocess.Popen[bytes]]) -> None:
+    for process in processes:
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait(5)

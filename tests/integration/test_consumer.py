@@ -27,6 +27,7 @@ from sqlalchemy.engine import Engine
 from scrapefleet.common import store
 from scrapefleet.common.db import make_engine
 from scrapefleet.common.host_status import parse_status, read_status
+from scrapefleet.common.lifecycle import DaemonState
 from scrapefleet.common.settings import Settings, load_settings
 from scrapefleet.common.store import NewJob
 from scrapefleet.consumer.daemon import Consumer
@@ -117,12 +118,16 @@ def processing_on(engine: Engine, host: str = HOST) -> int:
 
 @contextmanager
 def consumer_thread(
-    settings: Settings, database_url: str, host: str = HOST, until_idle: bool = False
+    settings: Settings,
+    database_url: str,
+    host: str = HOST,
+    until_idle: bool = False,
+    drain_timeout_s: float | None = None,
 ) -> Iterator[tuple[Consumer, str]]:
     """A real Consumer in a thread, with its own engine under a unique application_name."""
     app = f"consumer-test-{uuid.uuid4().hex[:8]}"
     engine = make_engine(database_url, pool_size=3, application_name=app)
-    consumer = Consumer(settings, engine, host)
+    consumer = Consumer(settings, engine, host, drain_timeout_s=drain_timeout_s)
     errors: list[BaseException] = []
 
     def target() -> None:
@@ -137,7 +142,7 @@ def consumer_thread(
         yield consumer, app
     finally:
         consumer.request_stop("test over")
-        thread.join(15)
+        thread.join(scaled(15))
         engine.dispose()
     assert not thread.is_alive(), "consumer did not stop"
     assert not errors, errors
@@ -185,9 +190,11 @@ def consumer_env(settings: Settings) -> dict[str, str]:
 
 @contextmanager
 def consumer_process(
-    settings: Settings, tmp_path: Path, *args: str, host: str = HOST
+    settings: Settings, tmp_path: Path, *args: str, host: str = HOST, log_path: Path | None = None
 ) -> Iterator[subprocess.Popen[bytes]]:
-    log_path = tmp_path / f"consumer-{uuid.uuid4().hex[:6]}.log"
+    """``scrapefleet-consumer run`` for ``host``; SIGKILLed if still running at the end, its
+    output (in ``log_path``, else a file of its own) shown on stderr."""
+    log_path = log_path or tmp_path / f"consumer-{uuid.uuid4().hex[:6]}.log"
     with open(log_path, "wb") as log_file:
         proc = subprocess.Popen(
             [CONSUMER_BIN, "run", "--host", host, *args],
@@ -219,6 +226,7 @@ def test_claims_and_completes(engine: Engine, database_url: str, tmp_path: Path)
     assert transitions(engine, ids[0])[-1] == ("processing", "completed")
     status = read_status(settings.state_dir, HOST)
     assert status.state == "offline" and status.capacity == 4 and status.boot_id == "boot-1"
+    assert status.daemon == "stopped"
     assert host_row(engine).jobs_since_boot == 25
 
 
@@ -290,23 +298,6 @@ def test_recovers_its_own_processing_jobs_at_start(
     assert job_row(engine, again).attempts == 2
 
 
-def test_sigterm_drains_and_exits_0(engine: Engine, database_url: str, tmp_path: Path) -> None:
-    settings = make_settings(tmp_path, database_url)
-    with consumer_process(settings, tmp_path, "--capacity", "2") as proc:
-        wait_started(engine, settings)
-        busy = queue_jobs(engine, [NewJob("noop", {"sleep_s": 1.0}) for _ in range(2)])
-        wait_for(lambda: all_in(engine, busy, "processing"), what="2 jobs processing")
-        waiting = queue_jobs(engine, [NewJob("noop") for _ in range(3)])
-        proc.send_signal(signal.SIGTERM)
-        wait_for(lambda: all_in(engine, waiting, "pending"), what="queued jobs handed back")
-        assert proc.wait(15) == 0
-    assert all_in(engine, busy, "completed")
-    assert all(job_row(engine, i).host is None for i in waiting)
-    host = host_row(engine)
-    assert host.state == "offline" and "SIGTERM" in host.state_reason
-    assert read_status(settings.state_dir, HOST).state == "offline"
-
-
 def test_operator_drain_then_enable(engine: Engine, database_url: str, tmp_path: Path) -> None:
     settings = make_settings(tmp_path, database_url, capacity=2)
     with consumer_thread(settings, database_url) as (consumer, _):
@@ -321,11 +312,39 @@ def test_operator_drain_then_enable(engine: Engine, database_url: str, tmp_path:
         wait_for(lambda: all_in(engine, [long_job], "completed"), what="in-flight job done")
         wait_status_rewrites(settings, 3)
         assert all_in(engine, held, "queued")
-        assert read_status(settings.state_dir, HOST).state == "draining"
+        operator_drained = read_status(settings.state_dir, HOST)
+        # The host drains; the daemon does not: it runs on and will claim once enabled.
+        assert operator_drained.state == "draining" and operator_drained.daemon == "running"
         with engine.begin() as conn:
             store.enable_host(conn, HOST)
         wait_for(lambda: all_in(engine, held, "completed"), what="claims again once enabled")
         assert consumer.state == "active"
+
+
+def test_a_drain_past_its_bound_stops_cold_and_loses_no_job(
+    engine: Engine, database_url: str, tmp_path: Path
+) -> None:
+    settings = make_settings(tmp_path, database_url, capacity=1)
+    with consumer_thread(settings, database_url, drain_timeout_s=0.5) as (consumer, _):
+        wait_started(engine, settings)
+        (slow,) = queue_jobs(engine, [NewJob("noop", {"sleep_s": 4.0}, max_attempts=3)])
+        wait_for(lambda: all_in(engine, [slow], "processing"), what="the slow job running")
+        waiting = queue_jobs(engine, [NewJob("noop")])  # no free slot: stays queued
+        consumer.request_stop("test stop")
+        wait_for(lambda: consumer.lifecycle.state is DaemonState.STOPPED, what="the stop")
+        assert consumer.lifecycle.cold
+        # Not waited for (a warm drain would have let it complete): ended as after a crash.
+        row = job_row(engine, slow)
+        assert row.status == "pending" and row.attempts == 1 and row.host is None
+        assert row.last_error.startswith("interrupted")
+        assert all_in(engine, waiting, "pending")
+        assert consumer.stuck == 1  # its thread still sleeps in the action
+        assert read_status(settings.state_dir, HOST).daemon == "stopped"
+        wait_for(lambda: consumer.stuck == 0, what="the let-go thread to return")
+    # What it returned late was dropped: the job is pending, never completed.
+    assert job_row(engine, slow).status == "pending"
+    assert ("processing", "completed") not in transitions(engine, slow)
+    assert host_row(engine).state == "offline"
 
 
 def test_kill_9_mid_job_then_restart_loses_and_repeats_nothing(
@@ -375,6 +394,7 @@ def test_status_json_parses(engine: Engine, database_url: str, tmp_path: Path) -
         )
     status = parse_status(done.stdout)
     assert status.host == HOST and status.capacity == 5 and status.state == "active"
+    assert status.daemon == "running"
     assert status.pid == os.getpid() and status.memory_total_bytes > 0
     assert json.loads(done.stdout)["boot_id"] == "boot-1"
 

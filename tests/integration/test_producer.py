@@ -10,7 +10,6 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
@@ -27,27 +26,30 @@ from scrapefleet.common import store
 from scrapefleet.common.clock import utcnow
 from scrapefleet.common.errors import ProbeError
 from scrapefleet.common.host_status import HostStatus
+from scrapefleet.common.lifecycle import DaemonState
 from scrapefleet.common.store import NewJob
 from scrapefleet.producer.daemon import Producer
 from scrapefleet.producer.probe import HostTarget
 from scrapefleet.producer.probing import RoutingProbe
 from tests.integration.producer_helpers import (
     GIB,
+    PRODUCER_BIN,
     add_hosts,
     count_status,
     host_state,
     in_flight_per_host,
+    kill_processes,
     leader_application,
+    leader_pid,
     producer_settings,
     publish_status,
+    start_producer_process,
     statuses,
     submit,
 )
 from tests.waiting import scaled, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
-
-PRODUCER_BIN = Path(sys.executable).parent / "scrapefleet-producer"
 
 
 @pytest.fixture
@@ -393,29 +395,64 @@ def test_a_dropped_connection_mid_cycle_is_survived(
         producer.stop()
 
 
+# ---------------------------------------------------------------- stopping
+
+
+def test_the_lifecycle_runs_from_start_to_stop(make_producer: Any) -> None:
+    producer = make_producer()
+    assert producer.lifecycle.state is DaemonState.STARTING
+    producer.start()
+    assert producer.lifecycle.is_running
+    producer.stop()
+    assert producer.lifecycle.state is DaemonState.STOPPED and not producer.lifecycle.cold
+    producer.stop()  # idempotent
+    assert producer.run_cycle().error == "stopping"
+    never_started = make_producer()
+    never_started.stop()
+    assert never_started.lifecycle.state is DaemonState.STOPPED
+
+
+class _HangingProbe:
+    """The real probe, which, once armed, hangs in the probe round until released."""
+
+    def __init__(self, inner: RoutingProbe) -> None:
+        self.inner = inner
+        self.armed = threading.Event()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def probe_all(self, targets: Sequence[HostTarget]) -> dict[str, HostStatus | ProbeError]:
+        if self.armed.is_set():
+            self.entered.set()
+            self.release.wait(scaled(60))
+        return self.inner.probe_all(targets)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_a_hung_cycle_holds_the_stop_no_longer_than_the_drain_timeout(
+    engine: Engine, database_url: str, tmp_path: Path
+) -> None:
+    add_hosts(engine, {"h1": 6})
+    publish_status(tmp_path, "h1")
+    settings_ = producer_settings(database_url, tmp_path)
+    probe = _HangingProbe(RoutingProbe(settings_))
+    probe.armed.set()
+    producer = Producer(settings_, engine, probe, drain_timeout_s=0.5)
+    producer.start()
+    try:
+        wait_for(probe.entered.is_set, what="a cycle hanging in its probe round")
+        assert producer.is_leader
+        producer.stop()  # would wait for the hung cycle (the test's timeout) if unbounded
+        assert producer.lifecycle.state is DaemonState.STOPPED and producer.lifecycle.cold
+    finally:
+        probe.release.set()
+    # The abandoned cycle ends in the background; the wind-down then releases the lock.
+    wait_for(lambda: leader_application(engine) is None, what="the lock released at last")
+
+
 # ---------------------------------------------------------------- real processes
-
-
-def _start_producer(database_url: str, state_dir: Path, log: Path) -> subprocess.Popen[bytes]:
-    env = os.environ | {
-        "SCRAPEFLEET_DATABASE_URL": database_url,
-        "SCRAPEFLEET_STATE_DIR": str(state_dir),
-        "SCRAPEFLEET_PRODUCER_INTERVAL_S": "0.2",
-    }
-    with log.open("ab") as out:
-        return subprocess.Popen([str(PRODUCER_BIN)], env=env, stdout=out, stderr=out)
-
-
-def _leader_pid(engine: Engine) -> int | None:
-    name = leader_application(engine)
-    return int(name.rsplit("-", 1)[1]) if name else None
-
-
-def _kill(processes: Sequence[subprocess.Popen[bytes]]) -> None:
-    for process in processes:
-        if process.poll() is None:
-            os.kill(process.pid, signal.SIGKILL)
-            process.wait(5)
 
 
 def test_killing_the_active_producer_hands_over_to_the_standby(
@@ -424,10 +461,10 @@ def test_killing_the_active_producer_hands_over_to_the_standby(
     add_hosts(engine, {"h1": 6})
     publish_status(tmp_path, "h1")
     log = tmp_path / "producers.log"
-    processes = [_start_producer(database_url, tmp_path, log) for _ in range(2)]
+    processes = [start_producer_process(database_url, tmp_path, log) for _ in range(2)]
     try:
         pids = {p.pid: p for p in processes}
-        leader = wait_for(lambda: _leader_pid(engine), 15, "a leader")
+        leader = wait_for(lambda: leader_pid(engine), 15, "a leader")
         assert leader in pids
         # Both up: the standby has written its log line (it tried the lock and lost).
         wait_for(lambda: "standing by" in log.read_text(), 15, "the standby")
@@ -438,24 +475,11 @@ def test_killing_the_active_producer_hands_over_to_the_standby(
         pids[leader].wait(5)
         (standby,) = set(pids) - {leader}
         # Within about one interval (0.2 s) once the server has seen the session go.
-        wait_for(lambda: _leader_pid(engine) == standby, 3, "the standby to take over")
+        wait_for(lambda: leader_pid(engine) == standby, 3, "the standby to take over")
         submit(engine, [NewJob("noop")])
         wait_for(lambda: count_status(engine, "queued") == 2, what="the new leader to assign")
     finally:
-        _kill(processes)
-
-
-def test_sigterm_exits_zero_and_releases_the_lock(
-    engine: Engine, database_url: str, tmp_path: Path
-) -> None:
-    process = _start_producer(database_url, tmp_path, tmp_path / "producer.log")
-    try:
-        wait_for(lambda: _leader_pid(engine) == process.pid, 15, "the producer to lead")
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(10) == 0
-        assert leader_application(engine) is None
-    finally:
-        _kill([process])
+        kill_processes(processes)
 
 
 def test_invalid_setting_is_one_line_and_exit_2(tmp_path: Path) -> None:

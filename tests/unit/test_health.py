@@ -1,10 +1,16 @@
-"""Host state after a probe: a pure decision."""
+"""What the producer makes of a probe: the status document's validation, and the host state
+after a probe (a pure decision)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from scrapefleet.common.errors import ProbeError
+from scrapefleet.common.host_status import MAX_STATUS_CHARS, parse_status
 from scrapefleet.producer.health import next_host_state
+from tests.host_status_factory import status_for
 
 THRESHOLD = 3
 
@@ -47,3 +53,50 @@ def test_operator_states_are_left_alone(state: str, probe_ok: bool) -> None:
 @pytest.mark.parametrize("state", ["active", "restarting", "rebooting"])
 def test_success_leaves_consumer_managed_states(state: str) -> None:
     assert next_host_state(state, True, 0, "active", THRESHOLD) == state
+
+
+# ---------------------------------------------------------------- the status document
+
+
+def _document(**fields: object) -> dict[str, object]:
+    return json.loads(status_for("h1").to_json()) | fields
+
+
+@pytest.mark.parametrize("daemon", ["starting", "running", "draining", "stopped"])
+def test_the_daemon_state_round_trips(daemon: str) -> None:
+    assert parse_status(status_for("h1", daemon=daemon).to_json()).daemon == daemon
+
+
+def test_a_document_from_before_the_daemon_field_still_parses() -> None:
+    old = _document()
+    del old["daemon"]
+    status = parse_status(json.dumps(old))
+    assert status.daemon is None and status.host == "h1" and status.state == "active"
+    assert parse_status(json.dumps(_document(daemon=None))).daemon is None
+
+
+@pytest.mark.parametrize("daemon", ["sleeping", "RUNNING", "", 1, True, ["running"], {"a": 1}])
+def test_a_daemon_state_that_is_not_one_is_refused(daemon: object) -> None:
+    with pytest.raises(ProbeError, match="'daemon'"):
+        parse_status(json.dumps(_document(daemon=daemon)))
+
+
+def test_a_huge_bad_value_is_quoted_short() -> None:
+    with pytest.raises(ProbeError) as caught:
+        parse_status(json.dumps(_document(daemon="x" * 10_000)))
+    assert len(str(caught.value)) < 100
+
+
+def test_an_oversized_document_is_refused_unread() -> None:
+    padded = json.dumps(_document(padding="x" * MAX_STATUS_CHARS))
+    with pytest.raises(ProbeError, match="larger than"):
+        parse_status(padded)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("running", -1), ("capacity", "6"), ("state", "sleeping"), ("load_1m", True), ("host", 3)],
+)
+def test_the_other_fields_are_still_checked(field: str, value: object) -> None:
+    with pytest.raises(ProbeError):
+        parse_status(json.dumps(_document(**{field: value})))
