@@ -46,6 +46,7 @@ BACKOFF_JITTER: Final = 0.2  # +/- this fraction of the delay, so retries do not
 # NOTIFY channels.
 CHANNEL_ASSIGNED: Final = "scrapefleet_assigned"  # payload: host name that got work
 CHANNEL_FINISHED: Final = "scrapefleet_finished"  # payload: host name that freed a slot
+CHANNEL_SUBMITTED: Final = "scrapefleet_submitted"  # by trigger, once per INSERT into jobs
 
 # The consumer status document (local state file, `scrapefleet-consumer status --json`).
 STATUS_FORMAT_VERSION: Final = 1

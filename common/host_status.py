@@ -16,9 +16,11 @@ status`` runs once per probe over SSH, and importing common.tables would triple 
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from dataclasses import asdict, dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,27 @@ from scrapefleet.common.lifecycle import DaemonState
 HOST_STATES = ("active", "draining", "restarting", "rebooting", "offline", "disabled")
 DAEMON_STATES = tuple(s.value for s in DaemonState)
 MAX_STATUS_CHARS = 64 * 1024  # a document is ~450 characters; more is garbage
+MAX_REASON_CHARS = 500  # one line for an operator; the consumer clips its own
+
+
+class BrowserState(StrEnum):
+    """What a host's browser stack can do now: the second axis of a host's state."""
+
+    IDLE = "idle"  # configured, not started: it starts on the first browser job
+    STARTING = "starting"
+    READY = "ready"
+    FAILING = "failing"  # failed to start; retries by itself at browser_retry_at
+    ABSENT = "absent"  # not configured on this host (browser = false)
+
+
+BROWSER_STATES = tuple(s.value for s in BrowserState)
+TAKES_BROWSER_JOBS = frozenset({BrowserState.IDLE, BrowserState.STARTING, BrowserState.READY})
+
+
+def takes_browser_jobs(browser: str | None) -> bool:
+    """Whether a host whose stack is in ``browser`` may be given a browser job. None: a consumer
+    that predates the field, whose stack always started on demand."""
+    return browser is None or browser in TAKES_BROWSER_JOBS
 
 
 @dataclass(frozen=True)
@@ -47,22 +70,28 @@ class HostStatus:
     updated_at: float  # unix time of the write
     version: int = STATUS_FORMAT_VERSION
     daemon: str | None = None  # the consumer's DaemonState; None from a consumer that predates it
+    browser: str | None = None  # BrowserState; None from a consumer that predates it
+    browser_reason: str | None = None  # why the stack is failing (one line)
+    browser_retry_at: float | None = None  # unix time of the failing stack's next try
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
 
 
-_INT_FIELDS = (
-    "running",
-    "capacity",
-    "jobs_since_restart",
-    "jobs_since_boot",
-    "memory_available_bytes",
-    "memory_total_bytes",
-    "pid",
-    "version",
-)
-_OPTIONAL_FIELDS = ("daemon",)
+# Upper bounds as well as lower: a value the database cannot store (a bigint overflow) would
+# abort the producer's health write for every host, not just this one.
+INT32_MAX = 2**31 - 1
+_INT_FIELDS = {
+    "running": 100_000,
+    "capacity": 100_000,
+    "jobs_since_restart": INT32_MAX,
+    "jobs_since_boot": INT32_MAX,
+    "memory_available_bytes": 2**60,
+    "memory_total_bytes": 2**60,
+    "pid": INT32_MAX,
+    "version": 1_000,
+}
+_OPTIONAL_FIELDS = ("daemon", "browser", "browser_reason", "browser_retry_at")
 
 
 def parse_status(text: str) -> HostStatus:
@@ -86,11 +115,12 @@ def parse_status(text: str) -> HostStatus:
     ]
     if missing:
         raise ProbeError(f"status lacks field(s): {', '.join(missing)}")
-    for name in _INT_FIELDS:
-        if not isinstance(raw[name], int) or isinstance(raw[name], bool) or raw[name] < 0:
-            raise ProbeError(f"status field {name!r} is not a non-negative integer")
+    for name, most in _INT_FIELDS.items():
+        value = raw[name]
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= most:
+            raise ProbeError(f"status field {name!r} is not an integer from 0 to {most}")
     for name in ("load_1m", "updated_at"):
-        if not isinstance(raw[name], (int, float)) or isinstance(raw[name], bool):
+        if not _is_finite_number(raw[name]):
             raise ProbeError(f"status field {name!r} is not a number")
     if raw["state"] not in HOST_STATES:
         raise ProbeError(f"status field 'state' is {_clip(raw['state'])}, not a host state")
@@ -99,10 +129,33 @@ def parse_status(text: str) -> HostStatus:
     daemon = raw.get("daemon")
     if daemon is not None and (not isinstance(daemon, str) or daemon not in DAEMON_STATES):
         raise ProbeError(f"status field 'daemon' is {_clip(daemon)}, not a daemon state")
+    _check_browser_fields(raw)
     known: dict[str, Any] = {k: raw.get(k) for k in HostStatus.__dataclass_fields__}
     known["load_1m"] = float(known["load_1m"])
     known["updated_at"] = float(known["updated_at"])
+    if known["browser_retry_at"] is not None:
+        known["browser_retry_at"] = float(known["browser_retry_at"])
     return HostStatus(**known)
+
+
+def _check_browser_fields(raw: dict[str, Any]) -> None:
+    browser, reason, retry_at = (
+        raw.get("browser"),
+        raw.get("browser_reason"),
+        raw.get("browser_retry_at"),
+    )
+    if browser is not None and (not isinstance(browser, str) or browser not in BROWSER_STATES):
+        raise ProbeError(f"status field 'browser' is {_clip(browser)}, not a browser state")
+    if reason is not None and (not isinstance(reason, str) or len(reason) > MAX_REASON_CHARS):
+        raise ProbeError(
+            f"status field 'browser_reason' is not a string of at most {MAX_REASON_CHARS} chars"
+        )
+    if retry_at is not None and not _is_finite_number(retry_at):
+        raise ProbeError("status field 'browser_retry_at' is not a number")
+
+
+def _is_finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _clip(value: Any, limit: int = 40) -> str:

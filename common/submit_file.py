@@ -67,7 +67,7 @@ def validate_job(fields: dict[str, Any]) -> NewJob:
         raise SubmitError(f"field {where!r}: {err['msg']}") from None
     action = get_action(line.kind)  # UnknownAction names the kind
     action.validate(line.payload)
-    return NewJob(**line.model_dump())
+    return NewJob(**line.model_dump(), needs_browser=action.needs_browser)
 
 
 def parse_jobs(stream: TextIO, fmt: str) -> Iterator[NewJob]:

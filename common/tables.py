@@ -49,6 +49,8 @@ jobs = sa.Table(
     sa.Column("heartbeat_at", TS),
     # Where the producer POSTs the job's outcome (migration 0002); http(s) only, checked at submit.
     sa.Column("callback_url", sa.Text),
+    # From the job's action at submit: only a host whose browser stack takes them runs it.
+    sa.Column("needs_browser", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.CheckConstraint(_in("status", JOB_STATUSES), name="jobs_status_valid"),
     sa.CheckConstraint("max_attempts >= 1", name="jobs_max_attempts_positive"),
     sa.CheckConstraint("attempts >= 0", name="jobs_attempts_not_negative"),
@@ -61,6 +63,13 @@ sa.Index(
     jobs.c.priority.desc(),
     jobs.c.id,
     postgresql_where=sa.text("status = 'pending'"),
+)
+# The same, without browser jobs: read when no host's browser stack can take one now.
+sa.Index(
+    "jobs_pending_no_browser_idx",
+    jobs.c.priority.desc(),
+    jobs.c.id,
+    postgresql_where=sa.text("status = 'pending' AND NOT needs_browser"),
 )
 # A consumer's claim and the per-host counts: the few jobs in flight, by host.
 sa.Index(
@@ -112,6 +121,10 @@ hosts = sa.Table(
     sa.Column("memory_available_bytes", sa.BigInteger),
     sa.Column("probe_failures", sa.Integer, nullable=False, server_default="0"),
     sa.Column("last_probe_error", sa.Text),
+    # What its browser stack can do now (host_status.BrowserState), as last reported.
+    sa.Column("browser_state", sa.Text),
+    sa.Column("browser_reason", sa.Text),
+    sa.Column("browser_retry_at", TS),
     sa.Column("last_seen_at", TS),
     sa.Column("heartbeat_at", TS),
     sa.Column("created_at", TS, nullable=False, server_default=sa.text("now()")),
@@ -128,7 +141,8 @@ job_events = sa.Table(
     sa.Column("from_status", sa.Text),
     sa.Column("to_status", sa.Text, nullable=False),
     sa.Column("host", sa.Text),
-    sa.Column("at", TS, nullable=False, server_default=sa.text("now()")),
+    # The statement's clock, not the transaction's: orders changes made in one transaction.
+    sa.Column("at", TS, nullable=False, server_default=sa.text("clock_timestamp()")),
     sa.Column("message", sa.Text),
     comment="One row per job status change (by trigger)",
 )
@@ -142,7 +156,7 @@ host_events = sa.Table(
     sa.Column("event", sa.Text, nullable=False),  # state change, restart, reboot, probe_failed ...
     sa.Column("from_state", sa.Text),
     sa.Column("to_state", sa.Text),
-    sa.Column("at", TS, nullable=False, server_default=sa.text("now()")),
+    sa.Column("at", TS, nullable=False, server_default=sa.text("clock_timestamp()")),
     sa.Column("message", sa.Text),
     sa.Column("details", JSONB),
     comment="Host state changes, restarts, reboots",

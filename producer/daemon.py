@@ -315,7 +315,10 @@ class Producer:
             free = sum(s.free for s in slots)
             if free == 0:
                 return 0
-            pending = store.lock_pending_jobs(conn, free * PENDING_SCAN_FACTOR)
+            browser_ok = any(s.free and s.takes_browser for s in slots)
+            pending = store.lock_pending_jobs(
+                conn, free * PENDING_SCAN_FACTOR, browser_ok=browser_ok
+            )
             if not pending:
                 return 0
             # The pending query already leaves out busy keys; this read is the planner's

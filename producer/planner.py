@@ -11,11 +11,22 @@ import heapq
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from typing import Protocol
 
 from scrapefleet.common.errors import ProbeError
-from scrapefleet.common.host_status import HostStatus
+from scrapefleet.common.host_status import HostStatus, takes_browser_jobs
 from scrapefleet.common.queries import HostRow
-from scrapefleet.common.store import PendingJob
+
+
+class PlannedJob(Protocol):
+    """What the planner reads of a pending job (the store's PendingJob)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def lock_key(self) -> str | None: ...
+    @property
+    def needs_browser(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -24,6 +35,7 @@ class HostSlots:
     capacity: int
     in_flight: int  # jobs the host has or will run: max(probe's running, database's count)
     free: int  # how many more jobs it may take now (0 when it must get none)
+    takes_browser: bool = True  # its browser stack can take a browser job now
 
 
 def host_slots(
@@ -51,7 +63,8 @@ def host_slots(
             and _enough_memory(probe, min_memory_fraction)
         )
         free = max(0, host.capacity - load) if usable else 0
-        slots.append(HostSlots(host.name, host.capacity, load, free))
+        browser = isinstance(probe, HostStatus) and takes_browser_jobs(probe.browser)
+        slots.append(HostSlots(host.name, host.capacity, load, free, browser))
     return slots
 
 
@@ -63,31 +76,60 @@ def _enough_memory(status: HostStatus, min_fraction: float) -> bool:
 
 def plan_assignments(
     hosts: Sequence[HostSlots],
-    pending: Sequence[PendingJob],
+    pending: Sequence[PlannedJob],
     busy_lock_keys: AbstractSet[str],
 ) -> list[tuple[int, str]]:
     """(job id, host) pairs. Jobs come in priority order and are taken in that order; each goes
-    to the least-loaded host with a free slot (lowest in_flight/capacity, then name). A job whose
-    lock key is busy in the fleet, or already taken by an earlier job of this plan, is skipped
-    (it stays pending for a later cycle)."""
-    # Heap of (load fraction, name, index); a host leaves the heap when its slots run out.
+    to the least-loaded host with a free slot (lowest in_flight/capacity, then name) that can run
+    it: a browser job only to a host whose stack takes browser jobs now, any other job to any
+    host. A job whose lock key is busy in the fleet, or already taken by an earlier job of this
+    plan, is skipped, and so is a browser job when no browser host has a slot left: it stays
+    pending for a later cycle and never holds up the jobs behind it."""
     free = [h.free for h in hosts]
     load = [h.in_flight for h in hosts]
-    heap = [(load[i] / h.capacity, h.name, i) for i, h in enumerate(hosts) if h.free > 0]
-    heapq.heapify(heap)
+    # Two heaps of (load fraction, name, index, version) over the same hosts: every host with a
+    # slot, and the browser-capable ones. A host's entry is stale once its version moved on.
+    version = [0] * len(hosts)
+    any_heap: list[tuple[float, str, int, int]] = []
+    browser_heap: list[tuple[float, str, int, int]] = []
+
+    def push(i: int) -> None:
+        entry = (load[i] / hosts[i].capacity, hosts[i].name, i, version[i])
+        heapq.heappush(any_heap, entry)
+        if hosts[i].takes_browser:
+            heapq.heappush(browser_heap, entry)
+
+    def pop(heap: list[tuple[float, str, int, int]]) -> int | None:
+        while heap:
+            _, _, i, seen = heapq.heappop(heap)
+            if seen == version[i] and free[i] > 0:
+                return i
+        return None
+
+    for i, host in enumerate(hosts):
+        if host.free > 0:
+            push(i)
     taken_keys: set[str] = set()
     plan: list[tuple[int, str]] = []
     for job in pending:
+        heap = browser_heap if job.needs_browser else any_heap
         if not heap:
-            break
+            if not any_heap:
+                break
+            continue
+        if job.lock_key is not None and (
+            job.lock_key in busy_lock_keys or job.lock_key in taken_keys
+        ):
+            continue
+        chosen = pop(heap)
+        if chosen is None:
+            continue
         if job.lock_key is not None:
-            if job.lock_key in busy_lock_keys or job.lock_key in taken_keys:
-                continue
             taken_keys.add(job.lock_key)
-        _, name, i = heapq.heappop(heap)
-        plan.append((job.id, name))
-        free[i] -= 1
-        load[i] += 1
-        if free[i] > 0:
-            heapq.heappush(heap, (load[i] / hosts[i].capacity, name, i))
+        plan.append((job.id, hosts[chosen].name))
+        free[chosen] -= 1
+        load[chosen] += 1
+        version[chosen] += 1
+        if free[chosen] > 0:
+            push(chosen)
     return plan

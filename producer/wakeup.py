@@ -1,4 +1,5 @@
-"""Wake the producer when a consumer frees a slot (NOTIFY on CHANNEL_FINISHED).
+"""Wake the producer when a consumer frees a slot (NOTIFY on CHANNEL_FINISHED) or new jobs
+arrive (CHANNEL_SUBMITTED, sent by a trigger on every INSERT into jobs).
 
 A thread LISTENs on its own connection and calls ``on_wake`` after a short debounce, so a burst
 of finished jobs costs one cycle, not one per job. NOTIFYs can be lost across a reconnect; the
@@ -12,7 +13,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from scrapefleet.common.constants import CHANNEL_FINISHED
+from scrapefleet.common.constants import CHANNEL_FINISHED, CHANNEL_SUBMITTED
 from scrapefleet.common.db import Listener
 from scrapefleet.common.errors import DatabaseUnavailable
 
@@ -31,7 +32,7 @@ class WakeListener:
         retry_s: float,
         stopping: threading.Event,
     ) -> None:
-        self._listener = Listener(database_url, [CHANNEL_FINISHED])
+        self._listener = Listener(database_url, [CHANNEL_FINISHED, CHANNEL_SUBMITTED])
         self._on_wake = on_wake
         self._debounce_s = debounce_s
         self._retry_s = retry_s

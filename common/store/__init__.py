@@ -17,6 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from scrapefleet.common import tables
 from scrapefleet.common.constants import CHANNEL_ASSIGNED, CHANNEL_FINISHED, FREE_RELEASES_PER_JOB
 from scrapefleet.common.errors import NotFound, SubmitError
 from scrapefleet.common.host_status import HostStatus
@@ -34,6 +35,7 @@ class NewJob:
     dedupe_key: str | None = None
     lock_key: str | None = None
     callback_url: str | None = None  # POSTed when the job completes or fails for good
+    needs_browser: bool = False  # from its action: only a host whose stack takes them runs it
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ _COPY_COLUMNS = (
     "dedupe_key",
     "lock_key",
     "callback_url",
+    "needs_browser",
 )
 
 
@@ -71,7 +74,7 @@ def insert_jobs(
         sa.text(
             "CREATE TEMP TABLE incoming_jobs (seq int, kind text, payload jsonb, priority int,"
             " max_attempts int, not_before timestamptz, dedupe_key text, lock_key text,"
-            " callback_url text)"
+            " callback_url text, needs_browser boolean)"
             " ON COMMIT DROP"
         )
     )
@@ -93,6 +96,7 @@ def insert_jobs(
                     job.dedupe_key,
                     job.lock_key,
                     job.callback_url,
+                    job.needs_browser,
                 )
             )
             if progress and seq % 1000 == 999:
@@ -102,9 +106,9 @@ def insert_jobs(
     ids = conn.execute(
         sa.text(
             "INSERT INTO jobs (kind, payload, priority, max_attempts, not_before, dedupe_key,"
-            " lock_key, callback_url)"
+            " lock_key, callback_url, needs_browser)"
             " SELECT kind, payload, priority, max_attempts, not_before, dedupe_key, lock_key,"
-            " callback_url"
+            " callback_url, needs_browser"
             " FROM incoming_jobs ORDER BY seq"
             " ON CONFLICT (dedupe_key)"
             "   WHERE dedupe_key IS NOT NULL AND status IN ('pending', 'queued', 'processing')"
@@ -124,14 +128,19 @@ def insert_jobs(
 # assigned now, and reading them would let a large batch sharing one busy key fill the whole
 # scan window and starve every other pending job. The NOT EXISTS probes the unique partial
 # index on in-flight lock keys.
-LOCK_PENDING_SQL = sa.text(
-    "SELECT id, lock_key FROM jobs"
-    " WHERE status = 'pending' AND (not_before IS NULL OR not_before <= now())"
+_PENDING_SQL = (
+    "SELECT id, lock_key, needs_browser FROM jobs"
+    " WHERE status = 'pending'{browser} AND (not_before IS NULL OR not_before <= now())"
     "   AND (lock_key IS NULL OR NOT EXISTS ("
     "     SELECT 1 FROM jobs AS held WHERE held.lock_key = jobs.lock_key"
     "     AND held.status IN ('queued', 'processing')))"
     " ORDER BY priority DESC, id LIMIT :limit FOR UPDATE SKIP LOCKED"
 )
+LOCK_PENDING_SQL = sa.text(_PENDING_SQL.format(browser=""))
+# When no host can take a browser job now, browser jobs are left out by the statement itself,
+# on a partial index of their own, so a backlog of them is never read, cycle after cycle, only
+# to be skipped by the planner while the other jobs wait behind it.
+LOCK_PENDING_NO_BROWSER_SQL = sa.text(_PENDING_SQL.format(browser=" AND NOT needs_browser"))
 CLAIM_SQL = sa.text(
     "WITH picked AS ("
     "  SELECT id FROM jobs WHERE host = :host AND status = 'queued'"
@@ -148,14 +157,16 @@ CLAIM_SQL = sa.text(
 class PendingJob:
     id: int
     lock_key: str | None
+    needs_browser: bool = False
 
 
-def lock_pending_jobs(conn: Connection, limit: int) -> list[PendingJob]:
+def lock_pending_jobs(conn: Connection, limit: int, *, browser_ok: bool = True) -> list[PendingJob]:
     """The highest-priority, oldest pending jobs that may run now (not_before passed, lock key
     free), row-locked for this transaction; rows another transaction holds are skipped, not
-    waited for."""
-    rows = conn.execute(LOCK_PENDING_SQL, {"limit": limit})
-    return [PendingJob(r.id, r.lock_key) for r in rows]
+    waited for. ``browser_ok=False`` leaves browser jobs out (no host can take one now)."""
+    statement = LOCK_PENDING_SQL if browser_ok else LOCK_PENDING_NO_BROWSER_SQL
+    rows = conn.execute(statement, {"limit": limit})
+    return [PendingJob(r.id, r.lock_key, r.needs_browser) for r in rows]
 
 
 def assign_jobs(conn: Connection, assignments: Sequence[tuple[int, str]]) -> list[tuple[int, str]]:
@@ -604,31 +615,48 @@ def remove_host(conn: Connection, name: str) -> None:
 
 
 def record_probe_success(conn: Connection, name: str, status: HostStatus) -> None:
-    """Store what the host reported; the end of a run of failures goes to host_events."""
-    failures_before = conn.execute(
+    """Store what the host reported; the end of a run of failures, and every change of what its
+    browser stack can do, go to host_events."""
+    before = conn.execute(
         sa.text(
-            "WITH old AS (SELECT name, probe_failures, last_probe_error FROM hosts"
+            "WITH old AS (SELECT name, probe_failures, last_probe_error, browser_state FROM hosts"
             "   WHERE name = :name FOR UPDATE)"
             " UPDATE hosts h SET last_seen_at = now(), probe_failures = 0,"
             "   last_probe_error = NULL, reported_running = :running,"
-            "   memory_available_bytes = :memory, boot_id = :boot_id"
+            "   memory_available_bytes = :memory, boot_id = :boot_id,"
+            "   browser_state = :browser, browser_reason = :browser_reason,"
+            "   browser_retry_at = to_timestamp(CAST(:browser_retry_at AS double precision))"
             " FROM old WHERE h.name = old.name"
-            " RETURNING old.probe_failures, old.last_probe_error"
+            " RETURNING old.probe_failures, old.last_probe_error, old.browser_state"
         ),
         {
             "name": name,
             "running": status.running,
             "memory": status.memory_available_bytes,
             "boot_id": status.boot_id,
+            "browser": status.browser,
+            "browser_reason": status.browser_reason,
+            "browser_retry_at": status.browser_retry_at,
         },
     ).first()
-    if failures_before is not None and failures_before.probe_failures > 0:
+    if before is None:
+        return
+    if before.probe_failures > 0:
         record_host_event(
             conn,
             name,
             "probe_ok",
-            message=f"probe succeeds after {failures_before.probe_failures} failure(s)",
-            details={"last_error": failures_before.last_probe_error},
+            message=f"probe succeeds after {before.probe_failures} failure(s)",
+            details={"last_error": before.last_probe_error},
+        )
+    if status.browser is not None and before.browser_state != status.browser:
+        record_host_event(
+            conn,
+            name,
+            "browser",
+            from_state=before.browser_state,
+            to_state=status.browser,
+            message=status.browser_reason,
         )
 
 
@@ -829,10 +857,9 @@ def record_webhook_failed(
 # RETURNING feeds the INSERT, so a row is in exactly one of the two tables at every commit.
 # SKIP LOCKED: a row some operator is touching right now waits for the next batch, the mover
 # never waits for it. jobs_finished_at_idx finds the candidates.
-_ARCHIVED_COLUMNS = (
-    "id, kind, payload, priority, status, host, attempts, max_attempts, not_before, last_error,"
-    " result, artifacts, dedupe_key, lock_key, created_at, queued_at, started_at, finished_at,"
-    " heartbeat_at, callback_url"
+# Every column jobs has, read from the table definitions: a hand-kept list once lost one.
+_ARCHIVED_COLUMNS = ", ".join(
+    c.name for c in tables.jobs.columns if c.name in tables.jobs_archive.columns
 )
 ARCHIVE_BATCH_SQL = sa.text(
     "WITH moved AS ("

@@ -25,14 +25,16 @@ def test_hot_queries_use_partial_indexes_at_one_million_rows(engine: Engine) -> 
         conn.execute(sa.text("ALTER TABLE jobs DISABLE TRIGGER USER"))
         conn.execute(
             sa.text(
-                "INSERT INTO jobs (kind, status, host, priority, lock_key, finished_at)"
-                " SELECT 'noop',"
+                "INSERT INTO jobs (kind, status, host, priority, lock_key, finished_at,"
+                " needs_browser)"
+                " SELECT CASE WHEN n % 300 = 0 THEN 'fetch_page' ELSE 'noop' END,"
                 "  CASE WHEN n % 100 = 0 THEN 'pending' WHEN n % 1000 = 1 THEN 'queued'"
                 "       WHEN n % 1000 = 2 THEN 'processing' ELSE 'completed' END,"
                 "  CASE WHEN n % 100 = 0 THEN NULL ELSE 'h' || (n % 10) END,"
                 "  n % 3,"
                 "  CASE WHEN n % 200 = 0 THEN 'account-' || (n % 997) END,"
-                "  CASE WHEN n % 100 > 2 THEN now() END"
+                "  CASE WHEN n % 100 > 2 THEN now() END,"
+                "  n % 300 = 0"
                 " FROM generate_series(1, 1000000) AS n"
             )
         )
@@ -41,8 +43,11 @@ def test_hot_queries_use_partial_indexes_at_one_million_rows(engine: Engine) -> 
         conn.execute(sa.text("ANALYZE jobs"))
         assert conn.execute(sa.text("SELECT count(*) FROM jobs")).scalar_one() == 1_000_000
         pending = _plan(conn, store.LOCK_PENDING_SQL, limit=240)
+        no_browser = _plan(conn, store.LOCK_PENDING_NO_BROWSER_SQL, limit=240)
         claim = _plan(conn, store.CLAIM_SQL, host="h3", limit=6)
         in_flight = _plan(conn, queries.IN_FLIGHT_BY_HOST_SQL)
     assert "jobs_pending_idx" in pending and "Seq Scan" not in pending, pending
+    assert "jobs_pending_no_browser_idx" in no_browser, no_browser
+    assert "Seq Scan on jobs " not in no_browser, no_browser
     assert "jobs_in_flight_by_host_idx" in claim and "Seq Scan" not in claim, claim
     assert "jobs_in_flight_by_host_idx" in in_flight and "Seq Scan" not in in_flight, in_flight

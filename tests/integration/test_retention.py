@@ -83,3 +83,27 @@ def test_archive_moves_rows_without_losing_any(
     assert events >= 2500  # their audit trail stays
     # A second run finds nothing more to move.
     assert run_retention(engine, settings).archived_jobs == 0
+
+
+def test_an_archived_row_keeps_every_column(
+    engine: Engine, database_url: str, tmp_path: Path
+) -> None:
+    (job_id,) = submit(engine, [NewJob("fetch_page", {"url": "http://x/"}, needs_browser=True)])
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE jobs SET status = 'failed', releases = 4, attempts = 2,"
+                " finished_at = now() - interval '40 days' WHERE id = :id"
+            ),
+            {"id": job_id},
+        )
+        before = conn.execute(sa.text("SELECT * FROM jobs WHERE id = :id"), {"id": job_id}).one()
+    settings = producer_settings(database_url, tmp_path, retention_days=30)
+    assert run_retention(engine, settings).archived_jobs == 1
+    with engine.connect() as conn:
+        after = conn.execute(
+            sa.text("SELECT * FROM jobs_archive WHERE id = :id"), {"id": job_id}
+        ).one()
+    kept = after._asdict()
+    assert kept["releases"] == 4 and kept["needs_browser"] is True
+    assert {k: v for k, v in kept.items() if k != "archived_at"} == before._asdict()

@@ -8,7 +8,12 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy.engine import Engine
 
+from scrapefleet.common import store
+from scrapefleet.common.constants import CHANNEL_SUBMITTED
+from scrapefleet.common.db import Listener
+from scrapefleet.common.store import NewJob
 from scrapefleet.common.tables import metadata
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -28,3 +33,35 @@ def test_views_answer(engine: Engine) -> None:
     assert counts == dict.fromkeys(
         ["pending", "queued", "processing", "completed", "failed", "cancelled"], 0
     )
+
+
+def test_one_notify_per_insert_statement(engine: Engine, database_url: str) -> None:
+    listener = Listener(database_url, [CHANNEL_SUBMITTED])
+    try:
+        listener.wait(0)  # connects and LISTENs
+        with engine.begin() as conn:
+            store.insert_jobs(conn, [NewJob("noop")] * 50, default_max_attempts=3)
+        got = wait_for(lambda: listener.wait(0.2), 10, "the submit notification")
+        assert len(got) == 1, got
+        with engine.begin() as conn:  # uncommitted work notifies nobody
+            store.insert_jobs(conn, [NewJob("noop")], default_max_attempts=3)
+            conn.rollback()
+        assert listener.wait(0.3) == []
+    finally:
+        listener.close()
+
+
+def test_audit_orders_changes_within_one_transaction(engine: Engine) -> None:
+    with engine.begin() as conn:
+        (job_id,) = store.insert_jobs(conn, [NewJob("noop")], default_max_attempts=3).ids
+        conn.execute(sa.text("UPDATE jobs SET status = 'queued' WHERE id = :id"), {"id": job_id})
+        conn.execute(sa.text("UPDATE jobs SET status = 'pending' WHERE id = :id"), {"id": job_id})
+    with engine.connect() as conn:
+        times = (
+            conn.execute(
+                sa.text("SELECT at FROM job_events WHERE job_id = :id ORDER BY id"), {"id": job_id}
+            )
+            .scalars()
+            .all()
+        )
+    assert len(times) == 3 and times[0] < times[1] < times[2], times

@@ -8,7 +8,12 @@ import json
 import pytest
 
 from scrapefleet.common.errors import ProbeError
-from scrapefleet.common.host_status import MAX_STATUS_CHARS, parse_status
+from scrapefleet.common.host_status import (
+    MAX_STATUS_CHARS,
+    BrowserState,
+    parse_status,
+    takes_browser_jobs,
+)
 from scrapefleet.producer.health import next_host_state
 from tests.host_status_factory import status_for
 
@@ -100,3 +105,51 @@ def test_an_oversized_document_is_refused_unread() -> None:
 def test_the_other_fields_are_still_checked(field: str, value: object) -> None:
     with pytest.raises(ProbeError):
         parse_status(json.dumps(_document(**{field: value})))
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("memory_available_bytes", 2**63),  # would overflow bigint and abort every host's write
+        ("running", 2**31),
+        ("jobs_since_boot", 2**31),
+        ("pid", 2**40),
+        ("load_1m", 1e999),
+    ],
+)
+def test_values_the_database_cannot_hold_are_refused(field: str, value: object) -> None:
+    with pytest.raises(ProbeError, match=repr(field)):
+        parse_status(json.dumps(_document(**{field: value})))
+
+
+@pytest.mark.parametrize("browser", ["idle", "starting", "ready", "failing", "absent"])
+def test_the_browser_capability_round_trips(browser: str) -> None:
+    status = status_for("h1", browser=browser, browser_reason="no jar", browser_retry_at=5.0)
+    parsed = parse_status(status.to_json())
+    assert (parsed.browser, parsed.browser_reason, parsed.browser_retry_at) == (
+        browser,
+        "no jar",
+        5.0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("browser", "broken"),
+        ("browser", 1),
+        ("browser_reason", "x" * 501),
+        ("browser_reason", 7),
+        ("browser_retry_at", "soon"),
+        ("browser_retry_at", float("nan")),
+    ],
+)
+def test_bad_browser_fields_are_refused(field: str, value: object) -> None:
+    with pytest.raises(ProbeError, match=f"'{field}'"):
+        parse_status(json.dumps(_document(**{field: value})))
+
+
+def test_which_browser_states_take_browser_jobs() -> None:
+    taking = {s for s in BrowserState if takes_browser_jobs(s)}
+    assert taking == {BrowserState.IDLE, BrowserState.STARTING, BrowserState.READY}
+    assert takes_browser_jobs(None)  # a consumer from before the field started stacks on demand

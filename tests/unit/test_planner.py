@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from hypothesis import given
 from hypothesis import strategies as st
 
 from scrapefleet.common.errors import ProbeError
 from scrapefleet.common.host_status import HostStatus
 from scrapefleet.common.queries import HostRow
-from scrapefleet.common.store import PendingJob
 from scrapefleet.producer.planner import HostSlots, host_slots, plan_assignments
 from tests.host_status_factory import status_for
 
@@ -32,8 +33,15 @@ def _status(
     )
 
 
-def _jobs(*lock_keys: str | None) -> list[PendingJob]:
-    return [PendingJob(i + 1, key) for i, key in enumerate(lock_keys)]
+@dataclass(frozen=True)
+class Job:
+    id: int
+    lock_key: str | None
+    needs_browser: bool = False
+
+
+def _jobs(*lock_keys: str | None) -> list[Job]:
+    return [Job(i + 1, key) for i, key in enumerate(lock_keys)]
 
 
 # ---------------------------------------------------------------- host_slots
@@ -159,3 +167,54 @@ def test_plan_respects_slots_and_keys_and_fills_what_it_can(
                 seen.add(job.lock_key)
     expected = eligible[: sum(h.free for h in hosts)]
     assert [job for job, _ in plan] == expected
+
+
+# ---------------------------------------------------------------- browser capability
+
+
+def test_browser_jobs_go_only_to_hosts_whose_stack_takes_them() -> None:
+    hosts = [HostSlots("a", 6, 0, 6, takes_browser=False), HostSlots("b", 6, 3, 3)]
+    jobs = [Job(1, None, True), Job(2, None, False), Job(3, None, True)]
+    assert plan_assignments(hosts, jobs, set()) == [(1, "b"), (2, "a"), (3, "b")]
+
+
+def test_browser_jobs_nobody_can_run_do_not_hold_up_the_others() -> None:
+    hosts = [HostSlots("a", 2, 0, 2, takes_browser=False)]
+    jobs = [Job(1, "acct", True), Job(2, None, True), Job(3, "acct", False), Job(4, None, False)]
+    # The browser jobs stay pending; their lock key is not taken by a job that was not placed.
+    assert plan_assignments(hosts, jobs, set()) == [(3, "a"), (4, "a")]
+
+
+@given(
+    hosts=st.lists(st.tuples(st.integers(1, 8), st.integers(0, 10), st.booleans()), max_size=6).map(
+        lambda specs: [
+            HostSlots(f"h{i}", cap, load, max(0, cap - load), browser)
+            for i, (cap, load, browser) in enumerate(specs)
+        ]
+    ),
+    specs=st.lists(st.tuples(keys, st.booleans()), max_size=60),
+    busy=st.sets(st.sampled_from([f"k{i}" for i in range(6)])),
+)
+def test_an_unplaced_job_means_no_host_of_its_kind_had_a_slot(
+    hosts: list[HostSlots], specs: list[tuple[str | None, bool]], busy: set[str]
+) -> None:
+    jobs = [Job(i + 1, key, browser) for i, (key, browser) in enumerate(specs)]
+    plan = dict(plan_assignments(hosts, jobs, busy))
+    by_name = {h.name: h for h in hosts}
+    used = {h.name: 0 for h in hosts}
+    for job_id, name in plan.items():
+        used[name] += 1
+        assert by_name[name].takes_browser or not jobs[job_id - 1].needs_browser
+    assert all(used[h.name] <= h.free for h in hosts)
+    left = {h.name: h.free - used[h.name] for h in hosts}
+    taken: set[str] = set()
+    for job in jobs:
+        if job.id in plan:
+            if job.lock_key is not None:
+                assert job.lock_key not in taken and job.lock_key not in busy
+                taken.add(job.lock_key)
+            continue
+        if job.lock_key is not None and (job.lock_key in busy or job.lock_key in taken):
+            continue
+        could_run = [h for h in hosts if h.takes_browser or not job.needs_browser]
+        assert all(left[h.name] == 0 for h in could_run), f"job {job.id} left while {left}"
