@@ -67,7 +67,6 @@ RETENTION_DAYS: Final = 30.0  # finished jobs older than this move to jobs_archi
 RETENTION_INTERVAL_S: Final = 3600.0  # how often the producer runs retention
 RETENTION_BATCH_ROWS: Final = 1000  # jobs moved per transaction (short locks on the hot table)
 
-# A job handed back because its host failed (browser stack down) does not use an attempt, this
-# many times; after that each release counts, so a page that kills the whole browser every time
-# cannot bounce between hosts forever.
-FREE_RELEASES_PER_JOB: Final = 3
+# Times a job may be handed back by failing hosts (crash, rescue, stack fault) before it fails:
+# a release never uses an attempt, but a job that takes every host down must end somewhere.
+MAX_RELEASES_PER_JOB: Final = 5

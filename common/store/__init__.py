@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from scrapefleet.common import tables
-from scrapefleet.common.constants import CHANNEL_ASSIGNED, CHANNEL_FINISHED, FREE_RELEASES_PER_JOB
+from scrapefleet.common.constants import CHANNEL_ASSIGNED, CHANNEL_FINISHED, MAX_RELEASES_PER_JOB
 from scrapefleet.common.errors import NotFound, SubmitError
 from scrapefleet.common.host_status import HostStatus
 
@@ -141,15 +141,25 @@ LOCK_PENDING_SQL = sa.text(_PENDING_SQL.format(browser=""))
 # on a partial index of their own, so a backlog of them is never read, cycle after cycle, only
 # to be skipped by the planner while the other jobs wait behind it.
 LOCK_PENDING_NO_BROWSER_SQL = sa.text(_PENDING_SQL.format(browser=" AND NOT needs_browser"))
+# Browser jobs and the others are picked under separate limits (the stack's budget caps the
+# first, free slots both), then the best ``limit`` of the two by priority and age.
 CLAIM_SQL = sa.text(
-    "WITH picked AS ("
-    "  SELECT id FROM jobs WHERE host = :host AND status = 'queued'"
-    "  ORDER BY priority DESC, id LIMIT :limit FOR UPDATE SKIP LOCKED)"
+    "WITH browser AS ("
+    "  SELECT id, priority FROM jobs"
+    "  WHERE host = :host AND status = 'queued' AND needs_browser"
+    "  ORDER BY priority DESC, id LIMIT :browser_limit FOR UPDATE SKIP LOCKED),"
+    " plain AS ("
+    "  SELECT id, priority FROM jobs"
+    "  WHERE host = :host AND status = 'queued' AND NOT needs_browser"
+    "  ORDER BY priority DESC, id LIMIT :limit FOR UPDATE SKIP LOCKED),"
+    " picked AS ("
+    "  SELECT id FROM (SELECT * FROM browser UNION ALL SELECT * FROM plain) AS candidates"
+    "  ORDER BY priority DESC, id LIMIT :limit)"
     " UPDATE jobs SET status = 'processing', attempts = jobs.attempts + 1,"
     "   started_at = now(), heartbeat_at = now()"
     " FROM picked WHERE jobs.id = picked.id"
     " RETURNING jobs.id, jobs.kind, jobs.payload, jobs.attempts, jobs.max_attempts,"
-    "   jobs.lock_key"
+    "   jobs.lock_key, jobs.needs_browser"
 )
 
 
@@ -191,8 +201,8 @@ def assign_jobs(conn: Connection, assignments: Sequence[tuple[int, str]]) -> lis
 
 
 def rescue_stale_processing(conn: Connection, stale_after_s: float) -> list[int]:
-    """Jobs processing with no heartbeat for ``stale_after_s``: their consumer is gone. Back to
-    pending, or failed when that attempt was the last. A heartbeating job is never touched."""
+    """Jobs processing with no heartbeat for ``stale_after_s``: their consumer is gone. Each is
+    released (back to pending, the attempt given back). A heartbeating job is never touched."""
     return _end_interrupted(
         conn,
         "status = 'processing' AND heartbeat_at < now() - make_interval(secs => :stale)",
@@ -230,6 +240,7 @@ class ClaimedJob:
     attempt: int  # this attempt's number, 1-based
     max_attempts: int
     lock_key: str | None
+    needs_browser: bool = False
 
 
 @dataclass(frozen=True)
@@ -239,22 +250,28 @@ class Claim:
     jobs_since_boot: int
 
 
-def claim_jobs(conn: Connection, host: str, limit: int) -> Claim:
-    """queued -> processing for up to ``limit`` of this host's jobs, attempts + 1, and the host's
-    job counters advanced in the same transaction (they drive restarts and reboots)."""
-    rows = conn.execute(CLAIM_SQL, {"host": host, "limit": limit}).all()
+def claim_jobs(conn: Connection, host: str, limit: int, browser_limit: int | None = None) -> Claim:
+    """queued -> processing for up to ``limit`` of this host's jobs, of which at most
+    ``browser_limit`` browser jobs (None: no separate limit), attempts + 1. The host's browser
+    budgets (jobs since the stack's restart and since boot) count the browser jobs only, in the
+    same transaction: they drive restarts and reboots, and only browsers leak."""
+    browser_limit = limit if browser_limit is None else min(browser_limit, limit)
+    rows = conn.execute(
+        CLAIM_SQL, {"host": host, "limit": limit, "browser_limit": browser_limit}
+    ).all()
+    browser_jobs = sum(1 for r in rows if r.needs_browser)
     counters = conn.execute(
         sa.text(
-            "UPDATE hosts SET jobs_since_restart = jobs_since_restart + :n,"
-            " jobs_since_boot = jobs_since_boot + :n, jobs_total = jobs_total + :n"
+            "UPDATE hosts SET jobs_since_restart = jobs_since_restart + :browser,"
+            " jobs_since_boot = jobs_since_boot + :browser, jobs_total = jobs_total + :n"
             " WHERE name = :host RETURNING jobs_since_restart, jobs_since_boot"
         ),
-        {"host": host, "n": len(rows)},
+        {"host": host, "n": len(rows), "browser": browser_jobs},
     ).one_or_none()
     if counters is None:
         raise NotFound(f"host {host!r} is not registered")
     claimed = [
-        ClaimedJob(r.id, r.kind, r.payload, r.attempts, r.max_attempts, r.lock_key)
+        ClaimedJob(r.id, r.kind, r.payload, r.attempts, r.max_attempts, r.lock_key, r.needs_browser)
         for r in sorted(rows, key=lambda r: r.id)
     ]
     return Claim(claimed, counters.jobs_since_restart, counters.jobs_since_boot)
@@ -322,40 +339,46 @@ def fail_attempt(
     ).scalar()
 
 
-def release_job(conn: Connection, host: str, job_id: int, attempt: int, reason: str) -> bool:
-    """processing -> pending giving the attempt back: the host, not the job, failed (a browser
-    stack that would not start, a consumer draining before the job began). Only the first
-    FREE_RELEASES_PER_JOB releases are free; after that the attempt counts, and a job out of
-    attempts fails with the reason, so a job that takes every browser down cannot loop."""
-    _audit_message(conn, reason)
-    return (
-        conn.execute(
-            sa.text(
-                "UPDATE jobs SET"
-                "  status = CASE WHEN releases >= :free AND attempts >= max_attempts"
-                "    THEN 'failed' ELSE 'pending' END,"
-                "  host = CASE WHEN releases >= :free AND attempts >= max_attempts"
-                "    THEN host END,"
-                "  finished_at = CASE WHEN releases >= :free AND attempts >= max_attempts"
-                "    THEN now() END,"
-                "  last_error = CASE WHEN releases >= :free"
-                "    THEN :reason || ' (released ' || (releases + 1) || ' times)'"
-                "    ELSE last_error END,"
-                "  attempts = CASE WHEN releases >= :free THEN attempts ELSE attempts - 1 END,"
-                "  releases = releases + 1, started_at = NULL, queued_at = NULL"
-                " WHERE id = :id AND status = 'processing' AND attempts = :attempt AND host = :host"
-                " RETURNING id"
-            ),
-            {
-                "id": job_id,
-                "attempt": attempt,
-                "host": host,
-                "free": FREE_RELEASES_PER_JOB,
-                "reason": reason,
-            },
-        ).first()
-        is not None
+# A release hands an attempt back: the host failed, not the job (a stack that would not start,
+# a consumer that died or was stopped mid-attempt, a rescue). It never counts as an attempt;
+# it has its own bound, so a job that takes every host down with it cannot loop forever.
+RELEASES_EXHAUSTED = "releases >= :max_releases"
+
+
+def _release_statement(where: str, *, always_set_error: bool) -> sa.TextClause:
+    error = ":reason" if always_set_error else "last_error"
+    return sa.text(
+        "UPDATE jobs SET"
+        f"  status = CASE WHEN {RELEASES_EXHAUSTED} THEN 'failed' ELSE 'pending' END,"
+        f"  host = CASE WHEN {RELEASES_EXHAUSTED} THEN host END,"
+        f"  finished_at = CASE WHEN {RELEASES_EXHAUSTED} THEN now() END,"
+        f"  last_error = CASE WHEN {RELEASES_EXHAUSTED}"
+        "    THEN :reason || ' (released ' || (releases + 1) || ' times)'"
+        f"    ELSE {error} END,"
+        "  attempts = greatest(attempts - 1, 0), releases = releases + 1,"
+        "  started_at = NULL, queued_at = NULL"
+        f" WHERE {where} RETURNING id"
     )
+
+
+RELEASE_SQL = _release_statement(
+    "id = :id AND status = 'processing' AND attempts = :attempt AND host = :host",
+    always_set_error=False,
+)
+
+
+def release_job(conn: Connection, host: str, job_id: int, attempt: int, reason: str) -> bool:
+    """processing -> pending, the attempt given back (see RELEASES_EXHAUSTED); failed once the
+    job was released MAX_RELEASES_PER_JOB times. False if the attempt was no longer ours."""
+    _audit_message(conn, reason)
+    params = {
+        "id": job_id,
+        "attempt": attempt,
+        "host": host,
+        "max_releases": MAX_RELEASES_PER_JOB,
+        "reason": reason,
+    }
+    return conn.execute(RELEASE_SQL, params).first() is not None
 
 
 def heartbeat(conn: Connection, host: str, job_ids: Sequence[int]) -> str | None:
@@ -376,8 +399,8 @@ def heartbeat(conn: Connection, host: str, job_ids: Sequence[int]) -> str | None
 
 
 def recover_host_jobs(conn: Connection, host: str) -> list[int]:
-    """At consumer start: jobs this host left processing when it died go back to pending, or
-    to failed when the interrupted attempt was the last one."""
+    """At consumer start: jobs this host left processing when it died are released (back to
+    pending, the attempt given back)."""
     return _end_interrupted(
         conn,
         "status = 'processing' AND host = :host",
@@ -403,19 +426,12 @@ def requeue_host_queued(conn: Connection, host: str, reason: str) -> list[int]:
 def _end_interrupted(
     conn: Connection, where: str, params: dict[str, Any], message: str
 ) -> list[int]:
+    """Attempts cut short by their host (its consumer died, or went silent): releases."""
     _audit_message(conn, message)
+    statement = _release_statement(where, always_set_error=True)
     return list(
         conn.execute(
-            sa.text(
-                "UPDATE jobs SET"
-                "  status = CASE WHEN attempts >= max_attempts THEN 'failed' ELSE 'pending' END,"
-                "  host = CASE WHEN attempts >= max_attempts THEN host END,"
-                "  finished_at = CASE WHEN attempts >= max_attempts THEN now() END,"
-                "  queued_at = CASE WHEN attempts >= max_attempts THEN queued_at END,"
-                "  last_error = :message"
-                f" WHERE {where} RETURNING id"
-            ),
-            {**params, "message": message},
+            statement, {**params, "reason": message, "max_releases": MAX_RELEASES_PER_JOB}
         ).scalars()
     )
 

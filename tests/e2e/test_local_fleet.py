@@ -143,3 +143,31 @@ def test_standby_producer_takes_over_when_the_active_one_dies(
     finished = "SELECT count(*) FROM jobs WHERE status = 'completed'"
     wait_for(lambda: scalar(engine, finished) == len(first) + len(second), 60, "all jobs done")
     assert set(completions_per_job(engine).values()) == {1}
+
+
+def test_a_job_whose_host_dies_three_times_still_completes_on_its_first_attempt(
+    engine: Engine, fleet_factory: Callable[..., LocalFleet]
+) -> None:
+    """Host crashes are releases, not the job's failures: a job on a host SIGKILLed three times
+    mid-attempt, with max_attempts 3, completes with attempts = 1 and releases = 3."""
+    _add_hosts(engine, ["h1"], capacity=1)
+    with engine.begin() as conn:
+        (job_id,) = store.insert_jobs(
+            conn, [NewJob("noop", {"sleep_s": 2.0}, max_attempts=3)], default_max_attempts=3
+        ).ids
+    fleet = fleet_factory(["h1"]).start()
+    running = f"SELECT count(*) FROM jobs WHERE id = {job_id} AND status = 'processing'"
+    releases = f"SELECT releases FROM jobs WHERE id = {job_id}"
+    for kill in range(3):
+        wait_for(lambda: scalar(engine, running) == 1, 30, f"the job running (kill {kill + 1})")
+        fleet.signal("consumer-h1", signal.SIGKILL)
+        fleet.start_consumer("h1")  # its recovery releases the interrupted attempt
+        wait_for(lambda n=kill: scalar(engine, releases) == n + 1, 30, "the release recorded")
+    done = f"SELECT count(*) FROM jobs WHERE id = {job_id} AND status = 'completed'"
+    wait_for(lambda: scalar(engine, done) == 1, 60, "the job completed")
+    with engine.connect() as conn:
+        row = conn.execute(
+            sa.text("SELECT attempts, releases FROM jobs WHERE id = :id"), {"id": job_id}
+        ).one()
+    assert (row.attempts, row.releases) == (1, 3)
+    assert completions_per_job(engine) == {job_id: 1}

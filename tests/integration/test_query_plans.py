@@ -44,7 +44,7 @@ def test_hot_queries_use_partial_indexes_at_one_million_rows(engine: Engine) -> 
         assert conn.execute(sa.text("SELECT count(*) FROM jobs")).scalar_one() == 1_000_000
         pending = _plan(conn, store.LOCK_PENDING_SQL, limit=240)
         no_browser = _plan(conn, store.LOCK_PENDING_NO_BROWSER_SQL, limit=240)
-        claim = _plan(conn, store.CLAIM_SQL, host="h3", limit=6)
+        claim = _plan(conn, store.CLAIM_SQL, host="h3", limit=6, browser_limit=6)
         in_flight = _plan(conn, queries.IN_FLIGHT_BY_HOST_SQL)
     assert "jobs_pending_idx" in pending and "Seq Scan" not in pending, pending
     assert "jobs_pending_no_browser_idx" in no_browser, no_browser

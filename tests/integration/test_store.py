@@ -47,7 +47,7 @@ def test_full_flow_is_audited(engine: Engine) -> None:
     with engine.begin() as conn:
         claim = store.claim_jobs(conn, "h1", 6)
     assert [j.id for j in claim.jobs] == [job_id] and claim.jobs[0].attempt == 1
-    assert claim.jobs_since_restart == 1
+    assert claim.jobs_since_restart == 0  # the browser budgets count browser jobs only
     with engine.begin() as conn:
         assert store.complete_job(conn, "h1", job_id, 1, {"ok": True})
         # A second completion of the same attempt cannot happen.
@@ -111,7 +111,11 @@ def test_recover_and_rescue(engine: Engine) -> None:
         conn.execute(sa.text("UPDATE jobs SET heartbeat_at = now() - interval '2 minutes'"))
     with engine.begin() as conn:
         assert sorted(store.rescue_stale_processing(conn, 60)) == ids
-    assert _statuses(engine) == {ids[0]: "failed", ids[1]: "pending"}
+    # A rescue is a release: the attempt is given back, even a job's last one.
+    assert _statuses(engine) == {ids[0]: "pending", ids[1]: "pending"}
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT attempts, releases FROM jobs ORDER BY id")).all()
+    assert [tuple(r) for r in rows] == [(0, 1), (0, 1)]
 
 
 def test_operator_cancel_retry_drain(engine: Engine) -> None:
@@ -140,9 +144,10 @@ def test_register_consumer_resets_since_boot_on_new_boot_id(engine: Engine) -> N
         assert store.register_consumer(conn, "h9", 4, "boot-b").jobs_since_boot == 0
 
 
-def test_releases_are_free_only_a_few_times(engine: Engine) -> None:
-    """A job that takes every host's browser down cannot bounce between hosts forever."""
-    from scrapefleet.common.constants import FREE_RELEASES_PER_JOB
+def test_releases_never_use_attempts_and_have_their_own_bound(engine: Engine) -> None:
+    """A job that takes every host's browser down cannot bounce between hosts forever, and
+    its host's failures never spend its own attempts."""
+    from scrapefleet.common.constants import MAX_RELEASES_PER_JOB
 
     _setup_host(engine)
     with engine.begin() as conn:
@@ -150,18 +155,38 @@ def test_releases_are_free_only_a_few_times(engine: Engine) -> None:
             conn, [NewJob("noop", max_attempts=2)], default_max_attempts=3
         ).ids
     outcomes = []
-    for _ in range(FREE_RELEASES_PER_JOB + 2):
+    for _ in range(MAX_RELEASES_PER_JOB + 1):
         with engine.begin() as conn:
             store.assign_jobs(conn, [(job_id, "h1")])
             attempt = store.claim_jobs(conn, "h1", 6).jobs[0].attempt
+            assert attempt == 1
             assert store.release_job(conn, "h1", job_id, attempt, "stack down")
             outcomes.append(
                 conn.execute(
-                    sa.text("SELECT status, attempts FROM jobs WHERE id = :id"), {"id": job_id}
+                    sa.text("SELECT status, attempts, releases FROM jobs WHERE id = :id"),
+                    {"id": job_id},
                 ).one()
             )
-    free = [("pending", 0)] * FREE_RELEASES_PER_JOB
-    assert outcomes == [*free, ("pending", 1), ("failed", 2)]
+    pending = [("pending", 0, n + 1) for n in range(MAX_RELEASES_PER_JOB)]
+    assert outcomes == [*pending, ("failed", 0, MAX_RELEASES_PER_JOB + 1)]
     with engine.connect() as conn:
         error = conn.execute(sa.text("SELECT last_error FROM jobs")).scalar_one()
-    assert error == f"stack down (released {FREE_RELEASES_PER_JOB + 2} times)"
+    assert error == f"stack down (released {MAX_RELEASES_PER_JOB + 1} times)"
+
+
+def test_claims_count_browser_jobs_and_respect_their_own_limit(engine: Engine) -> None:
+    _setup_host(engine)
+    with engine.begin() as conn:
+        jobs = [NewJob("fetch_page", {"url": "http://x/"}, needs_browser=True)] * 3
+        batch = [*jobs, NewJob("noop"), NewJob("noop")]
+        ids = store.insert_jobs(conn, batch, default_max_attempts=3).ids
+        store.assign_jobs(conn, [(i, "h1") for i in ids])
+    with engine.begin() as conn:
+        claim = store.claim_jobs(conn, "h1", 4, browser_limit=1)
+    assert sorted(j.id for j in claim.jobs) == [ids[0], ids[3], ids[4]]
+    assert [j.needs_browser for j in claim.jobs] == [True, False, False]
+    assert (claim.jobs_since_restart, claim.jobs_since_boot) == (1, 1)
+    with engine.begin() as conn:  # no browser budget left: the plain limit alone
+        assert store.claim_jobs(conn, "h1", 4, browser_limit=0).jobs == []
+        claim = store.claim_jobs(conn, "h1", 1)
+    assert [j.id for j in claim.jobs] == [ids[1]] and claim.jobs_since_restart == 2
