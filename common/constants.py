@@ -28,13 +28,13 @@ HEARTBEAT_S: Final = 5.0  # host and running-job heartbeat period
 JOB_TIMEOUT_S: Final = 300.0  # hard limit of one job attempt
 
 # Browser stack maintenance (consumer/stack_supervisor.py).
-REBOOT_COMMAND: Final = "sudo systemctl reboot"
-STACK_RESTART_FAILURES_DISABLE: Final = 3  # failed stack (re)starts in a row -> host disabled
-STACK_RETRY_BASE_S: Final = 1.0  # wait before retrying a failed stack start; doubles
-STACK_RETRY_MAX_S: Final = 30.0
+# A stack that failed to start is tried again by itself after this, doubling up to the max (the
+# half-open state of a circuit breaker); meanwhile its host runs every job but browser jobs.
+STACK_RETRY_BASE_S: Final = 60.0
+STACK_RETRY_MAX_S: Final = 1800.0
 HUNG_SESSION_GRACE_S: Final = 15.0  # a timed-out job's thread still busy this long after its
 #                                     session was killed -> the whole stack is restarted
-REBOOT_WAIT_S: Final = 600.0  # reboot command ran but the host still runs -> disabled
+REBOOT_WAIT_S: Final = 600.0  # reboot command ran but the host still runs -> restart instead
 ARTIFACT_PRUNE_INTERVAL_S: Final = 3600.0  # failure artifacts past retention removed this often
 
 # Retries.

@@ -150,10 +150,14 @@ class Settings(BaseSettings):
         description="how this host asks for a reboot after reboot_every browser jobs (the"
         " Ansible role sets it); unset -> never reboot: the stack is restarted instead",
     )
-    stack_restart_failures_disable: int = Field(
-        default=C.STACK_RESTART_FAILURES_DISABLE,
-        ge=1,
-        description="failed stack (re)starts in a row before the host is disabled",
+    stack_retry_base_s: float = Field(
+        default=C.STACK_RETRY_BASE_S,
+        gt=0,
+        description="a browser stack that failed to start is retried after this, doubling;"
+        " meanwhile the host runs every other job",
+    )
+    stack_retry_max_s: float = Field(
+        default=C.STACK_RETRY_MAX_S, gt=0, description="the longest wait between stack retries"
     )
 
     @field_validator("database_url")

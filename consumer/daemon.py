@@ -49,7 +49,7 @@ from scrapefleet.common.actions import load_user_actions
 from scrapefleet.common.constants import CHANNEL_ASSIGNED
 from scrapefleet.common.db import Listener, describe, transaction
 from scrapefleet.common.errors import DatabaseUnavailable, ScrapefleetError
-from scrapefleet.common.host_status import HOST_STATES
+from scrapefleet.common.host_status import HOST_STATES, BrowserState
 from scrapefleet.common.lifecycle import DaemonState, Lifecycle
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import ClaimedJob, Registration
@@ -57,7 +57,7 @@ from scrapefleet.consumer import artifacts
 from scrapefleet.consumer.artifact_janitor import ArtifactJanitor
 from scrapefleet.consumer.recorder import OutcomeRecorder
 from scrapefleet.consumer.runner import CaptureFailure, DriverFactory, Outcome, run_job
-from scrapefleet.consumer.stack_supervisor import StackSupervisor, needs_browser
+from scrapefleet.consumer.stack_supervisor import StackSupervisor
 from scrapefleet.consumer.status_report import Snapshot, StatusReporter, read_boot_id
 
 log = logging.getLogger(__name__)
@@ -454,12 +454,15 @@ class _RunningConsumer:
                 self._more_queued = True
                 return 0
             since_restart, since_boot = self._since_restart, self._since_boot
-        if self.supervisor is not None:  # the stack's restart and reboot budgets
-            free = self.supervisor.claim_budget(free, since_restart, since_boot)
+        # Browser jobs only where a browser can run them: this host's stack (under its
+        # restart and reboot budgets), or a driver factory the caller gave.
+        browser_free = free if self.config.driver_factory is not None else 0
+        if self.supervisor is not None:
+            free, browser_free = self.supervisor.claim_budget(free, since_restart, since_boot)
             if free <= 0:
                 return 0
         with transaction(self.engine) as conn:
-            claim = store.claim_jobs(conn, self.host, free)
+            claim = store.claim_jobs(conn, self.host, free, browser_free)
         started = time.monotonic()
         with self._lock:
             self._since_restart, self._since_boot = claim.jobs_since_restart, claim.jobs_since_boot
@@ -490,7 +493,8 @@ class _RunningConsumer:
             return
         with self._lock:
             busy = len(self._in_flight)
-        self.supervisor.step(busy, self.recorder.outstanding)
+            browser_busy = sum(1 for f in self._in_flight.values() if f.job.needs_browser)
+        self.supervisor.step(busy, self.recorder.outstanding, browser_busy)
 
     def _on_lifecycle_change(self) -> None:
         """In the thread that moved the lifecycle: the loops look again, and the producer reads
@@ -541,7 +545,7 @@ class _RunningConsumer:
         metrics.observe_job(job.kind, outcome.status, time.monotonic() - started, retried=retried)
         if self.supervisor is not None:
             self.supervisor.job_returned(
-                job.id, needs_browser(job.kind), released=outcome.status == "released"
+                job.id, job.needs_browser, released=outcome.status == "released"
             )
         with self._lock:
             ours = self._in_flight.pop(job.id, None) is not None
@@ -580,7 +584,7 @@ class _RunningConsumer:
                 job, Outcome.failed(f"TimeoutError: job exceeded job_timeout_s ({limit:g} s)")
             )
             if self.supervisor is not None:  # its browser is killed, so its thread returns
-                self.supervisor.abandon(job.id, needs_browser(job.kind))
+                self.supervisor.abandon(job.id, job.needs_browser)
 
     def _until_next_timeout(self) -> float:
         with self._lock:
@@ -650,4 +654,12 @@ class _RunningConsumer:
             since_restart,
             since_boot,
             self.lifecycle.state.value,
+            *self._browser_status(),
         )
+
+    def _browser_status(self) -> tuple[str, str | None, float | None]:
+        if self.supervisor is not None:
+            return self.supervisor.browser_status()
+        if self.config.driver_factory is not None:  # the caller's own browsers
+            return BrowserState.READY, None, None
+        return BrowserState.ABSENT, "browser = false in this host's settings", None

@@ -12,11 +12,19 @@ slow (starting, stopping, the reboot command) runs in the main loop's thread, wh
   finish, the stack is stopped and started again and checked with one real session, the host
   is ``active`` again and a host_events row keeps the figures. ``reboot_every`` is the same
   with ``rebooting`` and the reboot command; the consumer then waits to be killed by the reboot.
+  The budgets count browser jobs only (the store counts them at claim time): HTTP and other
+  non-browser jobs neither restart nor reboot anything, and are not capped by the budgets.
+  With no ``reboot_command`` the host never reboots itself: at the reboot budget the stack is
+  restarted instead, once with a host_events row and a warning saying so.
 - Released browser jobs (no session, session lost) make the supervisor look at the stack: a
   Grid that is not ready, or two releases in a row, restart it. A job past its timeout has its
   browser killed; if its thread is still busy after HUNG_SESSION_GRACE_S the stack restarts.
-- ``stack_restart_failures_disable`` failed starts in a row trip the circuit breaker: the host
-  is disabled with the reason in hosts.state_reason and its queued jobs go back to pending.
+- A stack that fails to start makes its host stop taking browser jobs and nothing else: the
+  status document says ``failing`` with the reason and the next try, its queued browser jobs go
+  back to pending, and the supervisor tries again by itself after ``stack_retry_base_s``,
+  doubling up to ``stack_retry_max_s`` (a circuit breaker's half-open state). A reboot command
+  that fails, or a host still up REBOOT_WAIT_S after it, gets a restart instead. Only an
+  operator disables a host.
 """
 
 from __future__ import annotations
@@ -27,21 +35,17 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from sqlalchemy.engine import Connection, Engine
 
 from scrapefleet.common import store
-from scrapefleet.common.actions import get_action
-from scrapefleet.common.constants import (
-    HUNG_SESSION_GRACE_S,
-    REBOOT_WAIT_S,
-    STACK_RETRY_BASE_S,
-    STACK_RETRY_MAX_S,
-)
+from scrapefleet.common.constants import HUNG_SESSION_GRACE_S, REBOOT_WAIT_S
 from scrapefleet.common.db import describe, transaction
-from scrapefleet.common.errors import ScrapefleetError, StackError
+from scrapefleet.common.errors import StackError
+from scrapefleet.common.host_status import MAX_REASON_CHARS, BrowserState
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import ClaimedJob
 from scrapefleet.consumer.browser_stack import BrowserStack
@@ -55,11 +59,18 @@ REBOOT_COMMAND_TIMEOUT_S = 120.0
 MB = 1024 * 1024
 
 
-def needs_browser(kind: str) -> bool:
-    try:
-        return get_action(kind).needs_browser
-    except ScrapefleetError:  # unknown kind: the runner fails the job, no browser involved
-        return False
+def retry_delay_s(failures: int, base_s: float, max_s: float) -> float:
+    """Wait before the next try of a stack that failed ``failures`` times in a row."""
+    return float(min(base_s * 2 ** max(failures - 1, 0), max_s))
+
+
+@dataclass(frozen=True)
+class Failing:
+    """A stack that would not start: why, and when it is tried again."""
+
+    reason: str
+    retry_at: float  # time.monotonic()
+    retry_at_unix: float  # the same instant for the status document
 
 
 def stack_work_dir(state_dir: Path, host: str) -> Path:
@@ -97,9 +108,10 @@ class StackSupervisor:
         self._pending: Pending | None = None
         self._reason = ""
         self._failures = 0  # failed starts in a row
-        self._retry_at = 0.0
+        self._failing: Failing | None = None
         self._reactivate = False  # host back to active still to be written
         self._reboot_deadline: float | None = None
+        self._reboot_skip_noted = False
 
     # -- what the daemon asks -------------------------------------------------------------
 
@@ -128,28 +140,70 @@ class StackSupervisor:
         if report.killed:
             log.warning("ended %d process(es) of a previous browser stack", report.killed)
 
-    def claim_budget(self, free: int, since_restart: int, since_boot: int) -> int:
-        """How many of ``free`` slots may be claimed now."""
+    def browser_status(self) -> tuple[str, str | None, float | None]:
+        """(BrowserState, reason, next try as unix time) for the status document."""
+        if self._failing is not None:
+            return BrowserState.FAILING, self._failing.reason, self._failing.retry_at_unix
+        if self._pending is not None:
+            return BrowserState.STARTING, None, None
+        return (BrowserState.READY if self.running else BrowserState.IDLE), None, None
+
+    @property
+    def _reboot_every(self) -> int:
+        """The reboot budget in force: none without a reboot command to run."""
+        return self.settings.reboot_every if self.settings.reboot_command else 0
+
+    def claim_budget(self, free: int, since_restart: int, since_boot: int) -> tuple[int, int]:
+        """(jobs, of which browser jobs) that may be claimed now out of ``free`` slots. The
+        budgets cap browser jobs only; a failing stack takes none."""
         if self._pending is not None or self._reboot_deadline is not None:
-            return 0
+            return 0, 0
+        if self._failing is not None:
+            return free, 0
         if not self.running:  # no stack yet: no lifetime to count
-            return free
+            return free, free
         s = self.settings
-        return claims_allowed(since_restart, since_boot, s.restart_every, s.reboot_every, free, 0)
+        browser = claims_allowed(
+            since_restart, since_boot, s.restart_every, self._reboot_every, free, 0
+        )
+        return free, browser
 
     def after_claim(
         self, jobs: Sequence[ClaimedJob], in_flight: int, since_restart: int, since_boot: int
     ) -> None:
         """Start the stack for the first browser job; begin the drain when a budget is spent."""
-        first_browser_job = not self.running and any(needs_browser(job.kind) for job in jobs)
-        if first_browser_job and self._start(f"first browser job of {self.host}", in_flight):
-            since_restart = in_flight
+        browser_jobs = sum(1 for job in jobs if job.needs_browser)
+        first_browser_job = not self.running and self._failing is None and browser_jobs
+        if first_browser_job and self._start(f"first browser job of {self.host}", browser_jobs):
+            since_restart = browser_jobs
         if self.running:
             s = self.settings
-            due = decide_maintenance(since_restart, since_boot, s.restart_every, s.reboot_every)
+            due = decide_maintenance(since_restart, since_boot, s.restart_every, self._reboot_every)
+            if due == "none" and self._reboot_skipped(since_boot):
+                due = "restart"
             if due != "none":
-                self._begin(due, f"{due} after {since_restart} job(s) of this stack,"
+                self._begin(due, f"{due} after {since_restart} browser job(s) of this stack,"
                             f" {since_boot} since boot")  # fmt: skip
+
+    def _reboot_skipped(self, since_boot: int) -> bool:
+        """The reboot budget reached with no reboot command: say so once, restart instead."""
+        s = self.settings
+        if s.reboot_command or s.reboot_every <= 0 or since_boot < s.reboot_every:
+            return False
+        if self._reboot_skip_noted:
+            return False
+        self._reboot_skip_noted = True
+        reason = (
+            f"reboot skipped after {since_boot} browser jobs since boot: no reboot_command is"
+            " set, so scrapefleet never reboots this machine; the browser stack is restarted"
+            " instead"
+        )
+        log.warning("host %s: %s", self.host, reason)
+        self._write(
+            lambda conn: store.record_host_event(conn, self.host, "reboot_skipped", message=reason),
+            "reboot skipped event",
+        )
+        return True
 
     def new_driver(self, job_id: int) -> Any:
         """The job's driver factory (a job thread)."""
@@ -189,22 +243,29 @@ class StackSupervisor:
     def next_check_s(self) -> float:
         """How soon ``step`` has something to do without being woken."""
         waits = [HUNG_SESSION_GRACE_S / 4]
-        if self._pending is not None:
-            waits.append(max(0.05, self._retry_at - time.monotonic()))
+        if self._failing is not None:
+            waits.append(max(0.05, self._failing.retry_at - time.monotonic()))
         if self._reboot_deadline is not None:
             waits.append(max(0.05, self._reboot_deadline - time.monotonic()))
         return min(waits)
 
-    def step(self, busy: int, unwritten: int) -> None:
-        """Main loop: notice faults, and do the pending maintenance once nothing runs here."""
+    def step(self, busy: int, unwritten: int, browser_busy: int | None = None) -> None:
+        """Main loop: notice faults, do the pending maintenance once nothing runs here, and try
+        a failing stack again when its time has come and no browser job is in flight."""
         if self._reactivate:
             self._set_active()
         if self._reboot_deadline is not None and time.monotonic() > self._reboot_deadline:
             self._reboot_deadline = None
-            self._trip(f"reboot command ran {REBOOT_WAIT_S:.0f} s ago; the host did not reboot")
+            self._reboot_failed(f"reboot command ran {REBOOT_WAIT_S:.0f} s ago; still up")
+            return
+        if self._failing is not None:
+            in_flight = busy if browser_busy is None else browser_busy
+            if not in_flight and time.monotonic() >= self._failing.retry_at:
+                self._start(f"retry after {self._failures} failed start(s)", 0)
+            return
         if self._pending is None and self.running:
             self._notice_faults()
-        if self._pending is None or busy or unwritten or time.monotonic() < self._retry_at:
+        if self._pending is None or busy or unwritten:
             return
         if self._pending == "reboot":
             self._reboot()
@@ -290,8 +351,9 @@ class StackSupervisor:
         self._set_active()
 
     def _start(self, reason: str, in_flight: int | None) -> bool:
-        """Start and check with one real session; on failure count it, maybe trip the breaker.
-        ``in_flight`` not None: a first start, whose lifetime counts the jobs in flight."""
+        """Start and check with one real session; a failure makes the stack ``failing``.
+        ``in_flight`` not None: a first start, whose lifetime counts the browser jobs in
+        flight."""
         started = time.monotonic()
         try:
             self.stack.start()
@@ -301,7 +363,11 @@ class StackSupervisor:
             self._failed_start(exc)
             return False
         self.running = True
+        if self._failing is not None:
+            log.info("browser stack of %s is back after %d failed start(s)", self.host,
+                     self._failures)  # fmt: skip
         self._failures = 0
+        self._failing = None
         if in_flight is not None:
             details = {"reason": reason, "duration_s": round(time.monotonic() - started, 3)}
             self._write(
@@ -313,36 +379,38 @@ class StackSupervisor:
         return True
 
     def _failed_start(self, exc: Exception) -> None:
+        """No browser jobs here until the next try; every other job goes on."""
         self._failures += 1
-        limit = self.settings.stack_restart_failures_disable
+        s = self.settings
+        delay_s = retry_delay_s(self._failures, s.stack_retry_base_s, s.stack_retry_max_s)
         error = describe(exc) if not isinstance(exc, StackError) else str(exc)
         first_line = error.strip().splitlines()[0] if error.strip() else type(exc).__name__
+        reason = f"browser stack failed to start: {first_line}"[:MAX_REASON_CHARS]
+        self._failing = Failing(reason, time.monotonic() + delay_s, time.time() + delay_s)
         log.error(
-            "browser stack of %s failed to start (%d/%d in a row): %s",
-            self.host, self._failures, limit, error,
+            "browser stack of %s failed to start (%d in a row; next try in %.0f s): %s",
+            self.host, self._failures, delay_s, error,
         )  # fmt: skip
-        if self._failures >= limit:
-            self._trip(
-                f"browser stack failed to start {self._failures} times in a row: {first_line}"
-            )
-            return
-        if self._pending is None:
-            self._begin("restart", f"browser stack failed to start: {first_line}")
-        delay = min(STACK_RETRY_BASE_S * 2 ** (self._failures - 1), STACK_RETRY_MAX_S)
-        self._retry_at = time.monotonic() + delay
-
-    def _trip(self, reason: str) -> None:
-        """The circuit breaker: the host leaves the fleet until an operator enables it."""
-        log.error("host %s disabled: %s", self.host, reason)
-        details = {"failures_in_a_row": self._failures}
+        details = {"failures_in_a_row": self._failures, "retry_in_s": delay_s}
         self._write(
-            lambda conn: store.disable_for_stack_failure(conn, self.host, reason, details),
-            "circuit breaker",
+            lambda conn: store.record_stack_failure(conn, self.host, reason, details),
+            "stack failure",
         )
-        self._pending = None
-        self._failures = 0
-        self._reactivate = False
-        self._on_host_state("disabled")
+        if self._pending is not None:  # a restart that could not start the new stack
+            self._pending = None
+            self._set_active()
+
+    def _reboot_failed(self, reason: str) -> None:
+        """The reboot did not happen: say so, and restart the stack instead of rebooting."""
+        log.error("host %s: reboot failed (%s); restarting the browser stack instead",
+                  self.host, reason)  # fmt: skip
+        self._write(
+            lambda conn: store.record_host_event(conn, self.host, "reboot_failed", message=reason),
+            "reboot failure",
+        )
+        self._pending = "restart"
+        self._reason = f"reboot failed: {reason}"
+        self._restart()
 
     def _reboot(self) -> None:
         stopped = self.stack.stop()  # a clean end before the kernel's
@@ -351,7 +419,7 @@ class StackSupervisor:
         self._write(
             lambda conn: store.record_reboot_request(conn, self.host, reason), "reboot event"
         )
-        command = self.settings.reboot_command
+        command = self.settings.reboot_command or ""  # set: _reboot_every is 0 without one
         log.warning("host %s rebooting: running %r", self.host, command)
         try:
             done = subprocess.run(
@@ -362,11 +430,11 @@ class StackSupervisor:
                 check=False,
             )
         except (OSError, subprocess.SubprocessError) as exc:
-            self._trip(f"reboot command {command!r} could not run: {exc}")
+            self._reboot_failed(f"reboot command {command!r} could not run: {exc}")
             return
         if done.returncode != 0:
             stderr = done.stderr.decode(errors="replace").strip()[-300:]
-            self._trip(f"reboot command {command!r} exited {done.returncode}: {stderr}")
+            self._reboot_failed(f"reboot command {command!r} exited {done.returncode}: {stderr}")
             return
         self._pending = None
         self._reboot_deadline = time.monotonic() + REBOOT_WAIT_S  # claims stay off until then
@@ -376,7 +444,11 @@ class StackSupervisor:
         self._reactivate = not self._write(
             lambda conn: moved.append(
                 store.set_host_state(
-                    conn, self.host, "active", "browser stack ready", expected=["restarting"]
+                    conn,
+                    self.host,
+                    "active",
+                    "browser stack ready",
+                    expected=["restarting", "rebooting"],
                 )
             ),
             "host state active",

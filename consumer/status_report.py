@@ -44,6 +44,9 @@ class Snapshot:
     jobs_since_restart: int
     jobs_since_boot: int
     daemon: str  # the daemon's lifecycle state (common.lifecycle.DaemonState)
+    browser: str | None = None  # what its browser stack can do now (host_status.BrowserState)
+    browser_reason: str | None = None
+    browser_retry_at: float | None = None  # unix time of a failing stack's next try
 
 
 class StatusReporter:
@@ -82,6 +85,9 @@ class StatusReporter:
                 pid=os.getpid(),
                 updated_at=time.time(),
                 daemon=now.daemon,
+                browser=now.browser,
+                browser_reason=now.browser_reason,
+                browser_retry_at=now.browser_retry_at,
             )
             try:
                 write_status(self.state_dir, status)

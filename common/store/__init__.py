@@ -18,8 +18,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from scrapefleet.common import tables
+from scrapefleet.common.actions import get_action
 from scrapefleet.common.constants import CHANNEL_ASSIGNED, CHANNEL_FINISHED, MAX_RELEASES_PER_JOB
-from scrapefleet.common.errors import NotFound, SubmitError
+from scrapefleet.common.errors import NotFound, SubmitError, UnknownAction
 from scrapefleet.common.host_status import HostStatus
 
 # ---------------------------------------------------------------- jobs: submit
@@ -35,7 +36,8 @@ class NewJob:
     dedupe_key: str | None = None
     lock_key: str | None = None
     callback_url: str | None = None  # POSTed when the job completes or fails for good
-    needs_browser: bool = False  # from its action: only a host whose stack takes them runs it
+    # Only a host whose browser stack takes them runs it; None: from its kind's action.
+    needs_browser: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,15 @@ _COPY_COLUMNS = (
     "callback_url",
     "needs_browser",
 )
+
+
+def _needs_browser(job: NewJob) -> bool:
+    if job.needs_browser is not None:
+        return job.needs_browser
+    try:
+        return get_action(job.kind).needs_browser
+    except UnknownAction:  # the consumer fails it; no browser is ever involved
+        return False
 
 
 def insert_jobs(
@@ -96,7 +107,7 @@ def insert_jobs(
                     job.dedupe_key,
                     job.lock_key,
                     job.callback_url,
-                    job.needs_browser,
+                    _needs_browser(job),
                 )
             )
             if progress and seq % 1000 == 999:
@@ -919,12 +930,19 @@ def record_reboot_request(conn: Connection, name: str, reason: str) -> list[int]
     return requeued
 
 
-def disable_for_stack_failure(
+def record_stack_failure(
     conn: Connection, name: str, reason: str, details: dict[str, Any]
 ) -> list[int]:
-    """The circuit breaker: a stack that will not come back takes its host out of the fleet
-    (state disabled, ``reason`` in hosts.state_reason) until an operator enables it; its queued
-    jobs go back to pending for the other hosts."""
+    """The host's browser stack would not start: the host stays in the fleet for every other
+    job, and the browser jobs queued on it go back to pending for hosts whose stack runs."""
     record_host_event(conn, name, "stack_failure", message=reason, details=details)
-    set_host_state(conn, name, "disabled", reason)
-    return requeue_host_queued(conn, name, f"requeued: host {name} disabled")
+    _audit_message(conn, f"requeued: browser stack of {name} failing")
+    return list(
+        conn.execute(
+            sa.text(
+                "UPDATE jobs SET status = 'pending', host = NULL, queued_at = NULL"
+                " WHERE status = 'queued' AND host = :host AND needs_browser RETURNING id"
+            ),
+            {"host": name},
+        ).scalars()
+    )

@@ -1,5 +1,5 @@
-"""A real Consumer's stack over time: restart and reboot budgets, a Grid killed mid-job, the
-circuit breaker."""
+"""A real Consumer's stack over time: restart and reboot budgets, a Grid killed mid-job, a
+stack that will not start."""
 
 from __future__ import annotations
 
@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import Engine
 
+from scrapefleet.common.errors import ProbeError
+from scrapefleet.common.host_status import read_status
+from scrapefleet.common.store import NewJob
 from tests.browser.consumer_helpers import (
     HOST,
     FirstStackChromium,
@@ -138,19 +141,53 @@ def test_grid_killed_mid_job_recovers_and_loses_no_job(
     assert "stack fault" in restart.details["reason"]
 
 
-def test_circuit_breaker_disables_a_host_whose_stack_will_not_start(
+def test_a_stack_that_will_not_start_stops_browser_jobs_only_and_recovers_by_itself(
     engine: Engine, database_url: str, tmp_path: Path, site: LocalSite
 ) -> None:
+    """No usable Java: the host stays active and keeps completing other jobs, says why its
+    browser is failing, hands its browser jobs back without using an attempt, and takes them
+    again by itself once Java is there."""
+    java = tmp_path / "java"
+    java.symlink_to("/bin/false")
     settings = consumer_settings(
-        tmp_path, database_url, java_binary=Path("/bin/false"), stack_restart_failures_disable=3
+        tmp_path, database_url, java_binary=java, stack_retry_base_s=1.0, stack_retry_max_s=2.0
     )
     with consumer_thread(settings, database_url) as consumer:
-        [job] = queue_jobs(engine, [fetch(site.url("/item"))])
-        wait_for(lambda: consumer.state == "disabled", 240, "the host disabled")
+        [browser_job] = queue_jobs(engine, [fetch(site.url("/item"))])
+
+        def failing() -> bool:
+            try:
+                status = read_status(settings.state_dir, HOST)
+            except ProbeError:  # not written yet
+                return False
+            return status.browser == "failing" and bool(status.browser_reason)
+
+        wait_for(failing, 120, "the stack reported failing")
+        status = read_status(settings.state_dir, HOST)
+        assert "failed to start" in (status.browser_reason or "")
+        assert status.browser_retry_at is not None and status.state == "active"
+        job_sql = "SELECT status, attempts FROM jobs WHERE id = :id"
+        wait_for(
+            lambda: rows(engine, job_sql, id=browser_job)[0].status == "pending",
+            60,
+            "the browser job handed back",
+        )
+        assert rows(engine, job_sql, id=browser_job)[0].attempts == 0  # released, not failed
+
+        plain = queue_jobs(engine, [NewJob("noop") for _ in range(5)])
+        wait_for(lambda: finished(engine, plain), 60, "the noop jobs completed meanwhile")
         host = rows(engine, "SELECT * FROM hosts WHERE name = :h", h=HOST)[0]
-        assert host.state == "disabled"
-        assert "browser stack failed to start 3 times in a row" in host.state_reason
-        # The job was not the stack's victim: back to pending, no attempt used.
-        row = rows(engine, "SELECT status, attempts, host FROM jobs WHERE id = :id", id=job)[0]
-        assert (row.status, row.attempts, row.host) == ("pending", 0, None)
-        assert len(host_events(engine, "stack_failure")) == 1
+        assert host.state == "active" and consumer.state == "active"
+        assert len(host_events(engine, "stack_failure")) >= 1
+
+        java.unlink()
+        java.symlink_to("/usr/bin/java")  # the prerequisite is back: the next try succeeds
+        wait_for(
+            lambda: finished(engine, [browser_job]),
+            240,
+            "the browser job",
+            lambda: assign_due(engine),
+        )
+        assert read_status(settings.state_dir, HOST).browser == "ready"
+    row = rows(engine, "SELECT status, attempts FROM jobs WHERE id = :id", id=browser_job)[0]
+    assert (row.status, row.attempts) == ("completed", 1)
