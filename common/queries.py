@@ -68,6 +68,15 @@ def status_counts(conn: Connection) -> dict[str, int]:
     return {r.status: r.jobs for r in conn.execute(sa.text("SELECT * FROM job_status_counts"))}
 
 
+def pending_browser_jobs(conn: Connection) -> int:
+    """Pending jobs that need a browser (the partial pending index keeps this small)."""
+    return int(
+        conn.execute(
+            sa.text("SELECT count(*) FROM jobs WHERE status = 'pending' AND needs_browser")
+        ).scalar_one()
+    )
+
+
 def host_load(conn: Connection) -> list[dict[str, Any]]:
     """The host_load view: per host state, load, and why its probe fails (migration 0003)."""
     return [dict(r._mapping) for r in conn.execute(sa.text("SELECT * FROM host_load"))]

@@ -1,9 +1,10 @@
 """The restart/reboot policy of a consumer host, as pure functions of plain counters.
 
-A browser stack runs exactly ``restart_every`` jobs per lifetime and a host exactly
-``reboot_every`` jobs per boot: the consumer stops claiming when a budget is spent, lets the
-in-flight jobs finish, then does the maintenance. A budget of 0 disables that maintenance.
+A browser stack runs exactly ``restart_every`` browser jobs per lifetime and a host exactly
+``reboot_every`` per boot: the consumer stops claiming browser jobs when a budget is spent, lets
+the in-flight jobs finish, then does the maintenance. A budget of 0 disables that maintenance.
 The counters count claims (not completions), so a job that fails still uses up its place.
+A stack that would not start is tried again after a back-off that doubles up to a cap.
 """
 
 from __future__ import annotations
@@ -64,3 +65,9 @@ def maintenance_due(
     if in_flight > 0:
         return "none"
     return decide_maintenance(jobs_since_restart, jobs_since_boot, restart_every, reboot_every)
+
+
+def retry_delay_s(failures: int, base_s: float, max_s: float) -> float:
+    """Wait before the next try of a stack that failed ``failures`` times in a row: ``base_s``
+    after the first failure, doubling, never more than ``max_s``."""
+    return float(min(base_s * 2 ** max(failures - 1, 0), max_s))

@@ -142,10 +142,12 @@ def status(ctx: _Context, as_json: bool) -> None:
     with _one_line_errors(), wrapped_errors(), ctx.client.engine.connect() as conn:
         counts = queries.status_counts(conn)
         hosts = queries.host_load(conn)
+        pending_browser = queries.pending_browser_jobs(conn)
     if as_json:
-        click.echo(json.dumps({"jobs": counts, "hosts": hosts}, default=str, indent=2))
+        document = {"jobs": counts, "hosts": hosts, "pending_browser_jobs": pending_browser}
+        click.echo(json.dumps(document, default=str, indent=2))
         return
-    click.echo(render_status(counts, hosts))
+    click.echo(render_status(counts, hosts, pending_browser))
 
 
 # ---------------------------------------------------------------- jobs

@@ -191,3 +191,27 @@ def test_a_stack_that_will_not_start_stops_browser_jobs_only_and_recovers_by_its
         assert read_status(settings.state_dir, HOST).browser == "ready"
     row = rows(engine, "SELECT status, attempts FROM jobs WHERE id = :id", id=browser_job)[0]
     assert (row.status, row.attempts) == ("completed", 1)
+
+
+def test_budgets_count_browser_jobs_only(
+    engine: Engine, database_url: str, tmp_path: Path, site: LocalSite
+) -> None:
+    """1 fetch_page + 60 http_get: no restart (HTTP jobs never touch the stack); then 45
+    fetch_page with restart_every 20: exactly two restarts (at 20 and 40 browser jobs)."""
+    settings = consumer_settings(
+        tmp_path, database_url, capacity=6, restart_every=20, reboot_every=0
+    )
+    with consumer_thread(settings, database_url):
+        http = [NewJob("http_get", {"url": site.url("/plain")}) for _ in range(60)]
+        first = queue_jobs(engine, [fetch(site.url("/item")), *http])
+        wait_for(lambda: finished(engine, first), 240, "1 fetch_page and 60 http_get")
+        assert completed_once(engine, first)
+        assert host_events(engine, "restart") == []
+        since = scalar(engine, "SELECT jobs_since_restart FROM hosts WHERE name = :h", h=HOST)
+        assert since == 1
+
+        browser = queue_jobs(engine, [fetch(site.url("/item")) for _ in range(45)])
+        wait_for(lambda: finished(engine, browser), 300, "45 fetch_page")
+        assert completed_once(engine, browser)
+    assert len(host_events(engine, "restart")) == 2
+    assert scalar(engine, "SELECT jobs_since_restart FROM hosts WHERE name = :h", h=HOST) == 6

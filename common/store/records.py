@@ -1,0 +1,112 @@
+"""What goes into the store's functions and what comes out of them: plain frozen records."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from scrapefleet.common.errors import SubmitError
+
+# -- jobs --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NewJob:
+    kind: str
+    payload: dict[str, Any] = field(default_factory=dict)
+    priority: int = 0
+    max_attempts: int | None = None  # None -> the settings' default
+    not_before: datetime | None = None
+    dedupe_key: str | None = None
+    lock_key: str | None = None
+    callback_url: str | None = None  # POSTed when the job completes or fails for good
+    # Only a host whose browser stack takes them runs it; None: from its kind's action.
+    needs_browser: bool | None = None
+
+
+@dataclass(frozen=True)
+class InsertResult:
+    ids: list[int]  # of the jobs inserted, in input order
+    skipped_duplicates: int  # rows whose dedupe key matched an unfinished job
+
+
+@dataclass(frozen=True)
+class PendingJob:
+    id: int
+    lock_key: str | None
+    needs_browser: bool = False
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    id: int
+    kind: str
+    payload: dict[str, Any]
+    attempt: int  # this attempt's number, 1-based
+    max_attempts: int
+    lock_key: str | None
+    needs_browser: bool = False
+
+
+@dataclass(frozen=True)
+class Claim:
+    jobs: list[ClaimedJob]
+    jobs_since_restart: int
+    jobs_since_boot: int
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """Which jobs an operator command acts on: explicit ids, or every job matching the rest."""
+
+    ids: Sequence[int] = ()
+    kind: str | None = None
+    host: str | None = None
+
+    def params(self) -> dict[str, Any]:
+        """The bind parameters of the store's job filter (None: that part matches all); never
+        all of them None, so that no command acts on every job by omission."""
+        if not (self.ids or self.kind or self.host):
+            raise SubmitError("name job ids or a filter (--kind, --host); refusing to act on all")
+        return {
+            "ids": list(self.ids) if self.ids else None,
+            "kind": self.kind or None,
+            "host": self.host or None,
+        }
+
+
+# -- hosts -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    name: str
+    capacity: int
+    address: str | None = None
+    ssh_port: int = 22
+    ssh_user: str = "scrapefleet"
+    ssh_key_file: str | None = None
+    known_hosts_file: str | None = None
+
+
+@dataclass(frozen=True)
+class Registration:
+    capacity: int
+    state: str
+    jobs_since_restart: int
+    jobs_since_boot: int
+
+
+# -- webhooks ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DueWebhook:
+    id: int
+    job_id: int
+    status: str
+    url: str
+    payload: dict[str, Any]
+    attempt: int  # this attempt's number, 1-based

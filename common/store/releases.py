@@ -1,0 +1,139 @@
+"""Jobs handed back: a release ends an attempt its host cut short, a requeue returns a queued
+job its host will not run. Both go back to pending for the other hosts.
+
+A release gives the attempt back: the host failed, not the job (a stack that would not start,
+a consumer that died or was stopped mid-attempt, a rescue). It never spends an attempt and has
+its own bound instead (RELEASES_EXHAUSTED_SQL): past it the job fails.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from scrapefleet.common.constants import MAX_RELEASES_PER_JOB
+from scrapefleet.common.store.events import set_audit_message
+from scrapefleet.common.store.statuses import RELEASES_EXHAUSTED_SQL as OUT
+from scrapefleet.common.store.statuses import HostState, JobStatus, sql_list
+
+__all__ = [
+    "RECOVER_SQL",
+    "RELEASE_SQL",
+    "REQUEUE_FROM_UNAVAILABLE_SQL",
+    "REQUEUE_HOST_BROWSER_SQL",
+    "REQUEUE_HOST_SQL",
+    "RESCUE_SQL",
+    "recover_host_jobs",
+    "release_job",
+    "requeue_from_unavailable_hosts",
+    "requeue_host_browser_jobs",
+    "requeue_host_queued",
+    "rescue_stale_processing",
+]
+
+_PROCESSING = f"status = '{JobStatus.PROCESSING}'"
+
+
+def _release_statement(where: str, *, keep_last_error: bool) -> sa.TextClause:
+    """The one release UPDATE, for a given choice of rows. ``keep_last_error``: the attempt's
+    own error (if any) stays while the job has releases left; otherwise the reason replaces it."""
+    error = "last_error" if keep_last_error else ":reason"
+    return sa.text(
+        "UPDATE jobs SET"
+        f"  status = CASE WHEN {OUT} THEN '{JobStatus.FAILED}' ELSE '{JobStatus.PENDING}' END,"
+        f"  host = CASE WHEN {OUT} THEN host END,"
+        f"  finished_at = CASE WHEN {OUT} THEN now() END,"
+        f"  last_error = CASE WHEN {OUT}"
+        "    THEN :reason || ' (released ' || (releases + 1) || ' times)'"
+        f"    ELSE {error} END,"
+        "  attempts = greatest(attempts - 1, 0), releases = releases + 1,"
+        "  started_at = NULL, queued_at = NULL"
+        f" WHERE {where} RETURNING id"
+    )
+
+
+# One attempt, only while this host still owns it.
+RELEASE_SQL = _release_statement(
+    f"id = :id AND {_PROCESSING} AND attempts = :attempt AND host = :host", keep_last_error=True
+)
+# Every attempt a host left behind when its consumer died.
+RECOVER_SQL = _release_statement(f"{_PROCESSING} AND host = :host", keep_last_error=False)
+# Every attempt whose heartbeat stopped: its consumer is gone.
+RESCUE_SQL = _release_statement(
+    f"{_PROCESSING} AND heartbeat_at < now() - make_interval(secs => :stale)",
+    keep_last_error=False,
+)
+
+_REQUEUE = (
+    f"UPDATE jobs SET status = '{JobStatus.PENDING}', host = NULL, queued_at = NULL"
+    f" WHERE status = '{JobStatus.QUEUED}'"
+)
+REQUEUE_HOST_SQL = sa.text(f"{_REQUEUE} AND host = :host RETURNING id")
+REQUEUE_HOST_BROWSER_SQL = sa.text(f"{_REQUEUE} AND host = :host AND needs_browser RETURNING id")
+_UNAVAILABLE = (HostState.OFFLINE, HostState.DISABLED)  # for longer than a grace period
+REQUEUE_FROM_UNAVAILABLE_SQL = sa.text(
+    f"{_REQUEUE} AND host IN ("
+    f"   SELECT name FROM hosts WHERE state IN {sql_list(_UNAVAILABLE)}"
+    "   AND state_changed_at < now() - make_interval(secs => :grace))"
+    " RETURNING id"
+)
+
+
+def release_job(conn: Connection, host: str, job_id: int, attempt: int, reason: str) -> bool:
+    """processing -> pending, the attempt given back; failed once the job was released
+    MAX_RELEASES_PER_JOB times. False if the attempt was no longer ours."""
+    set_audit_message(conn, reason)
+    params = {
+        "id": job_id,
+        "attempt": attempt,
+        "host": host,
+        "max_releases": MAX_RELEASES_PER_JOB,
+        "reason": reason,
+    }
+    return conn.execute(RELEASE_SQL, params).first() is not None
+
+
+def recover_host_jobs(conn: Connection, host: str) -> list[int]:
+    """At consumer start: jobs this host left processing when it died are released (back to
+    pending, the attempt given back)."""
+    reason = f"interrupted: consumer on {host} stopped mid-attempt"
+    return _release_all(conn, RECOVER_SQL, {"host": host}, reason)
+
+
+def rescue_stale_processing(conn: Connection, stale_after_s: float) -> list[int]:
+    """Jobs processing with no heartbeat for ``stale_after_s``: their consumer is gone. Each is
+    released (back to pending, the attempt given back). A heartbeating job is never touched."""
+    reason = f"rescued: no heartbeat for {stale_after_s:g} s"
+    return _release_all(conn, RESCUE_SQL, {"stale": stale_after_s}, reason)
+
+
+def _release_all(
+    conn: Connection, statement: sa.TextClause, params: dict[str, object], reason: str
+) -> list[int]:
+    set_audit_message(conn, reason)
+    params = {**params, "reason": reason, "max_releases": MAX_RELEASES_PER_JOB}
+    return list(conn.execute(statement, params).scalars())
+
+
+def requeue_host_queued(conn: Connection, host: str, reason: str) -> list[int]:
+    """A host that will not run its queued jobs (draining, stopping) hands them back."""
+    return _requeue(conn, REQUEUE_HOST_SQL, {"host": host}, reason)
+
+
+def requeue_host_browser_jobs(conn: Connection, host: str, reason: str) -> list[int]:
+    """A host whose browser stack cannot run hands back its queued browser jobs only."""
+    return _requeue(conn, REQUEUE_HOST_BROWSER_SQL, {"host": host}, reason)
+
+
+def requeue_from_unavailable_hosts(conn: Connection, grace_s: float) -> list[int]:
+    """Queued jobs of hosts offline or disabled for longer than ``grace_s`` go back to pending,
+    using no attempt (they never started)."""
+    reason = f"requeued: host unavailable for more than {grace_s:g} s"
+    return _requeue(conn, REQUEUE_FROM_UNAVAILABLE_SQL, {"grace": grace_s}, reason)
+
+
+def _requeue(
+    conn: Connection, statement: sa.TextClause, params: dict[str, object], reason: str
+) -> list[int]:
+    set_audit_message(conn, reason)
+    return list(conn.execute(statement, params).scalars())

@@ -1,0 +1,105 @@
+"""Submitting jobs: many at once, all or nothing, deduplicated against unfinished jobs.
+
+The INSERT fires the ``jobs_notify_insert`` trigger (one NOTIFY per statement), which wakes the
+producer at commit.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import Connection
+
+from scrapefleet.common import tables
+from scrapefleet.common.actions import get_action
+from scrapefleet.common.errors import UnknownAction
+from scrapefleet.common.store.records import InsertResult, NewJob
+from scrapefleet.common.store.statuses import UNFINISHED, sql_list
+
+PROGRESS_EVERY_ROWS = 1000
+
+# The columns a submit sets, in NewJob's terms; the database fills in the rest. Their types come
+# from the table definitions, so the staging table cannot drift from jobs.
+SUBMITTED_COLUMNS = (
+    "kind",
+    "payload",
+    "priority",
+    "max_attempts",
+    "not_before",
+    "dedupe_key",
+    "lock_key",
+    "callback_url",
+    "needs_browser",
+)
+_TYPES = {
+    name: tables.jobs.c[name].type.compile(dialect=postgresql.dialect())
+    for name in SUBMITTED_COLUMNS
+}
+_COLUMNS = ", ".join(SUBMITTED_COLUMNS)
+
+CREATE_STAGING_SQL = sa.text(
+    "CREATE TEMP TABLE incoming_jobs (seq int, "
+    + ", ".join(f"{name} {_TYPES[name]}" for name in SUBMITTED_COLUMNS)
+    + ") ON COMMIT DROP"
+)
+COPY_STAGING = f"COPY incoming_jobs (seq, {_COLUMNS}) FROM STDIN"
+# Rows whose dedupe key an unfinished job holds are skipped (the unique partial index decides).
+INSERT_FROM_STAGING_SQL = sa.text(
+    f"INSERT INTO jobs ({_COLUMNS}) SELECT {_COLUMNS} FROM incoming_jobs ORDER BY seq"
+    " ON CONFLICT (dedupe_key)"
+    f"   WHERE dedupe_key IS NOT NULL AND status IN {sql_list(UNFINISHED)}"
+    " DO NOTHING RETURNING id"
+)
+DROP_STAGING_SQL = sa.text("DROP TABLE incoming_jobs")
+
+
+def insert_jobs(
+    conn: Connection,
+    jobs: Sequence[NewJob],
+    *,
+    default_max_attempts: int,
+    progress: Callable[[int], None] | None = None,
+) -> InsertResult:
+    """Insert many jobs fast: COPY into a temporary table, then one INSERT ... SELECT that skips
+    rows whose dedupe key is held by an unfinished job. All or nothing with the caller's
+    transaction."""
+    if not jobs:
+        return InsertResult([], 0)
+    conn.execute(CREATE_STAGING_SQL)
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    with raw.cursor() as cur, cur.copy(COPY_STAGING) as copy:
+        for seq, job in enumerate(jobs):
+            copy.write_row(
+                (
+                    seq,
+                    job.kind,
+                    json.dumps(job.payload),
+                    job.priority,
+                    job.max_attempts or default_max_attempts,
+                    job.not_before,
+                    job.dedupe_key,
+                    job.lock_key,
+                    job.callback_url,
+                    _needs_browser(job),
+                )
+            )
+            if progress and seq % PROGRESS_EVERY_ROWS == PROGRESS_EVERY_ROWS - 1:
+                progress(PROGRESS_EVERY_ROWS)
+    if progress:
+        progress(len(jobs) % PROGRESS_EVERY_ROWS)
+    inserted = sorted(conn.execute(INSERT_FROM_STAGING_SQL).scalars())
+    conn.execute(DROP_STAGING_SQL)
+    return InsertResult(inserted, len(jobs) - len(inserted))
+
+
+def _needs_browser(job: NewJob) -> bool:
+    if job.needs_browser is not None:
+        return job.needs_browser
+    try:
+        return get_action(job.kind).needs_browser
+    except UnknownAction:  # the consumer fails it; no browser is ever involved
+        return False

@@ -1,0 +1,254 @@
+"""The browser stack of one consumer host as named states, and what each means to the daemon.
+
+consumer.stack_step moves between them (``step(state, event, now) -> (state, actions)``);
+consumer.stack_supervisor feeds it events and carries out the actions. Nothing here does I/O
+or reads a clock.
+
+    Idle --first browser job--> Starting(first) --ok--> Ready
+    Ready --budget spent, or a fault--> Draining --nothing in flight--> Stopping
+    Stopping --restart--> Starting(restart) --ok--> Ready
+             --reboot--> Rebooting --command ran--> AwaitingReboot (the reboot ends the process)
+    Rebooting --command failed--> Starting(restart)
+    AwaitingReboot --still up after reboot_wait_s--> Starting(restart)
+    Starting(any) --failed--> Failing --retry time, no browser job in flight--> Starting(retry)
+    any --close--> Closed
+
+- Idle: no stack until the first browser job, so a host that runs only other jobs never needs
+  Java, Xvfb or Chromium, and never restarts or reboots for them.
+- Ready: browser jobs are claimed under the budgets (consumer.maintenance); the claim that
+  spends one moves to Draining. Faults seen here restart the stack too: ``releases_before_restart``
+  browser jobs released in a row, a released job with the Grid not ready, or a timed-out job
+  whose thread is still busy ``hung_grace_s`` after its browser was killed.
+- Draining to the end of a restart or reboot: nothing is claimed, the host says ``restarting``
+  or ``rebooting`` (the producer assigns nothing more), the in-flight jobs finish, then the
+  maintenance runs.
+- Failing: a circuit breaker open for browser jobs only: every other job is still claimed, and
+  the stack is tried again after a back-off doubling from ``retry_base_s`` up to
+  ``retry_max_s`` (the half-open state). Only an operator disables a host.
+- The reboot budget counts browser jobs since boot, or since this consumer last decided a
+  reboot: one that did not happen (command failed, host still up) restarts the stack instead
+  and is tried again ``reboot_every`` browser jobs later. With no reboot command the host never
+  reboots: at the budget the stack is restarted instead (unless it has just started), a
+  ``reboot_skipped`` host event says why, and the first skip of the process warns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+from enum import StrEnum
+
+from scrapefleet.common.constants import HUNG_SESSION_GRACE_S, REBOOT_WAIT_S
+from scrapefleet.common.host_status import BrowserState
+from scrapefleet.consumer.maintenance import claims_allowed
+from scrapefleet.consumer.stack_events import JobReturned, StackStopped
+
+RELEASES_BEFORE_RESTART = 2  # browser jobs released in a row with a stack that looks healthy
+MIN_CHECK_S = 0.05  # never ask to be woken sooner than this
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The settings the decisions read."""
+
+    restart_every: int  # browser jobs per stack lifetime; 0 = never
+    reboot_every: int  # browser jobs per boot; 0 = never
+    reboot_command: str | None  # None: no reboot mechanism here, never reboot
+    retry_base_s: float
+    retry_max_s: float
+    hung_grace_s: float = HUNG_SESSION_GRACE_S
+    reboot_wait_s: float = REBOOT_WAIT_S
+    releases_before_restart: int = RELEASES_BEFORE_RESTART
+
+
+# -- states ---------------------------------------------------------------------------------
+
+
+class Kind(StrEnum):
+    """A maintenance of the stack."""
+
+    RESTART = "restart"
+    REBOOT = "reboot"
+
+
+class StartCause(StrEnum):
+    FIRST = "first"  # the first browser job of this consumer
+    RETRY = "retry"  # a failing stack's next try
+    RESTART = "restart"  # a restart, or a reboot that did not happen
+
+
+@dataclass(frozen=True)
+class Idle:
+    """No stack yet: it starts with the first browser job."""
+
+
+@dataclass(frozen=True)
+class Starting:
+    cause: StartCause
+    reason: str
+    since: datetime  # when the start began (a restart: when the old stack's stop began)
+    jobs: int = 0  # browser jobs its lifetime begins with (a first start: those just claimed)
+    failures: int = 0  # failed starts in a row before this one
+    stopped: StackStopped | None = None  # a restart: what stopping the old stack did
+
+
+@dataclass(frozen=True)
+class Ready:
+    """Started and checked with a real session: takes browser jobs under its budgets."""
+
+
+@dataclass(frozen=True)
+class Draining:
+    """A maintenance is due: no claims; it runs once nothing is in flight."""
+
+    kind: Kind
+    reason: str
+
+
+@dataclass(frozen=True)
+class Stopping:
+    kind: Kind
+    reason: str
+    since: datetime
+
+
+@dataclass(frozen=True)
+class Rebooting:
+    """The reboot command is running."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class AwaitingReboot:
+    """The reboot command ran: the machine should go down before ``deadline``."""
+
+    deadline: datetime
+
+
+@dataclass(frozen=True)
+class Failing:
+    """The stack would not start: no browser jobs until the next try at ``retry_at``."""
+
+    failures: int  # in a row
+    reason: str
+    retry_at: datetime
+
+
+@dataclass(frozen=True)
+class Closed:
+    """The consumer is stopping: nothing more happens to the stack."""
+
+
+Phase = (
+    Idle | Starting | Ready | Draining | Stopping | Rebooting | AwaitingReboot | Failing | Closed
+)
+
+
+@dataclass(frozen=True)
+class Faults:
+    """What the job threads saw of the stack since it started."""
+
+    releases: int = 0  # browser jobs released in a row
+    unseen_release: bool = False  # a release the supervisor has not looked into yet
+    abandoned: tuple[tuple[int, datetime], ...] = ()  # timed-out job, when its browser died
+
+    def returned(self, event: JobReturned) -> Faults:
+        abandoned = any(job_id == event.job_id for job_id, _ in self.abandoned)
+        left = tuple(entry for entry in self.abandoned if entry[0] != event.job_id)
+        if not event.browser or abandoned:  # a killed session's error says nothing of the stack
+            return replace(self, abandoned=left)
+        if event.released:
+            return replace(self, releases=self.releases + 1, unseen_release=True, abandoned=left)
+        return replace(self, releases=0, abandoned=left)
+
+    def hung_job(self, now: datetime, grace_s: float) -> int | None:
+        """A timed-out job whose thread is still busy ``grace_s`` after its browser died."""
+        for job_id, at in self.abandoned:
+            if (now - at).total_seconds() > grace_s:
+                return job_id
+        return None
+
+
+@dataclass(frozen=True)
+class StackState:
+    policy: Policy
+    phase: Phase = Idle()
+    faults: Faults = Faults()
+    since_boot: int = 0  # the host's browser jobs since boot, as of the last claim
+    reboot_base: int = 0  # since_boot when this consumer last decided a reboot
+    skip_warned: bool = False  # the missing reboot command has been warned about
+
+
+# -- what the daemon reads ------------------------------------------------------------------
+
+
+def is_running(state: StackState) -> bool:
+    """A stack is up and checked: sessions may be asked for."""
+    return isinstance(state.phase, Ready | Draining)
+
+
+def claim_budget(
+    state: StackState, free: int, since_restart: int, since_boot: int
+) -> tuple[int, int]:
+    """(jobs, of which browser jobs) that may be claimed now out of ``free`` slots. The budgets
+    cap browser jobs only; a failing stack takes none."""
+    policy = state.policy
+    match state.phase:
+        case Idle():  # no stack yet: its lifetime begins with this claim
+            browser = claims_allowed(
+                0,
+                since_boot - state.reboot_base,
+                policy.restart_every,
+                policy.reboot_every,
+                free,
+                0,
+            )
+            # A reboot budget spent before this consumer started is decided at the first claim.
+            return free, browser or claims_allowed(0, 0, policy.restart_every, 0, free, 0)
+        case Ready():
+            browser = claims_allowed(
+                since_restart,
+                since_boot - state.reboot_base,
+                policy.restart_every,
+                policy.reboot_every,
+                free,
+                0,
+            )
+            return free, browser
+        case Failing():
+            return free, 0
+    return 0, 0
+
+
+def maintenance_state(state: StackState) -> str | None:
+    """'restarting' or 'rebooting' while one is due or under way (the host's own state)."""
+    match state.phase:
+        case Draining(kind=kind) | Stopping(kind=kind):
+            return "rebooting" if kind is Kind.REBOOT else "restarting"
+        case Rebooting() | AwaitingReboot():
+            return "rebooting"
+        case Starting(cause=StartCause.RESTART):
+            return "restarting"
+    return None
+
+
+def browser_status(state: StackState) -> tuple[BrowserState, str | None, datetime | None]:
+    """(what the stack can do, why not, next try) for the status document."""
+    match state.phase:
+        case Failing(reason=reason, retry_at=retry_at):
+            return BrowserState.FAILING, reason, retry_at
+        case Starting() | Draining() | Stopping() | Rebooting():
+            return BrowserState.STARTING, None, None
+        case Ready():
+            return BrowserState.READY, None, None
+    return BrowserState.IDLE, None, None
+
+
+def next_check_s(state: StackState, now: datetime) -> float:
+    """How soon a Tick has something to do without being woken."""
+    waits = [state.policy.hung_grace_s / 4]
+    match state.phase:
+        case Failing(retry_at=at) | AwaitingReboot(deadline=at):
+            waits.append((at - now).total_seconds())
+    return max(MIN_CHECK_S, min(waits))

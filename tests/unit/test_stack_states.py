@@ -1,0 +1,379 @@
+"""The browser stack's state machine, step by step: plain values in, plain values out.
+
+No stack, no database, no clock: each event is given its own ``now``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import TypeVar
+
+import pytest
+
+from scrapefleet.common.constants import HUNG_SESSION_GRACE_S, STACK_RETRY_BASE_S, STACK_RETRY_MAX_S
+from scrapefleet.common.host_status import BrowserState
+from scrapefleet.consumer.stack_events import (
+    SET_ACTIVE,
+    Action,
+    CheckHealth,
+    Claimed,
+    Close,
+    EndSession,
+    Event,
+    HealthChecked,
+    JobAbandoned,
+    JobReturned,
+    Log,
+    RebootCommandFailed,
+    RebootCommandRan,
+    RecordHostEvent,
+    RecordRebootRequest,
+    RecordRestart,
+    RecordStackFailure,
+    RecordStackStart,
+    RunRebootCommand,
+    SetHostState,
+    SetStackCounter,
+    StackStopped,
+    StartFailed,
+    StartStack,
+    StartSucceeded,
+    StopStack,
+    Tick,
+)
+from scrapefleet.consumer.stack_states import (
+    AwaitingReboot,
+    Closed,
+    Draining,
+    Failing,
+    Idle,
+    Kind,
+    Policy,
+    Ready,
+    Rebooting,
+    StackState,
+    StartCause,
+    Starting,
+    Stopping,
+    browser_status,
+    claim_budget,
+    is_running,
+    maintenance_state,
+    next_check_s,
+)
+from scrapefleet.consumer.stack_step import step
+
+pytestmark = pytest.mark.timeout(10)
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+POLICY = Policy(
+    restart_every=20,
+    reboot_every=80,
+    reboot_command="reboot-now",
+    retry_base_s=STACK_RETRY_BASE_S,
+    retry_max_s=STACK_RETRY_MAX_S,
+)
+IDLE_TICK = Tick(busy=0, unwritten=0, browser_busy=0)
+A = TypeVar("A")
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def feed(state: StackState, *events: Event, now: datetime = T0) -> tuple[StackState, list[Action]]:
+    actions: list[Action] = []
+    for event in events:
+        state, done = step(state, event, now)
+        actions += done
+    return state, actions
+
+
+def ready(policy: Policy = POLICY, since_boot: int = 0) -> StackState:
+    """A stack started by the first browser job, nothing due."""
+    state, _ = feed(StackState(policy), Claimed(1, 1, since_boot), StartSucceeded())
+    assert isinstance(state.phase, Ready)
+    return state
+
+
+def of_type(actions: list[Action], kind: type[A]) -> list[A]:
+    return [a for a in actions if isinstance(a, kind)]
+
+
+def test_the_stack_starts_lazily_on_the_first_browser_job() -> None:
+    state = StackState(POLICY)
+    assert claim_budget(state, 6, 0, 0) == (6, 6)
+    # The new stack's lifetime begins with this claim: the budgets cap it already.
+    assert claim_budget(StackState(replace(POLICY, restart_every=4)), 6, 0, 0) == (6, 4)
+    assert claim_budget(state, 6, 0, 77) == (6, 3)
+    assert claim_budget(state, 6, 17, 80) == (6, 6)  # spent before: decided at the first claim
+    state, actions = feed(state, Claimed(browser_jobs=0, since_restart=0, since_boot=0))
+    assert state.phase == Idle() and actions == []  # other jobs never start a browser
+
+    state, actions = feed(state, Claimed(browser_jobs=2, since_restart=2, since_boot=2))
+    assert state.phase == Starting(StartCause.FIRST, "first browser job", T0, jobs=2)
+    assert actions == [StartStack()]
+    assert not is_running(state) and browser_status(state)[0] == BrowserState.STARTING
+
+    state, actions = feed(state, StartSucceeded(), now=at(3))
+    assert state.phase == Ready() and is_running(state)
+    assert actions[:2] == [RecordStackStart(2, "first browser job", 3.0), SetStackCounter(2)]
+    assert of_type(actions, SetHostState) == []  # a first start moves no host state
+    assert browser_status(state) == (BrowserState.READY, None, None)
+
+
+def test_a_restart_comes_after_exactly_restart_every_browser_jobs() -> None:
+    state = ready()
+    assert claim_budget(state, 6, 17, 17) == (6, 3)  # the budget caps browser jobs only
+    state, actions = feed(state, Claimed(3, since_restart=19, since_boot=19))
+    assert state.phase == Ready() and actions == []
+    state, actions = feed(state, Claimed(1, since_restart=20, since_boot=20))
+    assert isinstance(state.phase, Draining) and state.phase.kind is Kind.RESTART
+    [going] = of_type(actions, SetHostState)
+    assert going == SetHostState("restarting", state.phase.reason, ("active", "restarting"))
+    assert claim_budget(state, 6, 20, 20) == (0, 0)
+    assert maintenance_state(state) == "restarting"
+
+    # In-flight jobs and unwritten outcomes hold the restart back.
+    for busy in (Tick(2, 0, 2), Tick(0, 1, 0)):
+        assert feed(state, busy)[0] == state
+    state, actions = feed(state, IDLE_TICK, now=at(10))
+    assert state.phase == Stopping(Kind.RESTART, going.reason, at(10))
+    assert actions == [StopStack(measure_memory=True)]
+    stopped = StackStopped(killed=7, sigkilled=1, pss_before_bytes=900)
+    state, actions = feed(state, stopped, now=at(11))
+    assert actions == [StartStack(measure_memory=True)]
+    assert maintenance_state(state) == "restarting"
+    state, actions = feed(state, StartSucceeded(pss_bytes=300), now=at(13.5))
+    assert state.phase == Ready() and maintenance_state(state) is None
+    [restart] = of_type(actions, RecordRestart)
+    assert restart.details == {
+        "reason": going.reason,
+        "duration_s": 3.5,  # from the stop of the old stack to the new one checked
+        "pss_before_bytes": 900,
+        "pss_after_bytes": 300,
+        "killed": 7,
+        "sigkilled": 1,
+        "leftover_pids": [],
+    }
+    assert SetStackCounter(0) in actions and actions[-1] == SET_ACTIVE
+
+
+def test_a_budget_of_zero_disables_its_maintenance() -> None:
+    state = ready(replace(POLICY, restart_every=0, reboot_every=0))
+    assert claim_budget(state, 6, 500, 500) == (6, 6)
+    assert feed(state, Claimed(6, 506, 506))[0].phase == Ready()
+
+
+def test_a_reboot_comes_at_reboot_every_and_wins_over_a_restart() -> None:
+    state = ready()
+    assert claim_budget(state, 6, 0, 78) == (6, 2)
+    state, actions = feed(state, Claimed(2, since_restart=20, since_boot=80))
+    assert isinstance(state.phase, Draining) and state.phase.kind is Kind.REBOOT
+    assert of_type(actions, SetHostState)[0].to_state == "rebooting"
+    assert maintenance_state(state) == "rebooting"
+
+    state, actions = feed(state, IDLE_TICK)
+    assert actions == [StopStack(measure_memory=False)]
+    state, actions = feed(state, StackStopped(killed=5))
+    assert isinstance(state.phase, Rebooting)
+    [request] = of_type(actions, RecordRebootRequest)
+    assert request.reason.endswith("; 5 stack process(es) ended")
+    assert actions[-1] == RunRebootCommand("reboot-now")
+
+    state, actions = feed(state, RebootCommandRan(), now=at(1))
+    assert state.phase == AwaitingReboot(at(1) + timedelta(seconds=POLICY.reboot_wait_s))
+    assert actions == [] and claim_budget(state, 6, 0, 80) == (0, 0)
+    assert maintenance_state(state) == "rebooting"
+
+
+def awaiting_reboot() -> StackState:
+    state, _ = feed(ready(), Claimed(1, 20, 80), IDLE_TICK, StackStopped(), RebootCommandRan())
+    assert isinstance(state.phase, AwaitingReboot)
+    return state
+
+
+def test_a_host_still_up_after_the_reboot_wait_restarts_its_stack_and_tries_again_later() -> None:
+    state = awaiting_reboot()
+    deadline = T0 + timedelta(seconds=POLICY.reboot_wait_s)
+    assert next_check_s(state, deadline - timedelta(seconds=1)) == 1.0
+    assert feed(state, IDLE_TICK, now=deadline)[0] == state  # not yet
+
+    state, actions = feed(state, IDLE_TICK, now=deadline + timedelta(seconds=1))
+    assert isinstance(state.phase, Starting) and state.phase.cause is StartCause.RESTART
+    [failed] = of_type(actions, RecordHostEvent)
+    assert failed == RecordHostEvent("reboot_failed", "reboot command ran 600 s ago; still up")
+    assert actions[-1] == StartStack(measure_memory=True)
+    assert not any(isinstance(a, SetHostState) and a.to_state == "disabled" for a in actions)
+
+    state, actions = feed(state, StartSucceeded(), now=deadline + timedelta(seconds=3))
+    assert state.phase == Ready() and SET_ACTIVE in actions
+    # The spent budget does not stop browser jobs: the next try is a whole budget later.
+    assert claim_budget(state, 6, 0, 80) == (6, 6)
+    assert feed(state, Claimed(6, 19, 159))[0].phase == Ready()
+    state, _ = feed(state, Claimed(1, 20, 160))
+    assert isinstance(state.phase, Draining) and state.phase.kind is Kind.REBOOT
+
+
+def test_a_reboot_command_that_fails_restarts_the_stack_instead() -> None:
+    state, _ = feed(ready(), Claimed(1, 20, 80), IDLE_TICK, StackStopped())
+    state, actions = feed(state, RebootCommandFailed("exited 1: sudo: a password is required"))
+    assert of_type(actions, RecordHostEvent) == [
+        RecordHostEvent("reboot_failed", "exited 1: sudo: a password is required")
+    ]
+    assert isinstance(state.phase, Starting) and actions[-1] == StartStack(measure_memory=True)
+
+
+def test_a_failed_start_opens_the_breaker_for_browser_jobs_only_with_a_capped_back_off() -> None:
+    state, _ = feed(StackState(POLICY), Claimed(1, 1, 1))
+    delays: list[float] = []
+    now = T0
+    for failures in range(1, 9):
+        state, actions = feed(state, StartFailed("java: not found\nmore detail"), now=now)
+        assert isinstance(state.phase, Failing) and state.phase.failures == failures
+        assert state.phase.reason == "browser stack failed to start: java: not found"
+        [record] = of_type(actions, RecordStackFailure)
+        delay = (state.phase.retry_at - now).total_seconds()
+        assert record == RecordStackFailure(state.phase.reason, failures, delay)
+        assert of_type(actions, SetHostState) == []  # the host stays active: never disabled
+        assert claim_budget(state, 6, 0, 1) == (6, 0)  # every other job still runs here
+        status, reason, retry_at = browser_status(state)
+        assert (status, reason, retry_at) == (
+            BrowserState.FAILING,
+            record.reason,
+            now + timedelta(seconds=delay),
+        )
+        delays.append(delay)
+
+        # Not before its time, nor while a browser job is in flight.
+        before = state.phase.retry_at - timedelta(seconds=1)
+        assert feed(state, IDLE_TICK, now=before)[0] == state
+        assert feed(state, Tick(1, 0, 1), now=state.phase.retry_at)[0] == state
+        now = state.phase.retry_at
+        state, actions = feed(state, Tick(3, 0, 0), now=now)  # other jobs running: fine
+        assert isinstance(state.phase, Starting) and state.phase.cause is StartCause.RETRY
+        assert actions == [StartStack()]
+    base, cap = STACK_RETRY_BASE_S, STACK_RETRY_MAX_S
+    assert delays == [min(base * 2**n, cap) for n in range(8)]
+    assert delays[0] == base and delays[-1] == cap and delays[-2] == cap
+
+    state, actions = feed(state, StartSucceeded(), now=now + timedelta(seconds=2))
+    assert state.phase == Ready() and claim_budget(state, 6, 0, 1) == (6, 6)
+    assert RecordStackStart(0, "retry after 8 failed start(s)", 2.0) in actions
+    assert SetStackCounter(0) in actions
+    # The breaker closed: the next failure starts from the base delay again.
+    state, _ = feed(state, Claimed(1, 20, 21), IDLE_TICK, StackStopped(), StartFailed("x"))
+    assert isinstance(state.phase, Failing) and state.phase.failures == 1
+
+
+def test_a_restart_that_cannot_start_the_new_stack_gives_the_host_back_its_other_jobs() -> None:
+    state, _ = feed(ready(), Claimed(1, 20, 20), IDLE_TICK, StackStopped())
+    state, actions = feed(state, StartFailed("Xvfb died"))
+    assert isinstance(state.phase, Failing) and actions[-1] == SET_ACTIVE
+    assert maintenance_state(state) is None
+
+
+def test_without_a_reboot_command_the_reboot_is_skipped_and_the_stack_restarted() -> None:
+    policy = replace(POLICY, reboot_command=None)
+    state = ready(policy)
+    assert claim_budget(state, 6, 0, 78) == (6, 2)  # the budget still lands exactly
+    state, actions = feed(state, Claimed(2, 20, 80))
+    assert isinstance(state.phase, Draining) and state.phase.kind is Kind.RESTART
+    [skipped] = of_type(actions, RecordHostEvent)
+    assert skipped.event == "reboot_skipped"
+    assert "no reboot_command" in skipped.message
+    [warning] = [a for a in of_type(actions, Log) if a.level == logging.WARNING]
+    assert warning.message == skipped.message
+    assert maintenance_state(state) == "restarting"
+
+    state, actions = feed(state, IDLE_TICK, StackStopped(), StartSucceeded())
+    assert not of_type(actions, RunRebootCommand) and state.phase == Ready()
+    state, actions = feed(state, Claimed(6, 6, 86))
+    assert state.phase == Ready() and actions == []  # no second restart right after
+    # The next budget: recorded again, but warned about once per process only.
+    state, actions = feed(state, Claimed(1, 20, 160))
+    assert [a.event for a in of_type(actions, RecordHostEvent)] == ["reboot_skipped"]
+    assert not [a for a in of_type(actions, Log) if a.level == logging.WARNING]
+    assert isinstance(state.phase, Draining)
+
+
+def test_a_skipped_reboot_needs_no_restart_of_a_stack_that_just_started() -> None:
+    """A consumer started again on a host far past its reboot budget, with no reboot command."""
+    policy = replace(POLICY, reboot_command=None, restart_every=0)
+    state, _ = feed(StackState(policy), Claimed(2, 2, 500))
+    state, actions = feed(state, StartSucceeded())
+    assert state.phase == Ready()
+    assert [a.event for a in of_type(actions, RecordHostEvent)] == ["reboot_skipped"]
+    assert claim_budget(state, 6, 2, 500) == (6, 6)
+
+
+def test_browser_jobs_released_in_a_row_restart_the_stack() -> None:
+    state = ready()
+    state, actions = feed(state, JobReturned(1, browser=True, released=True), IDLE_TICK)
+    assert actions == [CheckHealth()]  # one release: only a Grid that is down restarts
+    state, actions = feed(state, HealthChecked(healthy=True), IDLE_TICK)
+    assert state.phase == Ready() and actions == []  # looked at once per release
+
+    # A job that completes in between breaks the row; other jobs say nothing of the stack.
+    state, _ = feed(
+        state,
+        JobReturned(2, browser=True, released=False),
+        JobReturned(3, browser=True, released=True),
+        JobReturned(4, browser=False, released=True),
+        Tick(1, 0, 1),
+        HealthChecked(healthy=True),
+    )
+    assert state.phase == Ready() and state.faults.releases == 1
+
+    state, actions = feed(state, JobReturned(5, browser=True, released=True), IDLE_TICK)
+    assert isinstance(state.phase, Stopping)  # nothing in flight: the restart runs at once
+    assert state.phase.reason == "stack fault: 2 browser job(s) released in a row"
+    assert actions[-1] == StopStack(measure_memory=True)
+    state, _ = feed(state, StackStopped(), StartSucceeded())
+    assert state.faults.releases == 0  # the new stack starts with a clean record
+    assert feed(state, IDLE_TICK) == (state, [])
+
+
+def test_a_grid_not_ready_after_a_release_restarts_the_stack() -> None:
+    state, actions = feed(ready(), JobReturned(1, True, True), Tick(2, 0, 2))
+    assert actions == [CheckHealth()]
+    state, actions = feed(state, HealthChecked(healthy=False))
+    assert isinstance(state.phase, Draining) and "stack fault" in state.phase.reason
+    assert of_type(actions, SetHostState)[0].to_state == "restarting"
+
+
+def test_a_hung_job_gets_its_browser_killed_then_a_restart_after_the_grace() -> None:
+    state, actions = feed(ready(), JobAbandoned(7, browser=False))
+    assert actions == []  # no browser to kill
+    state, actions = feed(state, JobAbandoned(7, browser=True), now=at(100))
+    assert actions == [EndSession(7)]
+    state, actions = feed(state, Tick(1, 0, 1), now=at(100 + HUNG_SESSION_GRACE_S))
+    assert state.phase == Ready() and actions == []
+    state, actions = feed(state, Tick(1, 0, 1), now=at(101 + HUNG_SESSION_GRACE_S))
+    assert isinstance(state.phase, Draining)
+    assert state.phase.reason == "job 7's thread still busy after its browser ended"
+
+
+def test_a_killed_session_that_returns_is_neither_hung_nor_a_stack_fault() -> None:
+    state, _ = feed(ready(), JobAbandoned(7, browser=True), JobReturned(7, True, released=True))
+    state, actions = feed(state, IDLE_TICK, now=at(10 * HUNG_SESSION_GRACE_S))
+    assert state.phase == Ready() and actions == [] and state.faults.releases == 0
+
+
+def test_close_stops_a_running_stack_only() -> None:
+    assert feed(StackState(POLICY), Close()) == (replace(StackState(POLICY), phase=Closed()), [])
+    state, actions = feed(ready(), Close())
+    assert state.phase == Closed() and actions == [StopStack()]
+    assert claim_budget(state, 6, 0, 0) == (0, 0)
+    state, actions = feed(state, StackStopped(leftover_pids=(42,)))
+    assert [a.level for a in of_type(actions, Log)] == [logging.ERROR]
+
+
+def test_next_check_waits_for_the_next_timer() -> None:
+    assert next_check_s(ready(), T0) == HUNG_SESSION_GRACE_S / 4
+    failing, _ = feed(StackState(replace(POLICY, retry_base_s=2.0)), Claimed(1, 1, 1))
+    failing, _ = feed(failing, StartFailed("no"))
+    assert next_check_s(failing, T0) == 2.0
+    assert next_check_s(failing, at(5)) == 0.05  # overdue: soon, never negative

@@ -1,0 +1,411 @@
+"""The stack supervisor (the I/O shell around consumer.stack_step) driven the way the daemon
+drives it, with a fake stack, a fake clock, fake database records and a fake reboot.
+
+Nothing here starts a process or opens a connection: the supervisor's every outside effect goes
+through the fakes, so each test reads what it did from them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from scrapefleet.common.constants import HUNG_SESSION_GRACE_S, REBOOT_WAIT_S
+from scrapefleet.common.errors import StackError
+from scrapefleet.common.host_status import BrowserState
+from scrapefleet.common.settings import Settings
+from scrapefleet.common.store import ClaimedJob
+from scrapefleet.consumer.browser_stack import StopReport
+from scrapefleet.consumer.stack_events import (
+    Record,
+    RecordHostEvent,
+    RecordRebootRequest,
+    RecordRestart,
+    RecordStackFailure,
+    RecordStackStart,
+    SetHostState,
+)
+from scrapefleet.consumer.stack_supervisor import StackSupervisor
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.timeout(20)
+
+CAPACITY = 6
+MB = 1024 * 1024
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+class FakeDriver:
+    def quit(self) -> None:
+        pass
+
+
+class FakeStack:
+    """Starts and stops at once; ``failing_starts`` of the next starts raise."""
+
+    def __init__(self) -> None:
+        self.up = False
+        self.starts = 0
+        self.failing_starts = 0
+        self.grid_ready = True
+        self.ended: list[Any] = []
+
+    def start(self) -> None:
+        self.starts += 1
+        if self.failing_starts:
+            self.failing_starts -= 1
+            raise StackError("java: not found")
+        self.up = True
+
+    def stop(self) -> StopReport:
+        killed, self.up = (4 if self.up else 0), False
+        return StopReport(duration_s=0.1, killed=killed, sigkilled=0, leftover_pids=())
+
+    def new_driver(self) -> FakeDriver:
+        if not self.up:
+            raise StackError("no Grid")
+        return FakeDriver()
+
+    def healthy(self) -> bool:
+        return self.up and self.grid_ready
+
+    def memory_pss_bytes(self) -> int:
+        return 200 * MB if self.up else 0
+
+    def end_session(self, driver: Any) -> int:
+        self.ended.append(driver)
+        return 1
+
+
+class FakeRecords:
+    """The host row's state as the store would keep it, and every record written."""
+
+    def __init__(self) -> None:
+        self.host_state = "active"
+        self.written: list[Record] = []
+        self.away = False
+
+    def write(self, record: Record) -> bool | None:
+        if self.away:
+            return None
+        self.written.append(record)
+        if isinstance(record, SetHostState):
+            if self.host_state not in record.expected:
+                return False
+            self.host_state = record.to_state
+        return True
+
+    def of(self, kind: type) -> list[Any]:
+        return [r for r in self.written if isinstance(r, kind)]
+
+
+class Host:
+    """The daemon's side: claims under the supervisor's budget, counts browser jobs at claim
+    time as the store does, runs each batch to its end, then lets the supervisor step."""
+
+    def __init__(self, **settings: Any) -> None:
+        values = {"restart_every": 20, "reboot_every": 80, "reboot_command": "reboot-now"}
+        values.update(settings)
+        command = values.pop("reboot_command")
+        # model_copy skips validation: an empty command is what an old settings file may hold.
+        self.settings = Settings(**values).model_copy(update={"reboot_command": command})
+        self.clock = FakeClock()
+        self.stack = FakeStack()
+        self.records = FakeRecords()
+        self.reboots: list[str] = []
+        self.reboot_failure: str | None = None
+        self.told: list[str] = []  # host states the supervisor told the daemon
+        self.since_restart = self.since_boot = 0
+        self.in_flight: list[ClaimedJob] = []
+        self.jobs_per_stack: Counter[int] = Counter()  # browser jobs run by each stack started
+        self._ids = itertools.count(1)
+        self.supervisor = StackSupervisor(
+            self.settings,
+            None,  # type: ignore[arg-type]  # never used: the records are fakes
+            "h1",
+            CAPACITY,
+            on_host_state=self.told.append,
+            on_stack_counter=self._set_since_restart,
+            stack=self.stack,  # type: ignore[arg-type]
+            clock=self.clock,
+            records=self.records,
+            reboot=self._reboot,
+        )
+
+    def _set_since_restart(self, count: int) -> None:
+        self.since_restart = count
+
+    def _reboot(self, command: str) -> str | None:
+        self.reboots.append(command)
+        return self.reboot_failure
+
+    def claim(self, browser: int, other: int = 0) -> int:
+        """Claim up to ``browser`` browser jobs and ``other`` others; the browser jobs claimed."""
+        free = CAPACITY - len(self.in_flight)
+        free, browser_free = self.supervisor.claim_budget(free, self.since_restart, self.since_boot)
+        took = min(browser, browser_free, free)
+        jobs = [self._job(True) for _ in range(took)]
+        jobs += [self._job(False) for _ in range(min(other, free - took))]
+        self.since_restart += took
+        self.since_boot += took
+        self.in_flight += jobs
+        if jobs:
+            self.supervisor.after_claim(
+                jobs, len(self.in_flight), self.since_restart, self.since_boot
+            )
+        return took
+
+    def finish(self, released: bool = False) -> None:
+        """Every job in flight runs and returns (a browser job asks for a session first)."""
+        for job in self.in_flight:
+            outcome = released
+            if job.needs_browser:
+                try:
+                    self.supervisor.new_driver(job.id)
+                    self.jobs_per_stack[self.stack.starts] += 1
+                except StackError:
+                    outcome = True  # no session: the job is handed back
+            self.supervisor.job_returned(job.id, job.needs_browser, released=outcome)
+        self.in_flight = []
+        self.tick()
+
+    def tick(self) -> None:
+        browser_busy = sum(1 for job in self.in_flight if job.needs_browser)
+        self.supervisor.step(len(self.in_flight), 0, browser_busy)
+
+    def run_browser_jobs(self, count: int) -> None:
+        done = 0
+        for _ in range(10 * count):
+            if done == count:
+                return
+            done += self.claim(min(CAPACITY, count - done))
+            self.finish()
+        raise AssertionError(f"only {done} of {count} browser jobs could be claimed")
+
+    def _job(self, browser: bool) -> ClaimedJob:
+        kind = "fetch_page" if browser else "http_get"
+        return ClaimedJob(next(self._ids), kind, {}, 1, 3, None, needs_browser=browser)
+
+
+def test_the_stack_starts_on_the_first_browser_job_only() -> None:
+    host = Host()
+    host.claim(browser=0, other=6)
+    host.finish()
+    assert host.stack.starts == 0 and not host.supervisor.running
+    assert host.supervisor.browser_status() == (BrowserState.IDLE, None, None)
+    with pytest.raises(StackError):
+        host.supervisor.new_driver(99)
+
+    host.clock.advance(1)
+    assert host.claim(browser=2, other=1) == 2
+    assert host.stack.starts == 1 and host.supervisor.running
+    [start] = host.records.of(RecordStackStart)
+    assert start.jobs_in_flight == 2 and host.since_restart == 2
+    assert host.supervisor.browser_status() == (BrowserState.READY, None, None)
+
+
+@pytest.mark.parametrize("every", [5, 20])
+def test_each_stack_runs_exactly_restart_every_browser_jobs(every: int) -> None:
+    host = Host(restart_every=every, reboot_every=0)
+    host.run_browser_jobs(2 * every + 3)
+    assert dict(host.jobs_per_stack) == {1: every, 2: every, 3: 3}
+    restarts = host.records.of(RecordRestart)
+    assert len(restarts) == 2
+    assert restarts[0].details["pss_before_bytes"] == 200 * MB
+    assert restarts[0].details["killed"] == 4
+    assert host.told == ["restarting", "active", "restarting", "active"]
+    assert host.records.host_state == "active" and host.reboots == []
+
+
+def test_other_jobs_never_restart_the_stack() -> None:
+    host = Host(restart_every=5, reboot_every=10)
+    host.run_browser_jobs(1)
+    for _ in range(20):
+        host.claim(browser=0, other=6)
+        host.finish()
+    assert host.stack.starts == 1 and host.records.of(RecordRestart) == []
+
+
+def test_the_reboot_budget_runs_the_reboot_command_then_waits_to_go_down() -> None:
+    host = Host(restart_every=0, reboot_every=8)
+    host.run_browser_jobs(8)
+    assert host.reboots == ["reboot-now"]
+    assert host.records.host_state == "rebooting" and host.told == ["rebooting"]
+    assert host.supervisor.maintenance_state == "rebooting"
+    [request] = host.records.of(RecordRebootRequest)
+    assert "8 since boot" in request.reason
+    assert not host.stack.up and host.claim(browser=6, other=6) == 0
+    assert host.supervisor.claim_budget(6, 0, 8) == (0, 0)  # nothing at all: going down
+    assert host.supervisor.next_check_s() <= HUNG_SESSION_GRACE_S / 4
+
+
+def test_a_host_still_up_after_the_reboot_wait_restarts_its_stack_and_stays_in_the_fleet() -> None:
+    host = Host(restart_every=0, reboot_every=8)
+    host.run_browser_jobs(8)
+    host.clock.advance(REBOOT_WAIT_S - 1)
+    host.tick()
+    assert host.stack.starts == 1 and host.records.of(RecordHostEvent) == []
+
+    host.clock.advance(2)
+    host.tick()
+    [failed] = host.records.of(RecordHostEvent)
+    assert failed.event == "reboot_failed" and "still up" in failed.message
+    assert host.stack.starts == 2 and host.supervisor.running
+    assert host.records.host_state == "active" and host.told[-1] == "active"
+    assert "disabled" not in host.told
+    host.run_browser_jobs(8)  # browser jobs again, and a new try a budget later
+    assert host.reboots == ["reboot-now", "reboot-now"]
+
+
+def test_a_reboot_command_that_fails_restarts_the_stack_instead() -> None:
+    host = Host(restart_every=0, reboot_every=4)
+    host.reboot_failure = "reboot command 'reboot-now' exited 1: not allowed"
+    host.run_browser_jobs(4)
+    assert host.reboots == ["reboot-now"]
+    [failed] = host.records.of(RecordHostEvent)
+    assert (failed.event, failed.message) == ("reboot_failed", host.reboot_failure)
+    assert host.supervisor.running and host.records.host_state == "active"
+
+
+@pytest.mark.parametrize("command", [None, ""])
+def test_without_a_reboot_command_the_host_restarts_its_stack_instead_and_warns_once(
+    command: str | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "scrapefleet.consumer.stack_supervisor")
+    host = Host(restart_every=0, reboot_every=8, reboot_command=command)
+    host.run_browser_jobs(8)
+    assert host.reboots == []
+    [skipped] = host.records.of(RecordHostEvent)
+    assert skipped.event == "reboot_skipped" and "no reboot_command" in skipped.message
+    assert len(host.records.of(RecordRestart)) == 1 and host.supervisor.running
+    assert host.records.host_state == "active"
+
+    host.run_browser_jobs(16)
+    assert [e.event for e in host.records.of(RecordHostEvent)] == ["reboot_skipped"] * 3
+    assert dict(host.jobs_per_stack) == {1: 8, 2: 8, 3: 8}
+    warnings = [r for r in caplog.records if "reboot skipped" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].levelno == logging.WARNING
+
+
+def test_a_stack_that_will_not_start_backs_off_and_recovers_by_itself() -> None:
+    host = Host(stack_retry_base_s=10.0, stack_retry_max_s=30.0)
+    host.stack.failing_starts = 4
+    host.claim(browser=1)
+    host.finish()  # no session: the job is handed back
+    waits: list[float] = []
+    for failures in range(1, 5):
+        browser, reason, retry_at = host.supervisor.browser_status()
+        assert browser == BrowserState.FAILING and reason is not None
+        assert "java: not found" in reason
+        assert retry_at is not None
+        waits.append(retry_at - host.clock().timestamp())
+        assert len(host.records.of(RecordStackFailure)) == failures
+        # Browser jobs stop here, nothing else does; the host is never disabled.
+        assert host.supervisor.claim_budget(6, 0, 1) == (6, 0)
+        assert host.claim(browser=3, other=2) == 0 and len(host.in_flight) == 2
+        host.finish()
+        assert host.records.host_state == "active" and host.told == []
+        assert host.stack.starts == failures  # not before its time
+        host.clock.advance(waits[-1])
+        host.tick()
+    assert waits == [10.0, 20.0, 30.0, 30.0]  # doubling, capped
+    assert host.stack.starts == 5 and host.supervisor.running
+    assert host.supervisor.browser_status() == (BrowserState.READY, None, None)
+    assert host.records.of(RecordStackStart)[-1].jobs_in_flight == 0
+
+
+def test_a_failing_stack_is_not_retried_while_a_browser_job_is_in_flight() -> None:
+    host = Host(stack_retry_base_s=10.0)
+    host.stack.failing_starts = 1
+    host.claim(browser=2)  # the start fails with both jobs in flight
+    host.clock.advance(60)
+    host.tick()
+    assert host.stack.starts == 1
+    host.finish()  # both handed back: no session
+    assert host.stack.starts == 2 and host.supervisor.running
+    host.tick()  # the releases while it failed say nothing of the new stack
+    assert host.stack.starts == 2 and host.records.of(RecordRestart) == []
+
+
+def test_browser_jobs_released_in_a_row_restart_the_stack() -> None:
+    host = Host(restart_every=0, reboot_every=0)
+    host.claim(browser=1)
+    host.finish(released=True)
+    assert host.stack.starts == 1  # one release, Grid ready: no restart
+    host.claim(browser=2)
+    host.finish(released=True)
+    assert host.stack.starts == 2
+    [restart] = host.records.of(RecordRestart)
+    assert "stack fault" in restart.reason and "released in a row" in restart.reason
+
+
+def test_a_release_with_the_grid_down_restarts_the_stack() -> None:
+    host = Host(restart_every=0, reboot_every=0)
+    host.claim(browser=1)
+    host.stack.grid_ready = False
+    host.finish(released=True)
+    host.tick()  # the fault seen last step, acted on in this one
+    assert host.stack.starts == 2 and "Grid not ready" in host.records.of(RecordRestart)[0].reason
+
+
+def test_a_hung_job_gets_its_browser_killed_then_the_stack_restarts_after_the_grace() -> None:
+    host = Host(restart_every=0, reboot_every=0)
+    host.claim(browser=1)
+    [job] = host.in_flight
+    driver = host.supervisor.new_driver(job.id)
+    host.in_flight = []  # timed out: the daemon counts its thread as stuck, not in flight
+    host.supervisor.abandon(job.id, browser=True)
+    wait_for(lambda: host.stack.ended == [driver], 5, "the hung job's browser killed")
+    host.clock.advance(HUNG_SESSION_GRACE_S)
+    host.tick()
+    assert host.stack.starts == 1
+    host.clock.advance(1)
+    host.tick()
+    assert host.stack.starts == 2
+    assert "still busy" in host.records.of(RecordRestart)[0].reason
+
+
+def test_the_host_goes_back_to_active_once_the_database_answers_again() -> None:
+    host = Host(restart_every=2, reboot_every=0)
+    host.claim(browser=2)
+    host.records.away = True
+    host.finish()
+    assert host.stack.starts == 2 and host.told == ["restarting"]  # restarted all the same
+    host.tick()
+    assert host.told == ["restarting"]
+    host.records.away = False
+    host.tick()
+    assert host.told == ["restarting", "active"] and host.records.host_state == "active"
+
+
+def test_an_operator_state_set_during_a_restart_is_kept() -> None:
+    host = Host(restart_every=2, reboot_every=0)
+    host.claim(browser=2)
+    host.records.host_state = "draining"  # an operator drained the host meanwhile
+    host.finish()
+    assert host.supervisor.running and host.records.host_state == "draining"
+    assert host.told[-1] != "active"
+
+
+def test_close_stops_a_running_stack() -> None:
+    host = Host()
+    host.claim(browser=1)
+    host.finish()
+    host.supervisor.close()
+    assert not host.stack.up and not host.supervisor.running
+    assert host.supervisor.memory_pss_bytes() == 0
