@@ -20,9 +20,10 @@ from scrapefleet.common.db import make_engine, transaction, wrapped_errors
 from scrapefleet.common.errors import SettingsError
 from scrapefleet.common.settings import Settings, load_settings
 from scrapefleet.common.store import InsertResult, NewJob
+from scrapefleet.common.store.statuses import FINISHED
 from scrapefleet.common.submit_file import validate_job
 
-FINISHED = ("completed", "failed", "cancelled")
+__all__ = ["FINISHED", "Client"]  # FINISHED: the statuses wait() ends on (the tools use it too)
 
 
 class Client:

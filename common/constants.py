@@ -47,11 +47,12 @@ BACKOFF_JITTER: Final = 0.2  # +/- this fraction of the delay, so retries do not
 CHANNEL_ASSIGNED: Final = "scrapefleet_assigned"  # payload: host name that got work
 CHANNEL_FINISHED: Final = "scrapefleet_finished"  # payload: host name that freed a slot
 CHANNEL_SUBMITTED: Final = "scrapefleet_submitted"  # by trigger, once per INSERT into jobs
+CHANNEL_WEBHOOKS_DUE: Final = "scrapefleet_webhooks_due"  # by trigger, a delivery was enqueued
 
 # The consumer status document (local state file, `scrapefleet-consumer status --json`).
 STATUS_FORMAT_VERSION: Final = 1
 
-# Operator features (issue 6): metrics, dashboard, webhooks, retention.
+# Operator features: metrics, dashboard, webhooks, retention.
 METRICS_ADDRESS: Final = "127.0.0.1"  # metrics and dashboard listen on loopback unless told
 METRICS_REFRESH_S: Final = 10.0  # the producer's database-derived gauges, at most this often
 DASHBOARD_PORT: Final = 8080
@@ -63,6 +64,7 @@ WEBHOOK_BACKOFF_BASE_S: Final = 5.0  # delay before the 2nd POST; doubles each a
 WEBHOOK_BACKOFF_MAX_S: Final = 3600.0
 WEBHOOK_BATCH: Final = 50  # deliveries taken per round
 WEBHOOK_WORKERS: Final = 8  # POSTs in flight at once
+WEBHOOK_WAKE_DEBOUNCE_S: Final = 0.02  # after a delivery's NOTIFY, let the rest of a burst land
 RETENTION_DAYS: Final = 30.0  # finished jobs older than this move to jobs_archive
 RETENTION_INTERVAL_S: Final = 3600.0  # how often the producer runs retention
 RETENTION_BATCH_ROWS: Final = 1000  # jobs moved per transaction (short locks on the hot table)

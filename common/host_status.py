@@ -8,9 +8,6 @@ The producer trusts none of it: every field is checked for its type and range, t
 its size, and a defect is a failed probe of that host alone. ``daemon`` (the consumer's
 lifecycle: starting, running, draining, stopped) came later than the rest: a document without
 it, from an older consumer, still parses (as None).
-
-HOST_STATES is spelled here, in a module that loads no SQLAlchemy: ``scrapefleet-consumer
-status`` runs once per probe over SSH, and importing common.tables would triple its start-up.
 """
 
 from __future__ import annotations
@@ -27,8 +24,10 @@ from typing import Any
 from scrapefleet.common.constants import STATUS_FORMAT_VERSION
 from scrapefleet.common.errors import ProbeError
 from scrapefleet.common.lifecycle import DaemonState
+from scrapefleet.common.store.statuses import HostState
 
-HOST_STATES = ("active", "draining", "restarting", "rebooting", "offline", "disabled")
+# store.statuses loads no SQLAlchemy: ``scrapefleet-consumer status`` runs once per SSH probe.
+HOST_STATES = tuple(s.value for s in HostState)
 DAEMON_STATES = tuple(s.value for s in DaemonState)
 MAX_STATUS_CHARS = 64 * 1024  # a document is ~450 characters; more is garbage
 MAX_REASON_CHARS = 500  # one line for an operator; the consumer clips its own

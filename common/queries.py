@@ -10,6 +10,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from scrapefleet.common.errors import NotFound
+from scrapefleet.common.store.statuses import IN_FLIGHT, HostState, JobStatus, sql_list
+
+_PENDING = f"status = '{JobStatus.PENDING}'"
+_IN_FLIGHT = f"status IN {sql_list(IN_FLIGHT)}"
 
 
 @dataclass(frozen=True)
@@ -44,7 +48,7 @@ def host(conn: Connection, name: str) -> HostRow:
 
 
 IN_FLIGHT_BY_HOST_SQL = sa.text(
-    "SELECT host, count(*) AS n FROM jobs WHERE status IN ('queued', 'processing') GROUP BY host"
+    f"SELECT host, count(*) AS n FROM jobs WHERE {_IN_FLIGHT} GROUP BY host"
 )
 
 
@@ -56,10 +60,7 @@ def in_flight_by_host(conn: Connection) -> dict[str, int]:
 def busy_lock_keys(conn: Connection) -> set[str]:
     """Lock keys held by a queued or running job anywhere in the fleet."""
     rows = conn.execute(
-        sa.text(
-            "SELECT lock_key FROM jobs"
-            " WHERE lock_key IS NOT NULL AND status IN ('queued', 'processing')"
-        )
+        sa.text(f"SELECT lock_key FROM jobs WHERE lock_key IS NOT NULL AND {_IN_FLIGHT}")
     )
     return {r.lock_key for r in rows}
 
@@ -72,7 +73,7 @@ def pending_browser_jobs(conn: Connection) -> int:
     """Pending jobs that need a browser (the partial pending index keeps this small)."""
     return int(
         conn.execute(
-            sa.text("SELECT count(*) FROM jobs WHERE status = 'pending' AND needs_browser")
+            sa.text(f"SELECT count(*) FROM jobs WHERE {_PENDING} AND needs_browser")
         ).scalar_one()
     )
 
@@ -113,9 +114,8 @@ def host_is_idle(conn: Connection, host: str) -> bool:
     return bool(
         conn.execute(
             sa.text(
-                "SELECT NOT EXISTS (SELECT 1 FROM jobs WHERE host = :host"
-                "   AND status IN ('queued', 'processing'))"
-                " AND NOT EXISTS (SELECT 1 FROM jobs WHERE status = 'pending')"
+                f"SELECT NOT EXISTS (SELECT 1 FROM jobs WHERE host = :host AND {_IN_FLIGHT})"
+                f" AND NOT EXISTS (SELECT 1 FROM jobs WHERE {_PENDING})"
             ),
             {"host": host},
         ).scalar_one()
@@ -127,14 +127,14 @@ def has_unfinished_jobs(conn: Connection) -> bool:
     return bool(
         conn.execute(
             sa.text(
-                "SELECT EXISTS (SELECT 1 FROM jobs WHERE status = 'pending')"
-                " OR EXISTS (SELECT 1 FROM jobs WHERE status IN ('queued', 'processing'))"
+                f"SELECT EXISTS (SELECT 1 FROM jobs WHERE {_PENDING})"
+                f" OR EXISTS (SELECT 1 FROM jobs WHERE {_IN_FLIGHT})"
             )
         ).scalar_one()
     )
 
 
-# ---------------------------------------------------------------- operator (issue 6)
+# ---------------------------------------------------------------- operator switches and figures
 
 
 @dataclass(frozen=True)
@@ -176,7 +176,8 @@ def host_maintenance_counts(conn: Connection) -> dict[str, tuple[int, int]]:
         sa.text(
             "SELECT host,"
             " count(*) FILTER (WHERE event = 'restart') AS restarts,"
-            " count(*) FILTER (WHERE event = 'state' AND to_state = 'rebooting') AS reboots"
+            f" count(*) FILTER (WHERE event = 'state' AND to_state = '{HostState.REBOOTING}')"
+            " AS reboots"
             " FROM host_events WHERE event IN ('restart', 'state') GROUP BY host"
         )
     )

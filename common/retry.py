@@ -6,6 +6,7 @@ import random
 from datetime import datetime, timedelta
 
 from scrapefleet.common import constants as C
+from scrapefleet.common.store.statuses import attempts_exhausted
 
 
 def backoff_delay_s(
@@ -35,6 +36,6 @@ def retry_at(
     rng: random.Random | None = None,
 ) -> datetime | None:
     """When to run the job again after failed attempt ``attempt``; None = attempts exhausted."""
-    if attempt >= max_attempts:
+    if attempts_exhausted(attempt, max_attempts):
         return None
     return now + timedelta(seconds=backoff_delay_s(attempt, base_s=base_s, max_s=max_s, rng=rng))

@@ -7,20 +7,25 @@ that even a hand-written UPDATE is audited), ``host_events`` (state changes, res
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
-JOB_STATUSES = ("pending", "queued", "processing", "completed", "failed", "cancelled")
-UNFINISHED = ("pending", "queued", "processing")
-IN_FLIGHT = ("queued", "processing")
-HOST_STATES = ("active", "draining", "restarting", "rebooting", "offline", "disabled")
+from scrapefleet.common.store import statuses
+
+# The statuses as plain strings, from the store's enums (their one spelling).
+JOB_STATUSES = tuple(s.value for s in statuses.JobStatus)
+UNFINISHED = tuple(s.value for s in statuses.UNFINISHED)
+IN_FLIGHT = tuple(s.value for s in statuses.IN_FLIGHT)
+HOST_STATES = tuple(s.value for s in statuses.HostState)
 
 metadata = sa.MetaData()
 TS = sa.DateTime(timezone=True)
 
 
-def _in(column: str, values: tuple[str, ...]) -> sa.TextClause:
-    return sa.text(f"{column} IN ({', '.join(repr(v) for v in values)})")
+def _in(column: str, values: Iterable[str]) -> sa.TextClause:
+    return sa.text(f"{column} IN {statuses.sql_list(values)}")
 
 
 jobs = sa.Table(
@@ -30,7 +35,7 @@ jobs = sa.Table(
     sa.Column("kind", sa.Text, nullable=False),
     sa.Column("payload", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
     sa.Column("priority", sa.Integer, nullable=False, server_default="0"),
-    sa.Column("status", sa.Text, nullable=False, server_default="pending"),
+    sa.Column("status", sa.Text, nullable=False, server_default=statuses.JobStatus.PENDING.value),
     sa.Column("host", sa.Text),
     sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
     sa.Column("max_attempts", sa.Integer, nullable=False, server_default="3"),
@@ -62,14 +67,14 @@ sa.Index(
     "jobs_pending_idx",
     jobs.c.priority.desc(),
     jobs.c.id,
-    postgresql_where=sa.text("status = 'pending'"),
+    postgresql_where=sa.text(f"status = '{statuses.JobStatus.PENDING}'"),
 )
 # The same, without browser jobs: read when no host's browser stack can take one now.
 sa.Index(
     "jobs_pending_no_browser_idx",
     jobs.c.priority.desc(),
     jobs.c.id,
-    postgresql_where=sa.text("status = 'pending' AND NOT needs_browser"),
+    postgresql_where=sa.text(f"status = '{statuses.JobStatus.PENDING}' AND NOT needs_browser"),
 )
 # A consumer's claim and the per-host counts: the few jobs in flight, by host.
 sa.Index(
@@ -103,7 +108,7 @@ hosts = sa.Table(
     metadata,
     sa.Column("name", sa.Text, primary_key=True),
     sa.Column("capacity", sa.Integer, nullable=False, server_default="6"),
-    sa.Column("state", sa.Text, nullable=False, server_default="active"),
+    sa.Column("state", sa.Text, nullable=False, server_default=statuses.HostState.ACTIVE.value),
     sa.Column("state_reason", sa.Text),
     sa.Column("state_changed_at", TS, nullable=False, server_default=sa.text("now()")),
     # How the producer reaches it (NULL address = a local probe on the producer's machine).

@@ -14,7 +14,8 @@ or reads a clock.
     any --close--> Closed
 
 - Idle: no stack until the first browser job, so a host that runs only other jobs never needs
-  Java, Xvfb or Chromium, and never restarts or reboots for them.
+  Java, Xvfb or Chromium, and never restarts or reboots for them. The claim that starts the
+  stack begins its lifetime, so the budgets cap it too.
 - Ready: browser jobs are claimed under the budgets (consumer.maintenance); the claim that
   spends one moves to Draining. Faults seen here restart the stack too: ``releases_before_restart``
   browser jobs released in a row, a released job with the Grid not ready, or a timed-out job
@@ -88,7 +89,7 @@ class Starting:
     reason: str
     since: datetime  # when the start began (a restart: when the old stack's stop began)
     jobs: int = 0  # browser jobs its lifetime begins with (a first start: those just claimed)
-    failures: int = 0  # failed starts in a row before this one
+    retrying: Failing | None = None  # a retry: the failure it tries to end (still in force)
     stopped: StackStopped | None = None  # a restart: what stopping the old stack did
 
 
@@ -194,28 +195,20 @@ def claim_budget(
     """(jobs, of which browser jobs) that may be claimed now out of ``free`` slots. The budgets
     cap browser jobs only; a failing stack takes none."""
     policy = state.policy
+
+    def under_budgets(since_restart: int) -> int:
+        since_reboot = since_boot - state.reboot_base
+        return claims_allowed(
+            since_restart, since_reboot, policy.restart_every, policy.reboot_every, free, 0
+        )
+
     match state.phase:
         case Idle():  # no stack yet: its lifetime begins with this claim
-            browser = claims_allowed(
-                0,
-                since_boot - state.reboot_base,
-                policy.restart_every,
-                policy.reboot_every,
-                free,
-                0,
-            )
             # A reboot budget spent before this consumer started is decided at the first claim.
-            return free, browser or claims_allowed(0, 0, policy.restart_every, 0, free, 0)
+            restart_only = claims_allowed(0, 0, policy.restart_every, 0, free, 0)
+            return free, under_budgets(0) or restart_only
         case Ready():
-            browser = claims_allowed(
-                since_restart,
-                since_boot - state.reboot_base,
-                policy.restart_every,
-                policy.reboot_every,
-                free,
-                0,
-            )
-            return free, browser
+            return free, under_budgets(since_restart)
         case Failing():
             return free, 0
     return 0, 0
@@ -236,7 +229,10 @@ def maintenance_state(state: StackState) -> str | None:
 def browser_status(state: StackState) -> tuple[BrowserState, str | None, datetime | None]:
     """(what the stack can do, why not, next try) for the status document."""
     match state.phase:
-        case Failing(reason=reason, retry_at=retry_at):
+        case (
+            Failing(reason=reason, retry_at=retry_at)
+            | Starting(retrying=Failing(reason=reason, retry_at=retry_at))
+        ):  # no browser jobs for a host trying again until it has succeeded
             return BrowserState.FAILING, reason, retry_at
         case Starting() | Draining() | Stopping() | Rebooting():
             return BrowserState.STARTING, None, None

@@ -113,7 +113,7 @@ def step(state: StackState, event: Event, now: datetime) -> tuple[StackState, Ac
             return _reboot_failed(state, ran, now)
         case Failing() as failing, Tick(browser_busy=0) if now >= failing.retry_at:
             reason = f"retry after {failing.failures} failed start(s)"
-            starting = Starting(StartCause.RETRY, reason, now, failures=failing.failures)
+            starting = Starting(StartCause.RETRY, reason, now, retrying=failing)
             return replace(state, phase=starting), (StartStack(),)
         case Closed(), StackStopped(leftover_pids=pids) if pids:
             return state, (Log(logging.ERROR, f"browser stack processes left at exit: {pids}"),)
@@ -125,10 +125,9 @@ def _started(
 ) -> tuple[StackState, Actions]:
     duration_s = round((now - starting.since).total_seconds(), 3)
     actions: list[Action] = []
-    if starting.failures:
-        actions.append(
-            Log(logging.INFO, f"browser stack is back after {starting.failures} failed start(s)")
-        )
+    if starting.retrying is not None:
+        failures = starting.retrying.failures
+        actions.append(Log(logging.INFO, f"browser stack is back after {failures} failed start(s)"))
     # Releases seen while no stack ran (jobs with no session) say nothing of this one.
     state = replace(state, phase=Ready(), faults=Faults())
     if starting.cause is StartCause.RESTART:
@@ -160,7 +159,7 @@ def _start_failed(
 ) -> tuple[StackState, Actions]:
     """No browser jobs here until the next try; every other job goes on."""
     policy = state.policy
-    failures = starting.failures + 1
+    failures = (starting.retrying.failures if starting.retrying else 0) + 1
     delay_s = retry_delay_s(failures, policy.retry_base_s, policy.retry_max_s)
     lines = error.strip().splitlines()
     reason = f"browser stack failed to start: {lines[0] if lines else 'no error message'}"

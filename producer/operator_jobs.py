@@ -47,6 +47,9 @@ class OperatorJobs:
             log.warning("webhook_secret is not set: webhook deliveries wait in SQL, unsent")
         else:
             self._sender = WebhookSender(self._engine, settings)
+            # A queued delivery wakes a round at once (while leading); the interval stays as
+            # the fallback for a NOTIFY lost across a reconnect.
+            self._sender.listen(self._is_leader)
             self._every(scheduler, settings.webhook_interval_s, self.deliver_webhooks, "webhooks")
         self._every(scheduler, settings.retention_interval_s, self.retention, "retention")
 

@@ -1,5 +1,6 @@
 """Wake the producer when a consumer frees a slot (NOTIFY on CHANNEL_FINISHED) or new jobs
-arrive (CHANNEL_SUBMITTED, sent by a trigger on every INSERT into jobs).
+arrive (CHANNEL_SUBMITTED, sent by a trigger on every INSERT into jobs); the webhook sender
+uses the same listener on its own channel.
 
 A thread LISTENs on its own connection and calls ``on_wake`` after a short debounce, so a burst
 of finished jobs costs one cycle, not one per job. NOTIFYs can be lost across a reconnect; the
@@ -11,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from scrapefleet.common.constants import CHANNEL_FINISHED, CHANNEL_SUBMITTED
 from scrapefleet.common.db import Listener
@@ -19,6 +20,7 @@ from scrapefleet.common.errors import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 
+ASSIGNMENT_CHANNELS = (CHANNEL_FINISHED, CHANNEL_SUBMITTED)  # a slot freed, new work
 WAIT_SLICE_S = 0.25  # longest a wait blocks before the thread looks at the stop flag
 
 
@@ -31,14 +33,16 @@ class WakeListener:
         debounce_s: float,
         retry_s: float,
         stopping: threading.Event,
+        channels: Sequence[str] = ASSIGNMENT_CHANNELS,
+        name: str = "producer-wake",
     ) -> None:
-        self._listener = Listener(database_url, [CHANNEL_FINISHED, CHANNEL_SUBMITTED])
+        self._listener = Listener(database_url, list(channels))
         self._on_wake = on_wake
         self._debounce_s = debounce_s
         self._retry_s = retry_s
         self._stopping = stopping
         self.listening = threading.Event()  # set once LISTEN is in place (tests wait on it)
-        self._thread = threading.Thread(target=self._loop, name="producer-wake", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -59,12 +63,12 @@ class WakeListener:
                 except DatabaseUnavailable as exc:
                     self.listening.clear()
                     if not down:
-                        log.warning("wake listener down, interval cycles only: %s", exc)
+                        log.warning("%s listener down, polling only: %s", self._thread.name, exc)
                     down = True
                     self._stopping.wait(self._retry_s)
                     continue
                 if down:
-                    log.info("wake listener reconnected")
+                    log.info("%s listener reconnected", self._thread.name)
                     down = False
                 if not payloads:
                     continue

@@ -1,7 +1,9 @@
 """The producer's webhook sender: POST due deliveries, signed, and record how each went.
 
 Rows come from the ``jobs_webhook_enqueue`` trigger (a job with a callback_url that completes
-or fails). Each round, on an APScheduler thread of the producer and never on a consumer:
+or fails), and each new row NOTIFYs CHANNEL_WEBHOOKS_DUE. A round runs when that NOTIFY arrives
+(once ``listen`` is called) and at every ``webhook_interval_s`` (retries coming due, NOTIFYs
+lost across a reconnect), on the producer and never on a consumer, one round at a time:
 take the due rows (their attempt counted and a lease set, one short transaction), POST them in
 parallel without holding any transaction, then record each outcome: delivered, due again after
 a backoff, or given up after ``webhook_max_attempts``. A receiver may get an event twice (a
@@ -13,9 +15,11 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -24,13 +28,19 @@ from sqlalchemy.engine import Connection, Engine
 
 from scrapefleet.common import metrics, store
 from scrapefleet.common.clock import utcnow
-from scrapefleet.common.constants import WEBHOOK_BATCH, WEBHOOK_WORKERS
-from scrapefleet.common.db import transaction
+from scrapefleet.common.constants import (
+    CHANNEL_WEBHOOKS_DUE,
+    WEBHOOK_BATCH,
+    WEBHOOK_WAKE_DEBOUNCE_S,
+    WEBHOOK_WORKERS,
+)
+from scrapefleet.common.db import describe, transaction
 from scrapefleet.common.logging_setup import fields
 from scrapefleet.common.retry import backoff_delay_s
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import DueWebhook
 from scrapefleet.common.webhook_signing import sign
+from scrapefleet.producer.wakeup import WakeListener
 
 log = logging.getLogger(__name__)
 
@@ -93,12 +103,51 @@ class WebhookSender:
         self._settings = settings
         self._secret = settings.webhook_secret.get_secret_value()
         self._pool = ThreadPoolExecutor(WEBHOOK_WORKERS, thread_name_prefix="webhook")
+        self._round = threading.Lock()  # a woken round and an interval round never overlap
+        self._stopping = threading.Event()
+        self._wake: WakeListener | None = None
+
+    def listen(self, is_leader: Callable[[], bool]) -> None:
+        """Also run a round as soon as a delivery is enqueued (its NOTIFY), while ``is_leader()``
+        says this producer is the one that sends."""
+
+        def woken() -> None:
+            if is_leader() and not self._stopping.is_set():
+                try:
+                    self.deliver_due()
+                except Exception as exc:  # the next NOTIFY or interval round tries again
+                    log.warning("webhook round failed, retrying next time: %s", describe(exc))
+
+        if self._wake is not None:
+            return
+        self._wake = WakeListener(
+            self._engine.url.render_as_string(hide_password=False),
+            woken,
+            debounce_s=WEBHOOK_WAKE_DEBOUNCE_S,
+            retry_s=self._settings.webhook_interval_s,
+            stopping=self._stopping,
+            channels=[CHANNEL_WEBHOOKS_DUE],
+            name="webhook-wake",
+        )
+        self._wake.start()
+
+    @property
+    def listening(self) -> bool:
+        """True once the NOTIFY listener is in place (tests wait on it)."""
+        return self._wake is not None and self._wake.listening.is_set()
 
     def close(self) -> None:
+        self._stopping.set()
+        if self._wake is not None:
+            self._wake.join(self._settings.webhook_timeout_s * 2)
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     def deliver_due(self, now: datetime | None = None) -> DeliveryRound:
         """One round: every due delivery (up to a batch) POSTed once."""
+        with self._round:
+            return self._deliver_due(now)
+
+    def _deliver_due(self, now: datetime | None) -> DeliveryRound:
         settings = self._settings
         lease_s = settings.webhook_timeout_s * (1 + WEBHOOK_BATCH / WEBHOOK_WORKERS) + 10
         with transaction(self._engine) as conn:

@@ -11,6 +11,13 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+__all__ = [
+    "INSERT_HOST_EVENT_SQL",
+    "SET_AUDIT_MESSAGE_SQL",
+    "record_host_event",
+    "set_audit_message",
+]
+
 SET_AUDIT_MESSAGE_SQL = sa.text("SELECT set_config('scrapefleet.audit_message', :m, true)")
 INSERT_HOST_EVENT_SQL = sa.text(
     "INSERT INTO host_events (host, event, from_state, to_state, message, details)"

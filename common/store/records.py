@@ -9,6 +9,18 @@ from typing import Any
 
 from scrapefleet.common.errors import SubmitError
 
+__all__ = [
+    "Claim",
+    "ClaimedJob",
+    "DueWebhook",
+    "HostSpec",
+    "InsertResult",
+    "JobFilter",
+    "NewJob",
+    "PendingJob",
+    "Registration",
+]
+
 # -- jobs --------------------------------------------------------------------------------------
 
 

@@ -16,6 +16,25 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import NamedTuple
 
+__all__ = [
+    "ATTEMPTS_EXHAUSTED_SQL",
+    "FINISHED",
+    "IN_FLIGHT",
+    "RELEASES_EXHAUSTED",
+    "RELEASES_EXHAUSTED_SQL",
+    "TRANSITIONS",
+    "UNFINISHED",
+    "Actor",
+    "HostState",
+    "JobStatus",
+    "Transition",
+    "attempts_exhausted",
+    "host_transitions",
+    "job_transitions",
+    "sources",
+    "sql_list",
+]
+
 
 class JobStatus(StrEnum):
     PENDING = "pending"  # waiting for the producer (and for not_before)
@@ -109,19 +128,24 @@ TRANSITIONS: tuple[Transition, ...] = (
     Transition(_H.OFFLINE, _H.ACTIVE, _A.PRODUCER, "set_host_state"),  # answers, says active
     *(Transition(s, _H.DRAINING, _A.OPERATOR, "drain_host") for s in _H if s is not _H.DRAINING),
     *(Transition(s, _H.ACTIVE, _A.OPERATOR, "enable_host") for s in _H if s is not _H.ACTIVE),
-    *(Transition(s, _H.DISABLED, _A.OPERATOR, "set_host_state") for s in _H if s is not _H.DISABLED),
+    *(
+        Transition(s, _H.DISABLED, _A.OPERATOR, "set_host_state")
+        for s in _H
+        if s is not _H.DISABLED
+    ),
     *(Transition(s, None, _A.OPERATOR, "remove_host") for s in _H),
 )
 
 
 def job_transitions() -> tuple[Transition, ...]:
-    return tuple(
-        t for t in TRANSITIONS if isinstance(t.source or t.target, JobStatus)
-    )
+    return tuple(t for t in TRANSITIONS if isinstance(t.source or t.target, JobStatus))
 
 
 def host_transitions() -> tuple[Transition, ...]:
     return tuple(t for t in TRANSITIONS if isinstance(t.source or t.target, HostState))
+
+
+_RANK: dict[Status, int] = {s: n for n, s in enumerate([*JobStatus, *HostState])}
 
 
 def sources(function: str, target: Status | None) -> tuple[Status, ...]:
@@ -130,14 +154,16 @@ def sources(function: str, target: Status | None) -> tuple[Status, ...]:
     found = {t.source for t in TRANSITIONS if t.function == function and t.target == target}
     if not found or None in found:
         raise LookupError(f"no move of {function} into {target} out of an existing status")
-    order = list(JobStatus) + list(HostState)
-    return tuple(sorted((s for s in found if s is not None), key=order.index))
+    return tuple(sorted((s for s in found if s is not None), key=_RANK.__getitem__))
 
 
-def sql_list(statuses: Iterable[Status]) -> str:
-    """``('queued', 'processing')``: the members' values as an SQL list (they need no
-    escaping: the enums hold plain lowercase words)."""
-    return "(" + ", ".join(f"'{s.value}'" for s in statuses) + ")"
+def sql_list(statuses: Iterable[str]) -> str:
+    """``('queued', 'processing')``: the statuses as an SQL list. They need no escaping, being
+    plain lowercase words; anything else is refused rather than quoted."""
+    values = [str(s) for s in statuses]
+    if not all(v.isidentifier() and v.islower() for v in values):
+        raise ValueError(f"not a status: {values}")
+    return "(" + ", ".join(f"'{v}'" for v in values) + ")"
 
 
 # -- the rules that decide a status, each once -----------------------------------------------
@@ -156,3 +182,4 @@ def attempts_exhausted(attempt: int, max_attempts: int) -> bool:
 # spends one, so it has its own bound, or a job that takes every host down would loop forever.
 # Evaluated before the release is counted: the release that meets it is the one that fails.
 RELEASES_EXHAUSTED_SQL = "releases >= :max_releases"
+RELEASES_EXHAUSTED = RELEASES_EXHAUSTED_SQL  # its name before the store was split

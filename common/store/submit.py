@@ -19,6 +19,13 @@ from scrapefleet.common.errors import UnknownAction
 from scrapefleet.common.store.records import InsertResult, NewJob
 from scrapefleet.common.store.statuses import UNFINISHED, sql_list
 
+__all__ = [
+    "CREATE_STAGING_SQL",
+    "INSERT_FROM_STAGING_SQL",
+    "SUBMITTED_COLUMNS",
+    "insert_jobs",
+]
+
 PROGRESS_EVERY_ROWS = 1000
 
 # The columns a submit sets, in NewJob's terms; the database fills in the rest. Their types come

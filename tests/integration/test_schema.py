@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import sqlalchemy as sa
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
-from scrapefleet.common.constants import CHANNEL_SUBMITTED
-from scrapefleet.common.db import Listener
+from scrapefleet.common.constants import CHANNEL_SUBMITTED, CHANNEL_WEBHOOKS_DUE
+from scrapefleet.common.db import Listener, make_engine
+from scrapefleet.common.migrate import alembic_config
 from scrapefleet.common.store import NewJob
+from scrapefleet.common.store.statuses import HostState, JobStatus
 from scrapefleet.common.tables import metadata
-from tests.waiting import wait_for
+from tests.throwaway_db import throwaway_database
+from tests.waiting import scaled, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -33,6 +39,30 @@ def test_views_answer(engine: Engine) -> None:
     assert counts == dict.fromkeys(
         ["pending", "queued", "processing", "completed", "failed", "cancelled"], 0
     )
+
+
+def test_the_views_and_checks_know_exactly_the_enums_statuses(engine: Engine) -> None:
+    """The migrations spell the statuses as they were when each ran; the enums are today's.
+    A status added to an enum without a migration fails here."""
+    with engine.connect() as conn:
+        listed = conn.execute(sa.text("SELECT status FROM job_status_counts")).scalars().all()
+        checks = dict(
+            conn.execute(
+                sa.text(
+                    "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint"
+                    " WHERE conname IN ('jobs_status_valid', 'hosts_state_valid')"
+                )
+            ).all()
+        )
+    assert listed == [s.value for s in JobStatus]  # in the flow's order
+    allowed = {name: set(re.findall(r"'(\w+)'::text", sql)) for name, sql in checks.items()}
+    assert allowed == {
+        "jobs_status_valid": {s.value for s in JobStatus},
+        "hosts_state_valid": {s.value for s in HostState},
+    }
+    with pytest.raises(sa.exc.IntegrityError), engine.begin() as conn:
+        conn.execute(sa.text("UPDATE jobs SET status = 'paused'"))
+        conn.execute(sa.text("INSERT INTO hosts (name, state) VALUES ('x', 'sleeping')"))
 
 
 def test_one_notify_per_insert_statement(engine: Engine, database_url: str) -> None:
@@ -65,3 +95,50 @@ def test_audit_orders_changes_within_one_transaction(engine: Engine) -> None:
             .all()
         )
     assert len(times) == 3 and times[0] < times[1] < times[2], times
+
+
+def test_an_enqueued_webhook_notifies_and_nothing_else_does(
+    engine: Engine, database_url: str
+) -> None:
+    with engine.begin() as conn:
+        hooked, plain = store.insert_jobs(
+            conn,
+            [NewJob("noop", callback_url="http://127.0.0.1:9/hook"), NewJob("noop")],
+            default_max_attempts=3,
+        ).ids
+    listener = Listener(database_url, [CHANNEL_WEBHOOKS_DUE])
+    finish = sa.text("UPDATE jobs SET status = 'completed', finished_at = now() WHERE id = :id")
+    try:
+        listener.wait(0)  # connects and LISTENs
+        with engine.begin() as conn:
+            conn.execute(finish, {"id": plain})
+        assert listener.wait(scaled(0.3)) == []  # no callback URL: no delivery, no wake-up
+        with engine.begin() as conn:
+            conn.execute(finish, {"id": hooked})
+        got = wait_for(lambda: listener.wait(0.2), 10, "the webhook notification")
+        assert len(got) == 1, got
+    finally:
+        listener.close()
+
+
+def _triggers(engine: Engine) -> set[str]:
+    with engine.connect() as conn:
+        names = conn.execute(sa.text("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal"))
+        return set(names.scalars())
+
+
+def test_the_wake_up_migrations_go_down_and_up_again() -> None:
+    with throwaway_database("SCRAPEFLEET_TEST_DATABASE_URL", "scrapefleet_downgrade") as url:
+        engine = make_engine(url)
+        try:
+            wake_ups = {"jobs_notify_insert", "webhook_deliveries_notify_insert"}
+            assert wake_ups <= _triggers(engine)
+            command.downgrade(alembic_config(url), "0004")
+            assert not wake_ups & _triggers(engine)
+            command.upgrade(alembic_config(url), "head")
+            assert wake_ups <= _triggers(engine)
+            with engine.connect() as conn:
+                context = MigrationContext.configure(conn, opts={"compare_server_default": False})
+                assert compare_metadata(context, metadata) == []
+        finally:
+            engine.dispose()

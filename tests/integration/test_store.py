@@ -1,7 +1,12 @@
-"""The job and host state machine, statement by statement, against real PostgreSQL."""
+"""The job and host state machine, statement by statement, against real PostgreSQL.
+
+Every test here also checks that each move its statements made, as the audit trail and
+host_events record them, is a row of the store's table of allowed transitions.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -11,8 +16,36 @@ from sqlalchemy.engine import Engine
 from scrapefleet.common import queries, store
 from scrapefleet.common.clock import utcnow
 from scrapefleet.common.store import HostSpec, JobFilter, NewJob
+from scrapefleet.common.store.statuses import (
+    ATTEMPTS_EXHAUSTED_SQL,
+    TRANSITIONS,
+    HostState,
+    JobStatus,
+    attempts_exhausted,
+)
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+
+ALLOWED = {(t.source, t.target) for t in TRANSITIONS}
+
+
+def moves_made(engine: Engine) -> set[tuple[str | None, str | None]]:
+    with engine.connect() as conn:
+        jobs = conn.execute(sa.text("SELECT DISTINCT from_status, to_status FROM job_events"))
+        hosts = conn.execute(
+            sa.text(
+                "SELECT DISTINCT from_state, to_state FROM host_events"
+                " WHERE event = 'state' OR (event = 'added' AND to_state IS NOT NULL)"
+            )
+        )
+        return {(r[0], r[1]) for r in [*jobs, *hosts]}
+
+
+@pytest.fixture(autouse=True)
+def only_allowed_moves(engine: Engine) -> Iterator[None]:
+    yield
+    made = moves_made(engine)
+    assert made <= ALLOWED, f"moves missing from statuses.TRANSITIONS: {made - ALLOWED}"
 
 
 def _setup_host(engine: Engine, name: str = "h1", capacity: int = 6) -> None:
@@ -190,3 +223,73 @@ def test_claims_count_browser_jobs_and_respect_their_own_limit(engine: Engine) -
         assert store.claim_jobs(conn, "h1", 4, browser_limit=0).jobs == []
         claim = store.claim_jobs(conn, "h1", 1)
     assert [j.id for j in claim.jobs] == [ids[1]] and claim.jobs_since_restart == 2
+
+
+def test_the_store_fails_an_attempt_that_was_the_last_even_when_told_to_retry(
+    engine: Engine,
+) -> None:
+    _setup_host(engine)
+    with engine.begin() as conn:
+        (job_id,) = store.insert_jobs(conn, [NewJob("noop")], default_max_attempts=1).ids
+        store.assign_jobs(conn, [(job_id, "h1")])
+        (job,) = store.claim_jobs(conn, "h1", 6).jobs
+        later = utcnow() + timedelta(seconds=30)
+        assert store.fail_attempt(conn, "h1", job_id, 1, "boom", retry_at=later) == "failed"
+        row = conn.execute(
+            sa.text("SELECT host, not_before, finished_at FROM jobs WHERE id = :id"),
+            {"id": job_id},
+        ).one()
+    assert attempts_exhausted(job.attempt, job.max_attempts)
+    assert row.host == "h1" and row.not_before is None and row.finished_at is not None
+
+
+def test_the_exhaustion_rule_says_the_same_in_sql_and_in_python(engine: Engine) -> None:
+    cases = [(a, m) for m in (1, 2, 3) for a in (0, 1, 2, 3, 4)]
+    with engine.connect() as conn:
+        in_sql = conn.execute(
+            sa.text(
+                f"SELECT attempts, max_attempts, {ATTEMPTS_EXHAUSTED_SQL} AS exhausted"
+                " FROM unnest(CAST(:a AS int[]), CAST(:m AS int[])) AS c(attempts, max_attempts)"
+            ),
+            {"a": [a for a, _ in cases], "m": [m for _, m in cases]},
+        ).all()
+    assert len(in_sql) == len(cases)
+    for row in in_sql:
+        assert row.exhausted is attempts_exhausted(row.attempts, row.max_attempts), row
+
+
+def test_operator_filters_combine_and_refuse_to_match_everything(engine: Engine) -> None:
+    for name in ("h1", "h2"):
+        _setup_host(engine, name)
+    with engine.begin() as conn:
+        ids = store.insert_jobs(
+            conn, [NewJob("noop"), NewJob("noop"), NewJob("http_get")], default_max_attempts=3
+        ).ids
+        store.assign_jobs(conn, [(ids[0], "h1"), (ids[1], "h2"), (ids[2], "h1")])
+        assert store.cancel_jobs(conn, JobFilter(kind="noop", host="h1")) == [ids[0]]
+        assert store.cancel_jobs(conn, JobFilter(host="h1")) == [ids[2]]
+        assert store.cancel_jobs(conn, JobFilter(ids=[ids[0], ids[1]])) == [ids[1]]
+        assert store.retry_jobs(conn, JobFilter(kind="http_get")) == [ids[2]]
+        for nothing in (JobFilter(), JobFilter(ids=[], kind="", host=None)):
+            with pytest.raises(Exception, match="refusing"):
+                store.retry_jobs(conn, nothing)
+    assert _statuses(engine) == {ids[0]: "cancelled", ids[1]: "cancelled", ids[2]: "pending"}
+
+
+def test_host_moves_are_recorded_and_allowed(engine: Engine) -> None:
+    with engine.begin() as conn:
+        assert store.register_consumer(conn, "h1", 2, "boot-a").state == HostState.ACTIVE
+        assert store.set_host_state(conn, "h1", HostState.RESTARTING, "stack restart")
+        assert store.set_host_state(conn, "h1", HostState.ACTIVE, "stack ready")
+        assert not store.set_host_state(
+            conn, "h1", HostState.OFFLINE, "probe", expected=[HostState.REBOOTING]
+        )
+        store.drain_host(conn, "h1")
+        assert store.reactivate_after_own_drain(conn, "h1", "drained by operator")
+        assert store.set_host_state(conn, "h1", HostState.DISABLED, "by hand")
+        assert store.enable_host(conn, "h1")
+        store.remove_host(conn, "h1")
+    made = moves_made(engine)
+    assert (HostState.RESTARTING, HostState.ACTIVE) in made
+    assert (HostState.DISABLED, HostState.ACTIVE) in made
+    assert all(JobStatus.PENDING not in move for move in made)

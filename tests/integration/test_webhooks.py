@@ -182,3 +182,39 @@ def test_delivery_is_given_up_after_max_attempts(
         row = conn.execute(sa.text("SELECT * FROM webhook_deliveries")).one()
     assert row.attempts == 3 and row.response_code == 503 and row.next_attempt_at is None
     assert row.delivered_at is None and "503" in row.last_error
+
+
+def test_a_listening_sender_posts_at_once_and_only_while_leading(
+    engine: Engine, database_url: str, tmp_path: Path
+) -> None:
+    """No interval round runs here (nothing calls deliver_due): each delivery is POSTed because
+    its row's NOTIFY woke the sender."""
+    settings = hook_settings(database_url, tmp_path, webhook_interval_s=3600)
+    leading = False
+    asked: list[bool] = []
+
+    def is_leader() -> bool:
+        asked.append(leading)
+        return leading
+
+    with Receiver() as receiver:
+        ids = submit(engine, [NewJob("noop", callback_url=receiver.url) for _ in range(3)])
+        sender = WebhookSender(engine, settings)
+        try:
+            sender.listen(is_leader)
+            wait_for(lambda: sender.listening, 10, "the sender to LISTEN")
+            finish(engine, ids[0], "completed")
+            wait_for(lambda: len(asked) >= 1, 10, "the first wake-up")
+            finish(engine, ids[1], "failed")
+            # The listener runs one wake-up at a time: once it asks again, the first is over.
+            wait_for(lambda: len(asked) >= 2, 10, "the second wake-up")
+            with engine.connect() as conn:
+                tried = conn.execute(sa.text("SELECT sum(attempts) FROM webhook_deliveries"))
+                assert tried.scalar_one() == 0, "a standby sender POSTed"
+            leading = True
+            finish(engine, ids[2], "completed")
+            wait_for(lambda: len(receiver.accepted()) == 3, 10, "every event, woken")
+        finally:
+            sender.close()
+    delivered = sorted(json.loads(r.body)["job_id"] for r in receiver.accepted())
+    assert delivered == sorted(ids)

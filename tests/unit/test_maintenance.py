@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from scrapefleet.consumer.maintenance import claims_allowed, decide_maintenance, maintenance_due
+from scrapefleet.consumer.maintenance import (
+    claims_allowed,
+    decide_maintenance,
+    maintenance_due,
+    retry_delay_s,
+)
 
 
 @pytest.mark.parametrize(
@@ -71,3 +76,10 @@ def test_exactly_restart_every_jobs_run_per_stack_lifetime() -> None:
 def test_no_maintenance_while_jobs_are_in_flight() -> None:
     assert maintenance_due(20, 20, 20, 80, in_flight=1) == "none"
     assert maintenance_due(20, 20, 20, 80, in_flight=0) == "restart"
+
+
+def test_a_failing_stack_waits_longer_after_each_failure_up_to_the_cap() -> None:
+    assert [retry_delay_s(n, 60.0, 1800.0) for n in range(1, 8)] == [
+        60.0, 120.0, 240.0, 480.0, 960.0, 1800.0, 1800.0,
+    ]  # fmt: skip
+    assert retry_delay_s(0, 60.0, 1800.0) == 60.0  # never shorter than the base

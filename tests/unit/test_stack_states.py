@@ -255,6 +255,7 @@ def test_a_failed_start_opens_the_breaker_for_browser_jobs_only_with_a_capped_ba
         state, actions = feed(state, Tick(3, 0, 0), now=now)  # other jobs running: fine
         assert isinstance(state.phase, Starting) and state.phase.cause is StartCause.RETRY
         assert actions == [StartStack()]
+        assert browser_status(state)[:2] == (BrowserState.FAILING, record.reason)  # until it works
     base, cap = STACK_RETRY_BASE_S, STACK_RETRY_MAX_S
     assert delays == [min(base * 2**n, cap) for n in range(8)]
     assert delays[0] == base and delays[-1] == cap and delays[-2] == cap

@@ -1,0 +1,197 @@
+"""A consumer's writes about its attempts: claims, outcomes, heartbeats.
+
+Every outcome moves a job only while this host still owns that attempt (``status =
+'processing' AND attempts = :attempt AND host = :host``): a job rescued from a silent host and
+claimed elsewhere cannot be finished twice. Outcomes NOTIFY the producer, which refills the
+freed slot at commit. (Releases and requeues, the attempts a host hands back, are in releases.)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from scrapefleet.common.constants import CHANNEL_FINISHED
+from scrapefleet.common.errors import NotFound
+from scrapefleet.common.store.records import Claim, ClaimedJob
+from scrapefleet.common.store.statuses import ATTEMPTS_EXHAUSTED_SQL, JobStatus
+
+__all__ = [
+    "CLAIM_SQL",
+    "COMPLETE_MANY_SQL",
+    "COMPLETE_SQL",
+    "FAIL_ATTEMPT_SQL",
+    "claim_jobs",
+    "complete_job",
+    "complete_jobs",
+    "fail_attempt",
+    "heartbeat",
+]
+
+_S = JobStatus
+_OURS = f"status = '{_S.PROCESSING}' AND attempts = :attempt AND host = :host"
+
+# Browser jobs and the others are picked under separate limits (the stack's budget caps the
+# first, free slots both), then the best ``limit`` of the two by priority and age.
+CLAIM_SQL = sa.text(
+    "WITH browser AS ("
+    "  SELECT id, priority FROM jobs"
+    f"  WHERE host = :host AND status = '{_S.QUEUED}' AND needs_browser"
+    "  ORDER BY priority DESC, id LIMIT :browser_limit FOR UPDATE SKIP LOCKED),"
+    " plain AS ("
+    "  SELECT id, priority FROM jobs"
+    f"  WHERE host = :host AND status = '{_S.QUEUED}' AND NOT needs_browser"
+    "  ORDER BY priority DESC, id LIMIT :limit FOR UPDATE SKIP LOCKED),"
+    " picked AS ("
+    "  SELECT id FROM (SELECT * FROM browser UNION ALL SELECT * FROM plain) AS candidates"
+    "  ORDER BY priority DESC, id LIMIT :limit)"
+    f" UPDATE jobs SET status = '{_S.PROCESSING}', attempts = jobs.attempts + 1,"
+    "   started_at = now(), heartbeat_at = now()"
+    " FROM picked WHERE jobs.id = picked.id"
+    " RETURNING jobs.id, jobs.kind, jobs.payload, jobs.attempts, jobs.max_attempts,"
+    "   jobs.lock_key, jobs.needs_browser"
+)
+# The host's browser budgets (jobs since the stack's restart and since boot) count the browser
+# jobs only: they drive restarts and reboots, and only browsers leak.
+COUNT_CLAIMS_SQL = sa.text(
+    "UPDATE hosts SET jobs_since_restart = jobs_since_restart + :browser,"
+    " jobs_since_boot = jobs_since_boot + :browser, jobs_total = jobs_total + :n"
+    " WHERE name = :host RETURNING jobs_since_restart, jobs_since_boot"
+)
+COMPLETE_SQL = sa.text(
+    "WITH done AS ("
+    f"  UPDATE jobs SET status = '{_S.COMPLETED}', result = CAST(:result AS jsonb),"
+    "    finished_at = now(), heartbeat_at = now()"
+    f"  WHERE id = :id AND {_OURS}"
+    "  RETURNING id)"
+    " SELECT id, pg_notify(:channel, :host) FROM done"
+)
+# Many completions in one statement and one NOTIFY; each row still moves only if this host
+# owns that attempt.
+COMPLETE_MANY_SQL = sa.text(
+    "WITH done AS ("
+    f"  UPDATE jobs SET status = '{_S.COMPLETED}', result = CAST(d.result AS jsonb),"
+    "    finished_at = now(), heartbeat_at = now()"
+    "  FROM unnest(CAST(:ids AS bigint[]), CAST(:attempts AS int[]),"
+    "    CAST(:results AS text[])) AS d(id, attempt, result)"
+    f"  WHERE jobs.id = d.id AND jobs.status = '{_S.PROCESSING}' AND jobs.attempts = d.attempt"
+    "    AND jobs.host = :host"
+    "  RETURNING jobs.id)"
+    " SELECT (SELECT array_agg(id) FROM done) AS ids,"
+    "   CASE WHEN EXISTS (SELECT 1 FROM done) THEN pg_notify(:channel, :host) END"
+)
+# Retried only when the caller gives a time AND attempts are left: the database holds the rule
+# even for a caller that got it wrong.
+_RETRIED = f"(CAST(:retry_at AS timestamptz) IS NOT NULL AND NOT ({ATTEMPTS_EXHAUSTED_SQL}))"
+FAIL_ATTEMPT_SQL = sa.text(
+    "WITH ended AS ("
+    "  UPDATE jobs SET"
+    f"    status = CASE WHEN {_RETRIED} THEN '{_S.PENDING}' ELSE '{_S.FAILED}' END,"
+    f"    host = CASE WHEN {_RETRIED} THEN NULL ELSE host END,"
+    f"    not_before = CASE WHEN {_RETRIED} THEN CAST(:retry_at AS timestamptz) END,"
+    "    last_error = :error,"
+    "    artifacts = coalesce(CAST(:artifacts AS jsonb), artifacts),"
+    f"    finished_at = CASE WHEN {_RETRIED} THEN NULL ELSE now() END"
+    f"  WHERE id = :id AND {_OURS}"
+    "  RETURNING status)"
+    " SELECT status, pg_notify(:channel, :host) FROM ended"
+)
+HEARTBEAT_JOBS_SQL = sa.text(
+    "UPDATE jobs SET heartbeat_at = now()"
+    f" WHERE id = ANY(:ids) AND status = '{_S.PROCESSING}' AND host = :host"
+)
+HEARTBEAT_HOST_SQL = sa.text(
+    "UPDATE hosts SET heartbeat_at = now() WHERE name = :host RETURNING state"
+)
+
+
+def claim_jobs(conn: Connection, host: str, limit: int, browser_limit: int | None = None) -> Claim:
+    """queued -> processing for up to ``limit`` of this host's jobs, of which at most
+    ``browser_limit`` browser jobs (None: no separate limit), attempts + 1. The host's browser
+    budgets count the browser jobs claimed, in the same transaction."""
+    browser_limit = limit if browser_limit is None else min(browser_limit, limit)
+    rows = conn.execute(
+        CLAIM_SQL, {"host": host, "limit": limit, "browser_limit": browser_limit}
+    ).all()
+    browser_jobs = sum(1 for r in rows if r.needs_browser)
+    counters = conn.execute(
+        COUNT_CLAIMS_SQL, {"host": host, "n": len(rows), "browser": browser_jobs}
+    ).one_or_none()
+    if counters is None:
+        raise NotFound(f"host {host!r} is not registered")
+    claimed = [
+        ClaimedJob(r.id, r.kind, r.payload, r.attempts, r.max_attempts, r.lock_key, r.needs_browser)
+        for r in sorted(rows, key=lambda r: r.id)
+    ]
+    return Claim(claimed, counters.jobs_since_restart, counters.jobs_since_boot)
+
+
+def complete_job(
+    conn: Connection, host: str, job_id: int, attempt: int, result: dict[str, Any]
+) -> bool:
+    """processing -> completed, only if this host still owns this attempt; NOTIFY the producer."""
+    params = {
+        "id": job_id,
+        "attempt": attempt,
+        "host": host,
+        "result": json.dumps(result),
+        "channel": CHANNEL_FINISHED,
+    }
+    return conn.execute(COMPLETE_SQL, params).first() is not None
+
+
+def complete_jobs(
+    conn: Connection, host: str, completions: Sequence[tuple[int, int, dict[str, Any]]]
+) -> list[int]:
+    """complete_job for many (job id, attempt, result) at once: one statement, one NOTIFY.
+    Returns the ids that moved."""
+    if not completions:
+        return []
+    params = {
+        "ids": [c[0] for c in completions],
+        "attempts": [c[1] for c in completions],
+        "results": [json.dumps(c[2]) for c in completions],
+        "host": host,
+        "channel": CHANNEL_FINISHED,
+    }
+    return sorted(conn.execute(COMPLETE_MANY_SQL, params).one().ids or [])
+
+
+def fail_attempt(
+    conn: Connection,
+    host: str,
+    job_id: int,
+    attempt: int,
+    error: str,
+    *,
+    retry_at: datetime | None,
+    artifacts: dict[str, Any] | None = None,
+) -> str | None:
+    """End a failed attempt: back to pending with ``not_before = retry_at``, or failed when
+    ``retry_at`` is None or the job is out of attempts. Returns the new status, or None if the
+    attempt was no longer ours."""
+    params = {
+        "id": job_id,
+        "attempt": attempt,
+        "host": host,
+        "retry_at": retry_at,
+        "error": error,
+        "artifacts": json.dumps(artifacts) if artifacts is not None else None,
+        "channel": CHANNEL_FINISHED,
+    }
+    status = conn.execute(FAIL_ATTEMPT_SQL, params).scalar()
+    return None if status is None else str(status)
+
+
+def heartbeat(conn: Connection, host: str, job_ids: Sequence[int]) -> str | None:
+    """Mark this host's running jobs and the host itself alive; returns the host's state as the
+    database has it (an operator may have drained or disabled it)."""
+    if job_ids:
+        conn.execute(HEARTBEAT_JOBS_SQL, {"ids": list(job_ids), "host": host})
+    state = conn.execute(HEARTBEAT_HOST_SQL, {"host": host}).scalar()
+    return None if state is None else str(state)
