@@ -1,0 +1,44 @@
+"""What a consumer is, fixed before it starts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scrapefleet.common.settings import Settings
+from scrapefleet.consumer import artifacts
+from scrapefleet.consumer.runner import CaptureFailure, DriverFactory
+
+
+@dataclass(frozen=True)
+class ConsumerConfig:
+    """What a consumer is: fixed before it starts, never changed while it runs."""
+
+    settings: Settings
+    host: str
+    driver_factory: DriverFactory | None  # tests' fakes; None -> the host's own browser stack
+    capture_failure: CaptureFailure
+    drain_timeout_s: float  # a warm stop waits this long for in-flight jobs, then turns cold
+
+    @classmethod
+    def build(
+        cls,
+        settings: Settings,
+        host: str,
+        *,
+        driver_factory: DriverFactory | None = None,
+        capture_failure: CaptureFailure | None = None,
+        drain_timeout_s: float | None = None,
+    ) -> ConsumerConfig:
+        return cls(
+            settings=settings,
+            host=host,
+            driver_factory=driver_factory,
+            capture_failure=capture_failure or artifacts.capture_into(settings.artifacts_dir),
+            # A job cannot run longer than job_timeout_s: a drain that long waits for any job.
+            drain_timeout_s=settings.job_timeout_s if drain_timeout_s is None else drain_timeout_s,
+        )
+
+    @property
+    def owns_browser_stack(self) -> bool:
+        """settings.browser and no driver factory from the caller."""
+        return self.driver_factory is None and self.settings.browser

@@ -1,0 +1,522 @@
+"""The running part of one consumer: its loops, threads and in-flight jobs (see consumer.daemon
+for the threads and how it stops)."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from sqlalchemy.engine import Engine
+
+from scrapefleet.common import metrics, queries, store
+from scrapefleet.common.actions import load_user_actions
+from scrapefleet.common.constants import CHANNEL_ASSIGNED
+from scrapefleet.common.db import Listener, describe, transaction
+from scrapefleet.common.errors import DatabaseUnavailable, ScrapefleetError
+from scrapefleet.common.host_status import HOST_STATES, BrowserState
+from scrapefleet.common.lifecycle import DaemonState, Lifecycle
+from scrapefleet.common.store import ClaimedJob, Registration
+from scrapefleet.consumer.artifact_janitor import ArtifactJanitor
+from scrapefleet.consumer.config import ConsumerConfig
+from scrapefleet.consumer.recorder import OutcomeRecorder
+from scrapefleet.consumer.runner import Outcome, run_job
+from scrapefleet.consumer.stack_supervisor import StackSupervisor
+from scrapefleet.consumer.status_report import Snapshot, StatusReporter, read_boot_id
+
+log = logging.getLogger(__name__)
+
+# Reason under which a stopping consumer drains its own host; a restart recognises it (an
+# operator's drain has another reason and is kept).
+OWN_DRAIN_REASON = "consumer stopping"
+NOT_CLAIMING_STATES = ("draining", "disabled")
+DB_RETRY_MAX_S = 10.0  # longest wait between attempts while the database is unreachable
+DRAIN_CHECK_S = 0.05  # drain loop period while in-flight jobs finish
+IDLE_POLLS_TO_EXIT = 2  # run(until_idle=True): idle for this many polls -> exit
+# A cold stop still gives the outcomes already in hand this long to reach the database: a job
+# that did finish is worth a moment, a rerun costs more.
+COLD_WRITE_GRACE_S = 2.0
+
+
+@dataclass(frozen=True)
+class InFlight:
+    job: ClaimedJob
+    started: float  # time.monotonic()
+
+
+class RunningConsumer:
+    """The running part of one consumer, built by ``open`` once its host is registered."""
+
+    @classmethod
+    def open(cls, config: ConsumerConfig, engine: Engine, lifecycle: Lifecycle) -> RunningConsumer:
+        load_user_actions(config.settings.actions)
+        boot_id = read_boot_id(config.settings.boot_id_file)
+        with transaction(engine) as conn:
+            store.reactivate_after_own_drain(conn, config.host, OWN_DRAIN_REASON)
+            registration = store.register_consumer(
+                conn, config.host, config.settings.capacity, boot_id
+            )
+            recovered = store.recover_host_jobs(conn, config.host)
+        running = cls(config, engine, lifecycle, registration, boot_id)
+        running._start_threads()
+        log.info(
+            "consumer %s started: capacity %d, state %s, %d interrupted job(s) recovered",
+            config.host,
+            running.capacity,
+            registration.state,
+            len(recovered),
+        )
+        return running
+
+    def __init__(
+        self,
+        config: ConsumerConfig,
+        engine: Engine,
+        lifecycle: Lifecycle,
+        registration: Registration,
+        boot_id: str,
+    ) -> None:
+        settings = config.settings
+        self.config = config
+        self.settings = settings
+        self.engine = engine
+        self.host = config.host
+        self.lifecycle = lifecycle
+        self.capacity = registration.capacity  # the host row's, not the setting's
+        self._wake = threading.Event()
+        self._closed = threading.Event()  # set last: the heartbeat stops
+        self._lock = threading.Lock()  # guards the fields below
+        self._in_flight: dict[int, InFlight] = {}
+        self._stuck = 0
+        self._more_queued = False  # last claim filled every free slot: claim again on a finish
+        self._db_state = registration.state
+        self._since_restart = registration.jobs_since_restart
+        self._since_boot = registration.jobs_since_boot
+        self._threads: list[threading.Thread] = []
+        self.reporter = StatusReporter(settings.state_dir, self.host, boot_id)
+        self.executor = ThreadPoolExecutor(self.capacity, thread_name_prefix=f"job-{self.host}")
+        self.supervisor: StackSupervisor | None = None
+        if config.owns_browser_stack:
+            self.supervisor = StackSupervisor(
+                settings,
+                engine,
+                self.host,
+                self.capacity,
+                on_host_state=self._set_own_state,
+                on_stack_counter=self._set_since_restart,
+            )
+        self.recorder = OutcomeRecorder(
+            engine,
+            self.host,
+            settings,
+            before_commit=self._publish_status,
+            after_write=self._on_outcomes_written,
+            give_up=lambda: lifecycle.cold,
+        )
+        self.janitor = ArtifactJanitor(settings, lifecycle.stop_event)
+        lifecycle.on_change(self._on_lifecycle_change)
+
+    def _start_threads(self) -> None:
+        if self.supervisor is not None:
+            self.supervisor.clean_leftovers()
+            metrics.track_browser_memory(self.host, self.supervisor.memory_pss_bytes)
+        self.janitor.start()
+        self.recorder.start()
+        for target, name in ((self._heartbeat_loop, "heartbeat"), (self._listen_loop, "listen")):
+            thread = threading.Thread(target=target, name=f"{name}-{self.host}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    # -- what it reports ------------------------------------------------------------
+
+    @property
+    def running(self) -> int:
+        with self._lock:
+            return len(self._in_flight) + self._stuck
+
+    @property
+    def stuck(self) -> int:
+        with self._lock:
+            return self._stuck
+
+    @property
+    def state(self) -> str:
+        if self.lifecycle.state is DaemonState.STOPPED:
+            return "offline"
+        if self.lifecycle.stopping:
+            return "draining"
+        # 'offline' in the database is the producer's verdict on reachability; this consumer is
+        # alive and serving, which is what its own document says.
+        if self._db_state == "offline" or self._db_state not in HOST_STATES:
+            return "active"
+        if self.supervisor is not None and self._db_state not in NOT_CLAIMING_STATES:
+            return self.supervisor.maintenance_state or self._db_state
+        return self._db_state
+
+    # -- serving and stopping -------------------------------------------------------
+
+    def serve(self, until_idle: bool) -> None:
+        try:
+            if self.lifecycle.started():  # the document says so (_on_lifecycle_change)
+                self._main_loop(until_idle)
+            self.lifecycle.request_stop("idle" if until_idle else "stop requested")
+            self._hand_back_queued()
+            if not self.lifecycle.drain_until(self._drained, DRAIN_CHECK_S):
+                self._let_go_of_in_flight()
+        finally:
+            self._finish()
+
+    def _drained(self) -> bool:
+        """In-flight jobs done (or timed out) and every outcome written."""
+        self._expire_timed_out()
+        with self._lock:
+            busy = len(self._in_flight)
+        return busy == 0 and self.recorder.outstanding == 0
+
+    def _hand_back_queued(self) -> None:
+        """Host to draining (unless an operator already chose its state), queued jobs back to
+        pending for the other hosts. Retried while the database is away, until the stop turns
+        cold."""
+        wait_s = self.settings.consumer_poll_s
+        while True:
+            try:
+                with transaction(self.engine) as conn:
+                    store.set_host_state(
+                        conn, self.host, "draining", OWN_DRAIN_REASON, expected=["active"]
+                    )
+                    handed = store.requeue_host_queued(
+                        conn, self.host, f"requeued: consumer on {self.host} stopping"
+                    )
+                if handed:
+                    log.info("handed %d queued job(s) back", len(handed))
+                return
+            except DatabaseUnavailable as exc:
+                if self.lifecycle.cold:
+                    log.warning("could not hand queued jobs back: %s", exc)
+                    return
+                log.warning("handing queued jobs back failed (%s); retrying", exc)
+                if self.lifecycle.wait_cold(wait_s):
+                    log.warning("could not hand queued jobs back before the cold stop")
+                    return
+                wait_s = min(wait_s * 2, DB_RETRY_MAX_S)
+
+    def _let_go_of_in_flight(self) -> None:
+        """Cold stop: the jobs still running are not waited for. They end as after a crash
+        (store.recover_host_jobs: back to pending with the attempt counted, failed on the last
+        one), now if the database answers, else at the next start or by the producer's rescue.
+        Their threads are counted as stuck; what they return is dropped."""
+        with self._lock:
+            let_go = sorted(self._in_flight)
+            self._in_flight.clear()
+            self._stuck += len(let_go)
+        self.recorder.close(COLD_WRITE_GRACE_S)  # outcomes already in hand, if it can
+        if not let_go and self.recorder.outstanding == 0:
+            return
+        try:
+            with transaction(self.engine) as conn:
+                ended = store.recover_host_jobs(conn, self.host)
+        except Exception as exc:
+            log.warning(
+                "cold stop: job(s) %s left processing (%s); the next start of this consumer,"
+                " or the producer's rescue, sends them back",
+                let_go,
+                describe(exc),
+            )
+            return
+        log.warning(
+            "cold stop: job(s) %s not waited for; %d interrupted attempt(s) ended as after a"
+            " crash (back to pending, or failed on their last attempt)",
+            let_go,
+            len(ended),
+        )
+
+    def _finish(self) -> None:
+        self.lifecycle.request_stop("stopped")  # the loop ended by an exception: still a stop
+        cold = self.lifecycle.cold
+        self.recorder.close(COLD_WRITE_GRACE_S if cold else self.lifecycle.drain_left_s() + 1)
+        if self.supervisor is not None:
+            self.supervisor.close()
+        try:
+            with transaction(self.engine) as conn:
+                # Jobs assigned while we drained, then the host offline if we drained it.
+                store.requeue_host_queued(
+                    conn, self.host, f"requeued: consumer on {self.host} stopped"
+                )
+                store.set_host_state(
+                    conn,
+                    self.host,
+                    "offline",
+                    f"consumer stopped: {self.lifecycle.reason}",
+                    expected=["draining"],
+                )
+        except Exception as exc:
+            log.warning("could not mark host %s offline: %s", self.host, describe(exc))
+        self.lifecycle.stopped()
+        self._closed.set()
+        for thread in self._threads:
+            thread.join(self.settings.consumer_poll_s + 1)
+        self._publish_status()
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        if self.stuck:
+            log.warning("%d job thread(s) still busy at exit, not waited for", self.stuck)
+        log.info(
+            "consumer %s stopped (%s%s)",
+            self.host,
+            self.lifecycle.reason,
+            ", cold" if cold else "",
+        )
+
+    # -- the main loop --------------------------------------------------------------
+
+    def _main_loop(self, until_idle: bool) -> None:
+        poll_s = self.settings.consumer_poll_s
+        failures = 0
+        idle_since: float | None = None
+        while self.lifecycle.is_running:
+            self._wake.clear()
+            self._expire_timed_out()
+            wait_s = poll_s
+            try:
+                claimed = self._claim()
+                self._maintain()
+                failures = 0
+                if until_idle:
+                    if claimed or not self._looks_idle():
+                        idle_since = None
+                    elif idle_since is None:
+                        idle_since = time.monotonic()
+                    elif time.monotonic() - idle_since >= IDLE_POLLS_TO_EXIT * poll_s:
+                        return
+            except Exception as exc:
+                failures += 1
+                wait_s = min(poll_s * 2**failures, DB_RETRY_MAX_S)
+                self._log_loop_error(exc, wait_s)
+            if self.supervisor is not None:
+                wait_s = min(wait_s, self.supervisor.next_check_s())
+            self._wake.wait(min(wait_s, self._until_next_timeout()))
+
+    def _claim(self) -> int:
+        if self._db_state in NOT_CLAIMING_STATES:
+            return 0
+        # An outcome not yet written keeps its job 'processing' in the database: its slot is
+        # not free yet, or the database would count more than capacity on this host.
+        unwritten = self.recorder.outstanding
+        with self._lock:
+            free = self.capacity - len(self._in_flight) - self._stuck - unwritten
+            if free <= 0:
+                self._more_queued = True
+                return 0
+            since_restart, since_boot = self._since_restart, self._since_boot
+        # Browser jobs only where a browser can run them: this host's stack (under its
+        # restart and reboot budgets), or a driver factory the caller gave.
+        browser_free = free if self.config.driver_factory is not None else 0
+        if self.supervisor is not None:
+            free, browser_free = self.supervisor.claim_budget(free, since_restart, since_boot)
+            if free <= 0:
+                return 0
+        with transaction(self.engine) as conn:
+            claim = store.claim_jobs(conn, self.host, free, browser_free)
+        started = time.monotonic()
+        with self._lock:
+            self._since_restart, self._since_boot = claim.jobs_since_restart, claim.jobs_since_boot
+            self._more_queued = len(claim.jobs) == free
+            for job in claim.jobs:
+                self._in_flight[job.id] = InFlight(job, started)
+            in_flight = len(self._in_flight)
+        if self.supervisor is not None and claim.jobs:
+            # May start the stack (first browser job), seconds in this thread: the jobs wait.
+            self.supervisor.after_claim(
+                claim.jobs, in_flight, claim.jobs_since_restart, claim.jobs_since_boot
+            )
+            with self._lock:
+                # A job's time runs from when it can run: not while the stack was starting.
+                restamped = time.monotonic()
+                for job in claim.jobs:
+                    if job.id in self._in_flight:
+                        self._in_flight[job.id] = InFlight(job, restamped)
+        if claim.jobs:
+            self._publish_status()
+            for job in claim.jobs:
+                self.executor.submit(self._work, job)
+        return len(claim.jobs)
+
+    def _maintain(self) -> None:
+        """Let the supervisor restart or reboot once nothing runs here (stuck threads aside)."""
+        if self.supervisor is None:
+            return
+        with self._lock:
+            busy = len(self._in_flight)
+            browser_busy = sum(1 for f in self._in_flight.values() if f.job.needs_browser)
+        self.supervisor.step(busy, self.recorder.outstanding, browser_busy)
+
+    def _on_lifecycle_change(self) -> None:
+        """In the thread that moved the lifecycle: the loops look again, and the producer reads
+        the change (draining: no more work here) without waiting for a heartbeat."""
+        self._wake.set()
+        self._publish_status()
+
+    def _set_own_state(self, state: str) -> None:
+        """The supervisor changed the host's state in the database (restarting, disabled...)."""
+        self._db_state = state
+        self._publish_status()
+        self._wake.set()
+
+    def _set_since_restart(self, count: int) -> None:
+        """The supervisor reset the stack's job counter (a start, a restart)."""
+        with self._lock:
+            self._since_restart = count
+
+    def _looks_idle(self) -> bool:
+        with self._lock:
+            if self._in_flight:
+                return False
+        if self.recorder.outstanding:
+            return False
+        with transaction(self.engine) as conn:
+            return queries.host_is_idle(conn, self.host)
+
+    def _log_loop_error(self, exc: Exception, retry_in_s: float) -> None:
+        if isinstance(exc, ScrapefleetError):  # database away, host row removed: one line
+            log.warning("%s; retrying in %.1f s", exc, retry_in_s)
+        else:
+            log.exception("consumer loop error; retrying in %.1f s", retry_in_s)
+
+    # -- jobs -----------------------------------------------------------------------
+
+    def _work(self, job: ClaimedJob) -> None:
+        """In a pool thread."""
+        factory = self.config.driver_factory
+        if self.supervisor is not None:
+            factory = functools.partial(self.supervisor.new_driver, job.id)
+        started = time.monotonic()
+        outcome = run_job(job, driver_factory=factory, capture_failure=self.config.capture_failure)
+        # Duration by kind and outcome; a retryable failure with attempts left is a retry (the
+        # recorder schedules it).
+        retried = (
+            outcome.status == "failed" and outcome.retryable and job.attempt < job.max_attempts
+        )
+        metrics.observe_job(job.kind, outcome.status, time.monotonic() - started, retried=retried)
+        if self.supervisor is not None:
+            self.supervisor.job_returned(
+                job.id, job.needs_browser, released=outcome.status == "released"
+            )
+        with self._lock:
+            ours = self._in_flight.pop(job.id, None) is not None
+            if not ours:
+                self._stuck -= 1
+        if ours:
+            self.recorder.submit(job, outcome)
+        else:
+            log.warning(
+                "job %d attempt %d returned after it was given up (timeout or cold stop);"
+                " outcome (%s) dropped",
+                job.id,
+                job.attempt,
+                outcome.status,
+            )
+            self._publish_status()  # the stuck thread's slot is free again
+            self._wake.set()
+
+    def _on_outcomes_written(self) -> None:
+        """In the recorder's thread: slots are free now; claim if more may be queued."""
+        if self._more_queued or self.lifecycle.stopping:
+            self._wake.set()
+
+    def _expire_timed_out(self) -> None:
+        limit = self.settings.job_timeout_s
+        now = time.monotonic()
+        with self._lock:
+            expired = [r for r in self._in_flight.values() if now - r.started >= limit]
+            for running in expired:
+                del self._in_flight[running.job.id]
+            self._stuck += len(expired)
+        for running in expired:
+            job = running.job
+            log.warning("job %d attempt %d timed out after %g s", job.id, job.attempt, limit)
+            self.recorder.submit(
+                job, Outcome.failed(f"TimeoutError: job exceeded job_timeout_s ({limit:g} s)")
+            )
+            if self.supervisor is not None:  # its browser is killed, so its thread returns
+                self.supervisor.abandon(job.id, job.needs_browser)
+
+    def _until_next_timeout(self) -> float:
+        with self._lock:
+            if not self._in_flight:
+                return math.inf
+            oldest = min(r.started for r in self._in_flight.values())
+        return max(0.01, oldest + self.settings.job_timeout_s - time.monotonic())
+
+    # -- heartbeat, listener, status --------------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        while not self._closed.wait(self.settings.heartbeat_s):
+            self._heartbeat_once()
+
+    def _heartbeat_once(self) -> None:
+        with self._lock:
+            ids = list(self._in_flight)
+        try:
+            with transaction(self.engine) as conn:
+                state = store.heartbeat(conn, self.host, ids)
+        except Exception as exc:
+            log.warning("heartbeat failed: %s", describe(exc))
+        else:
+            if state is None:
+                log.warning("host %s has no row in the database; not claiming", self.host)
+                state = "disabled"
+            if state != self._db_state:
+                log.info("host %s state %s -> %s", self.host, self._db_state, state)
+                self._db_state = state
+                self._wake.set()
+        self.reporter.sample_system()
+        self._publish_status()
+
+    def _listen_loop(self) -> None:
+        url = self.engine.url.update_query_dict(
+            {"application_name": f"scrapefleet-consumer {self.host} listen"}
+        ).render_as_string(hide_password=False)
+        listener = Listener(url, [CHANNEL_ASSIGNED])
+        failures = 0
+        try:
+            while not self.lifecycle.stopping:
+                try:
+                    payloads = listener.wait(self.settings.consumer_poll_s)
+                    failures = 0
+                except DatabaseUnavailable:  # Listener logged it; the poll keeps us going
+                    failures += 1
+                    self.lifecycle.wait(
+                        min(self.settings.consumer_poll_s * 2**failures, DB_RETRY_MAX_S)
+                    )
+                    continue
+                if self.host in payloads:
+                    self._wake.set()
+        finally:
+            listener.close()
+
+    def _publish_status(self) -> None:
+        self.reporter.publish(self._snapshot)
+
+    def _snapshot(self) -> Snapshot:
+        with self._lock:
+            running = len(self._in_flight) + self._stuck
+            since_restart, since_boot = self._since_restart, self._since_boot
+        return Snapshot(
+            running,
+            self.capacity,
+            self.state,
+            since_restart,
+            since_boot,
+            self.lifecycle.state.value,
+            *self._browser_status(),
+        )
+
+    def _browser_status(self) -> tuple[str, str | None, float | None]:
+        if self.supervisor is not None:
+            return self.supervisor.browser_status()
+        if self.config.driver_factory is not None:  # the caller's own browsers
+            return BrowserState.READY, None, None
+        return BrowserState.ABSENT, "browser = false in this host's settings", None
