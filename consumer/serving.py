@@ -21,6 +21,7 @@ from scrapefleet.common.errors import DatabaseUnavailable, ScrapefleetError
 from scrapefleet.common.host_status import HOST_STATES, BrowserState
 from scrapefleet.common.lifecycle import DaemonState, Lifecycle
 from scrapefleet.common.store import ClaimedJob, Registration
+from scrapefleet.common.store.statuses import HostState
 from scrapefleet.consumer.artifact_janitor import ArtifactJanitor
 from scrapefleet.consumer.config import ConsumerConfig
 from scrapefleet.consumer.recorder import OutcomeRecorder
@@ -33,7 +34,7 @@ log = logging.getLogger(__name__)
 # Reason under which a stopping consumer drains its own host; a restart recognises it (an
 # operator's drain has another reason and is kept).
 OWN_DRAIN_REASON = "consumer stopping"
-NOT_CLAIMING_STATES = ("draining", "disabled")
+NOT_CLAIMING_STATES = (HostState.DRAINING, HostState.DISABLED)
 DB_RETRY_MAX_S = 10.0  # longest wait between attempts while the database is unreachable
 DRAIN_CHECK_S = 0.05  # drain loop period while in-flight jobs finish
 IDLE_POLLS_TO_EXIT = 2  # run(until_idle=True): idle for this many polls -> exit
@@ -146,13 +147,13 @@ class RunningConsumer:
     @property
     def state(self) -> str:
         if self.lifecycle.state is DaemonState.STOPPED:
-            return "offline"
+            return HostState.OFFLINE
         if self.lifecycle.stopping:
-            return "draining"
+            return HostState.DRAINING
         # 'offline' in the database is the producer's verdict on reachability; this consumer is
         # alive and serving, which is what its own document says.
-        if self._db_state == "offline" or self._db_state not in HOST_STATES:
-            return "active"
+        if self._db_state == HostState.OFFLINE or self._db_state not in HOST_STATES:
+            return HostState.ACTIVE
         if self.supervisor is not None and self._db_state not in NOT_CLAIMING_STATES:
             return self.supervisor.maintenance_state or self._db_state
         return self._db_state
@@ -186,7 +187,11 @@ class RunningConsumer:
             try:
                 with transaction(self.engine) as conn:
                     store.set_host_state(
-                        conn, self.host, "draining", OWN_DRAIN_REASON, expected=["active"]
+                        conn,
+                        self.host,
+                        HostState.DRAINING,
+                        OWN_DRAIN_REASON,
+                        expected=[HostState.ACTIVE],
                     )
                     handed = store.requeue_host_queued(
                         conn, self.host, f"requeued: consumer on {self.host} stopping"
@@ -249,9 +254,9 @@ class RunningConsumer:
                 store.set_host_state(
                     conn,
                     self.host,
-                    "offline",
+                    HostState.OFFLINE,
                     f"consumer stopped: {self.lifecycle.reason}",
-                    expected=["draining"],
+                    expected=[HostState.DRAINING],
                 )
         except Exception as exc:
             log.warning("could not mark host %s offline: %s", self.host, describe(exc))
@@ -467,7 +472,7 @@ class RunningConsumer:
         else:
             if state is None:
                 log.warning("host %s has no row in the database; not claiming", self.host)
-                state = "disabled"
+                state = HostState.DISABLED
             if state != self._db_state:
                 log.info("host %s state %s -> %s", self.host, self._db_state, state)
                 self._db_state = state

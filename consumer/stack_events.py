@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from scrapefleet.common.store.statuses import HostState
+
 # -- events ---------------------------------------------------------------------------------
 
 
@@ -238,4 +240,6 @@ Action = (
 Actions = tuple[Action, ...]
 
 # The host takes work again after a maintenance (not when an operator chose another state).
-SET_ACTIVE = SetHostState("active", "browser stack ready", ("restarting", "rebooting"))
+SET_ACTIVE = SetHostState(
+    HostState.ACTIVE, "browser stack ready", (HostState.RESTARTING, HostState.REBOOTING)
+)

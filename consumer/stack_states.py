@@ -41,6 +41,7 @@ from enum import StrEnum
 
 from scrapefleet.common.constants import HUNG_SESSION_GRACE_S, REBOOT_WAIT_S
 from scrapefleet.common.host_status import BrowserState
+from scrapefleet.common.store.statuses import HostState
 from scrapefleet.consumer.maintenance import claims_allowed
 from scrapefleet.consumer.stack_events import JobReturned, StackStopped
 
@@ -218,11 +219,11 @@ def maintenance_state(state: StackState) -> str | None:
     """'restarting' or 'rebooting' while one is due or under way (the host's own state)."""
     match state.phase:
         case Draining(kind=kind) | Stopping(kind=kind):
-            return "rebooting" if kind is Kind.REBOOT else "restarting"
+            return HostState.REBOOTING if kind is Kind.REBOOT else HostState.RESTARTING
         case Rebooting() | AwaitingReboot():
-            return "rebooting"
+            return HostState.REBOOTING
         case Starting(cause=StartCause.RESTART):
-            return "restarting"
+            return HostState.RESTARTING
     return None
 
 

@@ -12,6 +12,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from scrapefleet.common.host_status import MAX_REASON_CHARS
+from scrapefleet.common.store.statuses import HostState
 from scrapefleet.consumer.maintenance import decide_maintenance, retry_delay_s
 from scrapefleet.consumer.stack_events import (
     SET_ACTIVE,
@@ -215,10 +216,10 @@ def _after_claim(
 
 def _begin(state: StackState, kind: Kind, reason: str) -> tuple[StackState, Actions]:
     """No more claims; the host says so at once, so the producer assigns nothing more."""
-    host_state = "rebooting" if kind is Kind.REBOOT else "restarting"
+    host_state = HostState.REBOOTING if kind is Kind.REBOOT else HostState.RESTARTING
     return replace(state, phase=Draining(kind, reason)), (
         Log(logging.INFO, f"{host_state}: {reason}"),
-        SetHostState(host_state, reason, ("active", "restarting")),
+        SetHostState(host_state, reason, (HostState.ACTIVE, HostState.RESTARTING)),
     )
 
 

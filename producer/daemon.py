@@ -42,6 +42,7 @@ from scrapefleet.common.errors import DatabaseUnavailable, ProbeError
 from scrapefleet.common.host_status import HostStatus
 from scrapefleet.common.lifecycle import PRODUCER_DRAIN_TIMEOUT_S, DaemonState, Lifecycle
 from scrapefleet.common.settings import Settings
+from scrapefleet.common.store.statuses import HostState
 from scrapefleet.producer.health import next_host_state
 from scrapefleet.producer.leader import LeaderSession
 from scrapefleet.producer.operator_jobs import OperatorJobs
@@ -222,7 +223,7 @@ class Producer:
 
     def _probe_hosts(self, hosts: list[queries.HostRow]) -> dict[str, HostStatus | ProbeError]:
         # A disabled host is out of the fleet until an operator enables it: no probing.
-        targets = [probe_target(h, self.settings) for h in hosts if h.state != "disabled"]
+        targets = [probe_target(h, self.settings) for h in hosts if h.state != HostState.DISABLED]
         if not targets:
             return {}
         try:
@@ -267,7 +268,7 @@ class Producer:
                     continue
                 reason = (
                     f"{failures} consecutive probe failures, last: {result}"
-                    if new_state == "offline"
+                    if new_state == HostState.OFFLINE
                     else "probe succeeds again"
                 )
                 if store.set_host_state(conn, host.name, new_state, reason, expected=[host.state]):

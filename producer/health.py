@@ -9,7 +9,9 @@ jobs forever.
 
 from __future__ import annotations
 
-OPERATOR_STATES = frozenset({"draining", "disabled"})
+from scrapefleet.common.store.statuses import HostState
+
+OPERATOR_STATES = frozenset({HostState.DRAINING, HostState.DISABLED})
 
 
 def next_host_state(
@@ -29,10 +31,10 @@ def next_host_state(
         return current_state
     if not probe_ok:
         if consecutive_failures >= threshold:
-            return "offline"
+            return HostState.OFFLINE
         return current_state
     # Answering again. Back to active only once the consumer itself says it is active: one
     # still restarting stays offline (and gets no work) until its stack is up.
-    if current_state == "offline" and reported_state == "active":
-        return "active"
+    if current_state == HostState.OFFLINE and reported_state == HostState.ACTIVE:
+        return HostState.ACTIVE
     return current_state
