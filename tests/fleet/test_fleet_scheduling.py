@@ -159,6 +159,15 @@ def test_host_down_goes_offline_its_queued_jobs_move_and_it_comes_back(
     h1.start_sshd()
     cluster.start_consumer(h1)
     wait_for(lambda: host_state(cluster, "h1", "active"), OFFLINE_WITHIN_S, "h1 active again")
+    # Its consumer marks it active on start; the producer gives it work once its own probe
+    # succeeds again (a submit wakes a cycle at once, which uses the last probe round's view).
+    wait_for(
+        lambda: any(
+            e.event == "probe_ok" and e.at > went_offline for e in cluster.host_events("h1")
+        ),
+        OFFLINE_WITHIN_S,
+        "the producer's probe of h1 succeeding again",
+    )
     more = cluster.submit(18, sleep_s=0.2)
     wait_for(lambda: cluster.all_completed(more), JOBS_DONE_WITHIN_S, "new jobs completed")
     assert cluster.completed_by_host(more).get("h1", 0) > 0
