@@ -141,8 +141,8 @@ class Settings(BaseSettings):
     artifact_retention_days: float = Field(default=14.0, gt=0)
     browser: bool = Field(
         default=True,
-        description="own a browser stack, started on the first browser job; false -> browser"
-        " jobs fail here",
+        description="own a browser stack, started on the first browser job; false -> the"
+        " host reports its browser absent and is given no browser job",
     )
     reboot_command: str | None = Field(
         default=None,

@@ -1,4 +1,4 @@
-"""Pure parts of issue 6: log lines, webhook signatures, dashboard input and chart buckets."""
+"""Pure parts of the operator features: log lines, webhook signatures, dashboard input and chart buckets."""
 
 from __future__ import annotations
 
