@@ -1,4 +1,5 @@
-"""Pure parts of the operator features: log lines, webhook signatures, dashboard input and chart buckets."""
+"""Pure parts of the operator tools: log lines, webhook signatures, dashboard input and chart
+buckets."""
 
 from __future__ import annotations
 
