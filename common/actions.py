@@ -1,8 +1,11 @@
 """The registry of named actions: what a job's ``kind`` means.
 
 An action is a plain function with a pydantic params model. Plain actions take ``(params)``;
-browser actions take ``(driver, params)`` and get a fresh Selenium session from the host's Grid.
-Both return a JSON-serialisable dict, stored as the job's result.
+browser actions take ``(driver, params)``: a warm Selenium session of the host's Grid whose
+current window is a fresh user context of the job's own (no cookie, storage or cache of an
+earlier job), or, with ``isolation="session"`` (the action's default, or the job's payload key
+``isolation``), a browser started for the job alone. Both return a JSON-serialisable dict,
+stored as the job's result.
 
     @register("prices", PricesParams, needs_browser=True)
     def prices(driver, params): ...
@@ -22,6 +25,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from scrapefleet.common.browser_isolation import (
+    DEFAULT_ISOLATION,
+    ISOLATION_KEY,
+    Isolation,
+    validate_isolation,
+)
 from scrapefleet.common.errors import SettingsError, SubmitError, UnknownAction
 
 
@@ -37,17 +46,32 @@ class Action:
     func: Callable[..., dict[str, Any]]
     params_model: type[BaseModel]
     needs_browser: bool = False
+    isolation: Isolation = DEFAULT_ISOLATION  # a browser action's own default
 
     def validate(self, payload: Any) -> BaseModel:
         """Validate a payload; SubmitError names the first bad field."""
         if not isinstance(payload, dict):
             raise SubmitError(f"payload of {self.name!r} must be a JSON object")
+        if self.needs_browser and ISOLATION_KEY in payload:
+            self.isolation_of(payload)
+            if ISOLATION_KEY not in self.params_model.model_fields:
+                payload = {k: v for k, v in payload.items() if k != ISOLATION_KEY}
         try:
             return self.params_model.model_validate(payload)
         except ValidationError as exc:
             err = exc.errors()[0]
             where = ".".join(str(p) for p in err["loc"]) or "payload"
             raise SubmitError(f"payload.{where}: {err['msg']}") from None
+
+    def isolation_of(self, payload: Any) -> Isolation:
+        """How a browser job is kept apart from the jobs before it: the payload's
+        ``isolation`` when it names one, else the action's own; SubmitError if it is unknown."""
+        if not isinstance(payload, dict) or ISOLATION_KEY not in payload:
+            return self.isolation
+        try:
+            return validate_isolation(payload[ISOLATION_KEY])
+        except ValueError as exc:
+            raise SubmitError(f"payload.{ISOLATION_KEY}: {exc}") from None
 
 
 _REGISTRY: dict[str, Action] = {}
@@ -59,11 +83,17 @@ BUILTIN_MODULES = ("scrapefleet.common.builtin_actions", "scrapefleet.common.bro
 
 
 def register(
-    name: str, params_model: type[BaseModel] = FreeParams, *, needs_browser: bool = False
+    name: str,
+    params_model: type[BaseModel] = FreeParams,
+    *,
+    needs_browser: bool = False,
+    isolation: Isolation = DEFAULT_ISOLATION,
 ) -> Callable[[Callable[..., dict[str, Any]]], Callable[..., dict[str, Any]]]:
+    isolation = validate_isolation(isolation)
+
     def decorate(func: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
         with _LOCK:
-            _REGISTRY[name] = Action(name, func, params_model, needs_browser)
+            _REGISTRY[name] = Action(name, func, params_model, needs_browser, isolation)
         func.__scrapefleet_action__ = name  # type: ignore[attr-defined]
         return func
 

@@ -33,7 +33,9 @@ class Client:
         if not url:
             raise SettingsError("database_url is not set (SCRAPEFLEET_DATABASE_URL)")
         load_user_actions(self.settings.actions)
-        self.engine = make_engine(url, application_name="scrapefleet-client")
+        self.engine = make_engine(
+            url, application_name="scrapefleet-client", settings=self.settings
+        )
 
     def __enter__(self) -> Client:
         return self

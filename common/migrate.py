@@ -8,14 +8,15 @@ from alembic import command
 from alembic.config import Config
 
 from scrapefleet import migrations
-from scrapefleet.common.db import sqlalchemy_url, wrapped_errors
+from scrapefleet.common.db import migration_url, wrapped_errors
 
 
 def alembic_config(url: str) -> Config:
     config = Config()
     config.set_main_option("script_location", str(Path(migrations.__file__).parent))
     # '%' is ConfigParser's interpolation character; a password may contain it.
-    rendered = sqlalchemy_url(url).render_as_string(hide_password=False)
+    # No statement or lock timeout: a migration may rewrite a big table, or wait its turn.
+    rendered = migration_url(url).render_as_string(hide_password=False)
     config.set_main_option("sqlalchemy.url", rendered.replace("%", "%%"))
     return config
 

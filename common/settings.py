@@ -6,6 +6,7 @@ defaults from common.constants. An invalid value raises SettingsError naming the
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import tomllib
 from pathlib import Path
@@ -33,9 +34,55 @@ class Settings(BaseSettings):
         default_factory=list, description="user actions as 'module:function' dotted paths"
     )
 
+    # Database connections: common/db.py adds these to every connection unless the URL names
+    # them.
+    db_keepalives_idle_s: int = Field(
+        default=10, ge=1, description="TCP keepalive, both ends: first probe after this idle"
+    )
+    db_keepalives_interval_s: int = Field(default=5, ge=1, description="between probes")
+    db_keepalives_count: int = Field(
+        default=3, ge=1, description="unanswered probes before the connection is dead"
+    )
+    db_tcp_user_timeout_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="both ends: data (or keepalives) unacknowledged this long -> the connection"
+        " is dead; 0 = the OS's",
+    )
+    db_statement_timeout_s: float = Field(
+        default=600.0, ge=0, description="0 = the server's setting; migrations: none"
+    )
+    db_lock_timeout_s: float = Field(
+        default=60.0, ge=0, description="0 = the server's setting; migrations: none"
+    )
+    db_idle_in_transaction_timeout_s: float = Field(
+        default=300.0, ge=0, description="server ends a session idle this long in a transaction"
+    )
+    db_sslmode: (
+        Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] | None
+    ) = Field(default=None, description="libpq sslmode; unset -> libpq's (PGSSLMODE, else prefer)")
+    leader_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="a transaction on the producer's lock connection not answered in this"
+        " long ends that connection: the producer steps down",
+    )
+    leader_idle_timeout_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="the server ends a producer's lock session idle this long, so a vanished"
+        " leader's lock goes even behind a proxy that keeps TCP alive; unset -> the larger of"
+        " 60 s and 4 x producer_interval_s; 0 = never",
+    )
+
     # Fleet.
     capacity: int = Field(default=C.DEFAULT_HOST_CAPACITY, ge=1, le=64)
     restart_every: int = Field(default=C.RESTART_EVERY_JOBS, ge=0, description="0 = never")
+    overlap_restarts: bool = Field(
+        default=True,
+        description="start the next browser stack beside the running one before the restart"
+        " budget and switch to it at the budget (false: drain, stop, then start)",
+    )
     reboot_every: int = Field(default=C.REBOOT_EVERY_JOBS, ge=0, description="0 = never")
 
     # Producer.
@@ -89,14 +136,47 @@ class Settings(BaseSettings):
     dashboard_token: SecretStr | None = Field(
         default=None, description="required by every control; unset -> read-only dashboard"
     )
+    dashboard_read_needs_token: bool = Field(
+        default=False,
+        description="true -> every page needs dashboard_token too (one login per browser"
+        " session), not only the controls",
+    )
+    dashboard_session_idle_s: float = Field(
+        default=28800.0,
+        gt=0,
+        description="a browser's dashboard session (form token, unlocked controls) ends after"
+        " this long unused; sessions live in memory, so a restart ends them all",
+    )
+    dashboard_proxies: int = Field(
+        default=0,
+        ge=0,
+        le=5,
+        description="reverse proxies in front whose X-Forwarded-For/-Proto/-Host/-Port/-Prefix"
+        " are trusted; 0 -> those headers are ignored",
+    )
+    dashboard_allow_remote: bool = Field(
+        default=False,
+        description="allow dashboard_address to be a non-loopback address (also"
+        " --allow-remote); put TLS in front",
+    )
 
     # Webhooks: POSTed by the producer when a job with a callback_url completes or fails.
     webhook_secret: SecretStr | None = Field(
         default=None, description="HMAC-SHA256 key; unset -> deliveries wait, unsent"
     )
+    webhook_secret_previous: SecretStr | None = Field(
+        default=None,
+        description="while rotating: the old key, a second signature beside the new one's",
+    )
+    webhook_allow_networks: list[str] = Field(
+        default_factory=list,
+        description="CIDRs webhooks may reach although internal (loopback, private, ...)",
+    )
     webhook_max_attempts: int = Field(default=C.WEBHOOK_MAX_ATTEMPTS, ge=1, le=100)
     webhook_interval_s: float = Field(default=C.WEBHOOK_INTERVAL_S, gt=0)
-    webhook_timeout_s: float = Field(default=C.WEBHOOK_TIMEOUT_S, gt=0)
+    webhook_timeout_s: float = Field(
+        default=C.WEBHOOK_TIMEOUT_S, gt=0, description="one POST, whole: DNS to the answer"
+    )
     webhook_backoff_base_s: float = Field(default=C.WEBHOOK_BACKOFF_BASE_S, ge=0)
     webhook_backoff_max_s: float = Field(default=C.WEBHOOK_BACKOFF_MAX_S, ge=0)
 
@@ -167,7 +247,7 @@ class Settings(BaseSettings):
             raise ValueError("must be a postgresql:// URL")
         return value
 
-    @field_validator("dashboard_token", "webhook_secret")
+    @field_validator("dashboard_token", "webhook_secret", "webhook_secret_previous")
     @classmethod
     def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
         # An empty string in the environment means "unset", not "a token that is empty".
@@ -175,6 +255,16 @@ class Settings(BaseSettings):
             return None
         if len(value.get_secret_value()) < 16:
             raise ValueError("must be at least 16 characters")
+        return value
+
+    @field_validator("webhook_allow_networks")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for item in value:
+            try:
+                ipaddress.ip_network(item.strip(), strict=False)
+            except ValueError:
+                raise ValueError(f"{item!r} is not an IP address or CIDR network") from None
         return value
 
     @field_validator("log_level")

@@ -39,6 +39,7 @@ from selenium.webdriver.remote.client_config import ClientConfig
 
 from scrapefleet.common.errors import StackError
 from scrapefleet.common.settings import Settings
+from scrapefleet.consumer.sessions import quit_driver
 from scrapefleet.consumer.stack_processes import (
     TOKEN_ENV,
     WORK_DIR_ENV,
@@ -315,6 +316,8 @@ class BrowserStack:
             options.add_argument(arg)
         width, height = self.settings.screen_width_px, self.settings.screen_height_px
         options.add_argument(f"--window-size={width},{height}")
+        # BiDi: a fresh user context per job in a warm session (consumer.sessions).
+        options.enable_bidi = True
         return options
 
     def new_driver(self) -> StackWebDriver:
@@ -502,5 +505,4 @@ stereotype = '{stereotype}'
 
 
 def _quit_quietly(driver: Remote) -> None:
-    with contextlib.suppress(Exception):  # the session is gone; stop() ends its processes
-        driver.quit()
+    quit_driver(driver)  # never raises: the session is gone, or stop() ends its processes

@@ -108,7 +108,10 @@ def run(
 
     # Only the main loop, the heartbeat and the recorder use the pool; workers never do.
     engine = make_engine(
-        settings.database_url, pool_size=3, application_name=f"scrapefleet-consumer {name}"
+        settings.database_url,
+        pool_size=3,
+        application_name=f"scrapefleet-consumer {name}",
+        settings=settings,
     )
     from scrapefleet.common.lifecycle import StopSignals
     from scrapefleet.common.metrics import serve_metrics

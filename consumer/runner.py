@@ -9,9 +9,11 @@ so every way a job can end is unit-testable here.
 - ``released``: the host, not the job, failed (a browser stack with no session to give, a
   StackError from the action): the job goes back to pending without using an attempt.
 
-Browser actions get a fresh driver from ``driver_factory`` (the browser stack plugs its own in)
-and the runner always quits it; ``capture_failure`` (optional) saves screenshots and HTML of a
-failed browser attempt and returns their paths.
+Browser actions get their driver from ``lease(isolation)``, a context manager (the browser
+stack's session pool plugs its own in: consumer.sessions) held for the action and the failure
+capture; ``driver_factory`` (a new driver per job, quit after it) is the simpler form tests use.
+``capture_failure`` (optional) saves screenshots and HTML of a failed browser attempt and
+returns their paths.
 """
 
 from __future__ import annotations
@@ -19,16 +21,21 @@ from __future__ import annotations
 import contextlib
 import json
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from scrapefleet.common.actions import get_action
+from scrapefleet.common.browser_isolation import Isolation
 from scrapefleet.common.errors import StackError, SubmitError, UnknownAction
 from scrapefleet.common.store import ClaimedJob
 from scrapefleet.consumer import selenium_actions  # noqa: F401  (registers the browser actions)
 
 DriverFactory = Callable[[], Any]
+# isolation -> a context manager giving the job's driver; entering it raises when the host has
+# no session to give (the job is then released, not failed).
+DriverLease = Callable[[Isolation], AbstractContextManager[Any]]
 # (driver or None, job id, attempt, traceback text) -> artifact paths; must not raise.
 CaptureFailure = Callable[[Any, int, int, str], dict[str, Any]]
 
@@ -58,16 +65,35 @@ class Outcome:
         return cls("released", error=reason)
 
 
+def leases_from(factory: DriverFactory) -> DriverLease:
+    """A lease that starts a driver per job and always quits it."""
+
+    @contextlib.contextmanager
+    def lease(_isolation: Isolation) -> Iterator[Any]:
+        driver = factory()
+        try:
+            yield driver
+        finally:
+            with contextlib.suppress(Exception):
+                driver.quit()
+
+    return lease
+
+
 def run_job(
     job: ClaimedJob,
     *,
+    lease: DriverLease | None = None,
     driver_factory: DriverFactory | None = None,
     capture_failure: CaptureFailure | None = None,
 ) -> Outcome:
     """Run ``job`` in the calling thread and return how it ended. Never raises."""
+    if lease is None and driver_factory is not None:
+        lease = leases_from(driver_factory)
     try:
         action = get_action(job.kind)
         params = action.validate(job.payload)
+        isolation = action.isolation_of(job.payload)
     except UnknownAction as exc:
         return Outcome.failed(f"UnknownAction: {exc}", retryable=False)
     except SubmitError as exc:
@@ -82,27 +108,29 @@ def run_job(
             return Outcome.failed(traceback.format_exc())
         return _checked_result(job.kind, returned)
 
-    if driver_factory is None:
+    if lease is None:
         return Outcome.failed(
             f"action {job.kind!r} needs a browser, but this consumer has no browser stack"
             " (no driver factory configured)",
             retryable=False,
         )
-    try:
-        driver = driver_factory()
-    except BaseException as exc:  # no session is the host's fault, not the job's
-        return Outcome.released(f"released: no browser session: {type(exc).__name__}: {exc}")
-    try:
-        returned = action.func(driver, params)
-    except StackError as exc:
-        return Outcome.released(f"released: {exc}")
-    except BaseException:
-        error = traceback.format_exc()
-        artifacts = _capture(capture_failure, driver, job, error)
-        return Outcome.failed(error, artifacts=artifacts)
-    finally:
-        with contextlib.suppress(Exception):
-            driver.quit()
+    with ExitStack() as held:
+        try:
+            driver = held.enter_context(lease(isolation))
+        except BaseException as exc:  # no session is the host's fault, not the job's
+            return Outcome.released(f"released: no browser session: {type(exc).__name__}: {exc}")
+        try:
+            returned = action.func(driver, params)
+        except StackError as exc:
+            return Outcome.released(f"released: {exc}")
+        except BaseException:
+            # Captured while the job's context is still open: its page is what failed.
+            error = traceback.format_exc()
+            artifacts = _capture(capture_failure, driver, job, error)
+            return Outcome.failed(error, artifacts=artifacts)
+        finally:
+            with contextlib.suppress(Exception):
+                held.close()  # the lease's own cleanup must never turn into the job's error
     return _checked_result(job.kind, returned)
 
 

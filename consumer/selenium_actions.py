@@ -1,7 +1,8 @@
 """Built-in browser actions: ``fetch_page`` and ``screenshot``.
 
-Each gets a fresh Remote WebDriver session from the host's Grid (the runner creates and
-always quits it). Selenium's exceptions are translated here, where they enter:
+Each gets a Remote WebDriver whose current window is its job's own (a fresh user context in a
+warm session, or a session of its own: consumer.sessions); an action never quits it.
+Selenium's exceptions are translated here, where they enter:
 
 - the page's fault (timeout, missing selector, HTTP error, crashed renderer) -> ActionError,
   a job failure that uses an attempt;
@@ -14,6 +15,7 @@ live in scrapefleet.common.browser_params, so that submitting needs no Selenium.
 
 from __future__ import annotations
 
+import pkgutil
 import struct
 import time
 import uuid
@@ -124,35 +126,117 @@ def wait_for_selector(driver: Any, selector: str, timeout_s: float) -> None:
             ) from None
 
 
-def _read(element: Any, spec: FieldSpec) -> str | None:
-    if spec.attr is None:
-        text: str = element.text
-        return text
-    value: str | None = element.get_attribute(spec.attr)
-    return value
+# Everything fetch_page returns from the page, in one script call: the title and URL, the
+# main document's HTTP status and timings, and every field. Attributes are Selenium's own
+# get_attribute (its getAttribute atom: the property when it is a plain value, so href and src
+# come back resolved, else the attribute; boolean attributes "true" or null). Text follows
+# Selenium's .text (chromedriver's getVisibleText, which Selenium does not ship) as closely as a
+# script can: "" for an element Selenium's isDisplayed atom calls hidden, else its rendered text
+# (innerText) with no-break spaces as spaces, blank lines dropped, each line trimmed unless the
+# element keeps white space (pre). Unlike Selenium, descendants hidden only by opacity or by
+# lying off the page still count.
+_READ_PAGE_BODY_JS = r"""
+const specs = arguments[0];
+const text = (el) => {
+  if (!isShown(el)) return "";
+  const raw = (el.innerText !== undefined ? el.innerText : el.textContent) || "";
+  const space = getComputedStyle(el).whiteSpace;
+  const kept = space.startsWith("pre") || space === "break-spaces";
+  return raw.replace(/\u00a0/g, " ").split("\n")
+    .map((line) => kept ? line.trimEnd() : line.trim())
+    .filter((line) => line.trim() !== "").join("\n");
+};
+const fields = {};
+for (const [name, spec] of Object.entries(specs)) {
+  const read = (el) => spec.attr === null ? text(el) : getAttribute(el, spec.attr);
+  try {
+    if (spec.all) {
+      fields[name] = Array.from(document.querySelectorAll(spec.css), read);
+    } else {
+      const el = document.querySelector(spec.css);
+      fields[name] = el === null ? null : read(el);
+    }
+  } catch (error) {
+    if (error instanceof DOMException && error.name === "SyntaxError") {
+      return {invalid: {field: name, message: error.message}};
+    }
+    throw error;
+  }
+}
+const nav = performance.getEntriesByType("navigation")[0];
+const ms = (value) => typeof value === "number" && value > 0 ? Math.round(value * 10) / 10 : null;
+return {
+  title: document.title,
+  final_url: location.href,
+  status: nav && nav.responseStatus ? nav.responseStatus : null,
+  timings: {
+    ttfb_ms: nav ? ms(nav.responseStart) : null,
+    dom_content_loaded_ms: nav ? ms(nav.domContentLoadedEventEnd) : null,
+    load_ms: nav ? ms(nav.loadEventEnd) : null,
+  },
+  fields: fields,
+};
+"""
+
+
+def _selenium_atom(name: str) -> str:
+    """A script Selenium ships for its own element commands (one function expression)."""
+    data = pkgutil.get_data("selenium.webdriver.remote", name)
+    if data is None:
+        raise RuntimeError(f"selenium ships no {name}")
+    return data.decode()
+
+
+_READ_PAGE_JS = (
+    f"const isShown = {_selenium_atom('isDisplayed.js')};\n"
+    f"const getAttribute = {_selenium_atom('getAttribute.js')};\n"
+    f"{_READ_PAGE_BODY_JS}"
+)
+
+
+def read_page(driver: Any, fields: dict[str, FieldSpec], where: str = "the page") -> dict[str, Any]:
+    """Title, final URL, HTTP status, timings (ms from the navigation's start) and every
+    field's text or attribute (None, or [], when its selector matches nothing), read by one
+    script call however many fields and matches there are."""
+    specs = {name: spec.model_dump() for name, spec in fields.items()}
+    with translated_errors(f"reading {where}"):
+        page: dict[str, Any] = driver.execute_script(_READ_PAGE_JS, specs)
+    invalid = page.get("invalid")
+    if invalid:
+        name = invalid["field"]
+        raise ActionError(
+            f"field {name!r} ({fields[name].css!r}): invalid CSS selector ({invalid['message']})"
+        )
+    return page
 
 
 def extract_fields(driver: Any, fields: dict[str, FieldSpec]) -> dict[str, Any]:
     """Each field's text or attribute; None (or []) when its selector matches nothing."""
-    values: dict[str, Any] = {}
-    for name, spec in fields.items():
-        with translated_errors(f"field {name!r} ({spec.css!r})"):
-            elements = driver.find_elements(By.CSS_SELECTOR, spec.css)
-            if spec.all:
-                values[name] = [_read(e, spec) for e in elements]
-            else:
-                values[name] = _read(elements[0], spec) if elements else None
-    return values
+    fields_read: dict[str, Any] = read_page(driver, fields)["fields"]
+    return fields_read
 
 
 @register("fetch_page", FetchPageParams, needs_browser=True)
 def fetch_page(driver: Any, params: FetchPageParams) -> dict[str, Any]:
-    navigate(driver, params.url, allow_http_errors=params.allow_http_errors)
+    """Two round trips without ``wait_for`` (the load, then one script reading everything);
+    with it, the HTTP status is checked before the wait, so an error page fails at once."""
     if params.wait_for:
+        navigate(driver, params.url, allow_http_errors=params.allow_http_errors)
         wait_for_selector(driver, params.wait_for, params.wait_timeout_s)
-    fields = extract_fields(driver, params.fields)
-    with translated_errors(f"reading {params.url}"):
-        return {"title": driver.title, "final_url": driver.current_url, "fields": fields}
+    else:
+        with translated_errors(f"loading {params.url}"):
+            driver.get(params.url)
+    page = read_page(driver, params.fields, params.url)
+    status = page["status"]
+    if not params.allow_http_errors and isinstance(status, int) and status >= 400:
+        raise HttpError(f"loading {params.url}: HTTP {status}")
+    return {
+        "title": page["title"],
+        "final_url": page["final_url"],
+        "status": status,
+        "timings": page["timings"],
+        "fields": page["fields"],
+    }
 
 
 def _png_size(png: bytes) -> tuple[int, int]:

@@ -25,7 +25,7 @@ from scrapefleet.common.store.statuses import HostState
 from scrapefleet.consumer.artifact_janitor import ArtifactJanitor
 from scrapefleet.consumer.config import ConsumerConfig
 from scrapefleet.consumer.recorder import OutcomeRecorder
-from scrapefleet.consumer.runner import Outcome, run_job
+from scrapefleet.consumer.runner import DriverLease, Outcome, leases_from, run_job
 from scrapefleet.consumer.stack_supervisor import StackSupervisor
 from scrapefleet.consumer.status_report import Snapshot, StatusReporter, read_boot_id
 
@@ -394,11 +394,13 @@ class RunningConsumer:
 
     def _work(self, job: ClaimedJob) -> None:
         """In a pool thread."""
-        factory = self.config.driver_factory
+        lease: DriverLease | None = None
         if self.supervisor is not None:
-            factory = functools.partial(self.supervisor.new_driver, job.id)
+            lease = functools.partial(self.supervisor.lease, job.id)
+        elif self.config.driver_factory is not None:
+            lease = leases_from(self.config.driver_factory)
         started = time.monotonic()
-        outcome = run_job(job, driver_factory=factory, capture_failure=self.config.capture_failure)
+        outcome = run_job(job, lease=lease, capture_failure=self.config.capture_failure)
         # Duration by kind and outcome; a retryable failure with attempts left is a retry (the
         # recorder schedules it).
         retried = (

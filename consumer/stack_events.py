@@ -42,11 +42,13 @@ class JobAbandoned:
 
 @dataclass(frozen=True)
 class Tick:
-    """The main loop's turn: jobs in flight, outcomes not yet written."""
+    """The main loop's turn: jobs in flight, outcomes not yet written; of the browser jobs in
+    flight, those still on a stack that an overlapped restart retired."""
 
     busy: int
     unwritten: int
     browser_busy: int
+    retiring_busy: int = 0
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,28 @@ class StackStopped:
 
 
 @dataclass(frozen=True)
+class NextStackStarted:
+    """The next stack of an overlapped restart is up and checked with a session."""
+
+    pss_old_bytes: int = 0  # the running stack's, measured at the same moment
+    pss_new_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class NextStackFailed:
+    error: str
+
+
+@dataclass(frozen=True)
+class OldStacksStopped:
+    """The retired stacks with no job left are stopped (their processes verified gone, or
+    listed); ``remaining``: retired since, still running jobs."""
+
+    stopped: StackStopped
+    remaining: int = 0
+
+
+@dataclass(frozen=True)
 class RebootCommandRan:
     pass
 
@@ -96,6 +120,9 @@ Event = (
     | StartSucceeded
     | StartFailed
     | StackStopped
+    | NextStackStarted
+    | NextStackFailed
+    | OldStacksStopped
     | RebootCommandRan
     | RebootCommandFailed
     | Close
@@ -117,6 +144,23 @@ class StopStack:
     """Stop every process of the stack -> StackStopped."""
 
     measure_memory: bool = False
+
+
+@dataclass(frozen=True)
+class StartNextStack:
+    """Start another stack (its own display, port, HOME and TMPDIR) beside the running one,
+    in the background -> NextStackStarted | NextStackFailed."""
+
+
+@dataclass(frozen=True)
+class SwitchStacks:
+    """New leases go to the next stack from now on; the running one retires: its idle
+    sessions end at once, its in-flight jobs finish on it."""
+
+
+@dataclass(frozen=True)
+class StopOldStacks:
+    """Stop the retired stacks, in the background -> OldStacksStopped."""
 
 
 @dataclass(frozen=True)
@@ -219,10 +263,51 @@ class RecordHostEvent:
     message: str
 
 
+@dataclass(frozen=True)
+class RecordStackSwitch:
+    """An overlapped restart: the next stack takes the claims, the job counter starts again.
+    ``no_claim_s``: how long browser jobs could not be claimed for it (from the budget spent
+    to the switch; other jobs are claimed throughout)."""
+
+    reason: str
+    no_claim_s: float
+    pss_before_bytes: int
+    pss_after_bytes: int
+
+    @property
+    def details(self) -> dict[str, Any]:
+        return {
+            "reason": self.reason,
+            "overlapped": True,
+            "no_claim_s": self.no_claim_s,
+            "pss_before_bytes": self.pss_before_bytes,
+            "pss_after_bytes": self.pss_after_bytes,
+        }
+
+
+@dataclass(frozen=True)
+class RecordStackRetired:
+    """The stack an overlapped restart replaced is stopped, after its last job."""
+
+    stopped: StackStopped
+    waited_s: float  # from the switch to the stop: its in-flight jobs finishing
+
+    @property
+    def details(self) -> dict[str, Any]:
+        return {
+            "waited_s": self.waited_s,
+            "killed": self.stopped.killed,
+            "sigkilled": self.stopped.sigkilled,
+            "leftover_pids": list(self.stopped.leftover_pids),
+        }
+
+
 Record = (
     SetHostState
     | RecordStackStart
     | RecordRestart
+    | RecordStackSwitch
+    | RecordStackRetired
     | RecordStackFailure
     | RecordRebootRequest
     | RecordHostEvent
@@ -230,6 +315,9 @@ Record = (
 Action = (
     StartStack
     | StopStack
+    | StartNextStack
+    | SwitchStacks
+    | StopOldStacks
     | CheckHealth
     | RunRebootCommand
     | EndSession

@@ -20,7 +20,9 @@ from scrapefleet.consumer.stack_events import (
     RecordRebootRequest,
     RecordRestart,
     RecordStackFailure,
+    RecordStackRetired,
     RecordStackStart,
+    RecordStackSwitch,
     SetHostState,
 )
 
@@ -55,8 +57,10 @@ class StoreRecords:
                 return store.set_host_state(conn, host, to_state, reason, expected=list(expected))
             case RecordStackStart():
                 store.begin_stack_lifetime(conn, host, record.jobs_in_flight, record.details)
-            case RecordRestart():
+            case RecordRestart() | RecordStackSwitch():
                 store.reset_restart_counter(conn, host, record.details)
+            case RecordStackRetired():
+                store.record_host_event(conn, host, "stack_retired", details=record.details)
             case RecordStackFailure():
                 store.record_stack_failure(conn, host, record.reason, record.details)
             case RecordRebootRequest(reason=reason):

@@ -5,7 +5,10 @@ consumer.stack_supervisor feeds it events and carries out the actions. Nothing h
 or reads a clock.
 
     Idle --first browser job--> Starting(first) --ok--> Ready
-    Ready --budget spent, or a fault--> Draining --nothing in flight--> Stopping
+    Ready --restart budget spent, next stack ready--> Ready (switched; the old one retires)
+          --restart budget spent, next stack starting--> Replacing --next up--> Ready (switched)
+    Ready --budget spent (reboot, or no overlap), or a fault--> Draining --nothing in flight-->
+          Stopping
     Stopping --restart--> Starting(restart) --ok--> Ready
              --reboot--> Rebooting --command ran--> AwaitingReboot (the reboot ends the process)
     Rebooting --command failed--> Starting(restart)
@@ -20,6 +23,14 @@ or reads a clock.
   spends one moves to Draining. Faults seen here restart the stack too: ``releases_before_restart``
   browser jobs released in a row, a released job with the Grid not ready, or a timed-out job
   whose thread is still busy ``hung_grace_s`` after its browser was killed.
+- Overlapped restarts (``overlap_lead`` > 0): the next stack starts beside the running one when
+  the restart budget is ``overlap_lead`` browser jobs away (the host's capacity) or, at the
+  rate jobs are claimed, less than twice the last start's duration away; at the budget the
+  claims switch to it and the old stack retires: its idle sessions end at once, its
+  in-flight jobs finish on it, then it is stopped and its processes checked gone. Browser jobs
+  cannot be claimed only while a next stack not yet up is awaited (Replacing); other jobs
+  always can. Sessions across both stacks never exceed the capacity (the pools share permits).
+  A next stack that fails to start makes that restart a draining one.
 - Draining to the end of a restart or reboot: nothing is claimed, the host says ``restarting``
   or ``rebooting`` (the producer assigns nothing more), the in-flight jobs finish, then the
   maintenance runs.
@@ -47,6 +58,7 @@ from scrapefleet.consumer.stack_events import JobReturned, StackStopped
 
 RELEASES_BEFORE_RESTART = 2  # browser jobs released in a row with a stack that looks healthy
 MIN_CHECK_S = 0.05  # never ask to be woken sooner than this
+FIRST_START_GUESS_S = 10.0  # how long a stack takes to start, until one has been measured
 
 
 @dataclass(frozen=True)
@@ -61,6 +73,7 @@ class Policy:
     hung_grace_s: float = HUNG_SESSION_GRACE_S
     reboot_wait_s: float = REBOOT_WAIT_S
     releases_before_restart: int = RELEASES_BEFORE_RESTART
+    overlap_lead: int = 0  # browser jobs before the budget to start the next stack; 0: drain
 
 
 # -- states ---------------------------------------------------------------------------------
@@ -94,9 +107,41 @@ class Starting:
     stopped: StackStopped | None = None  # a restart: what stopping the old stack did
 
 
+class NextStack(StrEnum):
+    """The next stack of an overlapped restart."""
+
+    NONE = "none"
+    STARTING = "starting"
+    READY = "ready"
+    FAILED = "failed"  # this stack's restart drains instead
+
+
 @dataclass(frozen=True)
 class Ready:
     """Started and checked with a real session: takes browser jobs under its budgets."""
+
+    next: NextStack = NextStack.NONE
+    next_error: str | None = None
+    next_since: datetime | None = None  # when the next stack began to start
+
+
+@dataclass(frozen=True)
+class Replacing:
+    """The restart budget is spent and the next stack is still starting: no browser claims
+    until it is up (the in-flight jobs go on)."""
+
+    reason: str
+    since: datetime
+    started: bool = True  # False: the next stack starts once the retiring one has stopped
+    next_since: datetime | None = None  # when the next stack began to start
+
+
+@dataclass(frozen=True)
+class Retiring:
+    """Stacks an overlapped restart replaced, until their last job returns and they stop."""
+
+    since: datetime
+    stopping: bool = False
 
 
 @dataclass(frozen=True)
@@ -143,7 +188,16 @@ class Closed:
 
 
 Phase = (
-    Idle | Starting | Ready | Draining | Stopping | Rebooting | AwaitingReboot | Failing | Closed
+    Idle
+    | Starting
+    | Ready
+    | Replacing
+    | Draining
+    | Stopping
+    | Rebooting
+    | AwaitingReboot
+    | Failing
+    | Closed
 )
 
 
@@ -180,6 +234,9 @@ class StackState:
     since_boot: int = 0  # the host's browser jobs since boot, as of the last claim
     reboot_base: int = 0  # since_boot when this consumer last decided a reboot
     skip_warned: bool = False  # the missing reboot command has been warned about
+    retiring: Retiring | None = None
+    lifetime_since: datetime | None = None  # when the running stack began to take jobs
+    start_s: float = FIRST_START_GUESS_S  # how long the last stack took to start
 
 
 # -- what the daemon reads ------------------------------------------------------------------
@@ -187,7 +244,7 @@ class StackState:
 
 def is_running(state: StackState) -> bool:
     """A stack is up and checked: sessions may be asked for."""
-    return isinstance(state.phase, Ready | Draining)
+    return isinstance(state.phase, Ready | Replacing | Draining)
 
 
 def claim_budget(
@@ -210,7 +267,7 @@ def claim_budget(
             return free, under_budgets(0) or restart_only
         case Ready():
             return free, under_budgets(since_restart)
-        case Failing():
+        case Failing() | Replacing():
             return free, 0
     return 0, 0
 
@@ -237,7 +294,7 @@ def browser_status(state: StackState) -> tuple[BrowserState, str | None, datetim
             return BrowserState.FAILING, reason, retry_at
         case Starting() | Draining() | Stopping() | Rebooting():
             return BrowserState.STARTING, None, None
-        case Ready():
+        case Ready() | Replacing():  # a replacement is up in seconds: keep jobs coming
             return BrowserState.READY, None, None
     return BrowserState.IDLE, None, None
 

@@ -27,21 +27,29 @@ from scrapefleet.consumer.stack_events import (
     JobAbandoned,
     JobReturned,
     Log,
+    NextStackFailed,
+    NextStackStarted,
+    OldStacksStopped,
     RebootCommandFailed,
     RebootCommandRan,
     RecordHostEvent,
     RecordRebootRequest,
     RecordRestart,
     RecordStackFailure,
+    RecordStackRetired,
     RecordStackStart,
+    RecordStackSwitch,
     RunRebootCommand,
     SetHostState,
     SetStackCounter,
     StackStopped,
     StartFailed,
+    StartNextStack,
     StartStack,
     StartSucceeded,
+    StopOldStacks,
     StopStack,
+    SwitchStacks,
     Tick,
 )
 from scrapefleet.consumer.stack_states import (
@@ -52,8 +60,11 @@ from scrapefleet.consumer.stack_states import (
     Faults,
     Idle,
     Kind,
+    NextStack,
     Ready,
     Rebooting,
+    Replacing,
+    Retiring,
     StackState,
     StartCause,
     Starting,
@@ -79,8 +90,15 @@ def step(state: StackState, event: Event, now: datetime) -> tuple[StackState, Ac
         case Claimed(since_boot=since_boot):
             state = replace(state, since_boot=since_boot)
         case Close():
-            running = is_running(state)
+            running = is_running(state) or state.retiring is not None
             return replace(state, phase=Closed()), ((StopStack(),) if running else ())
+        case OldStacksStopped() as retired:
+            return _retired(state, retired, now)
+        case Tick(retiring_busy=0) if state.retiring is not None and not state.retiring.stopping:
+            # The retired stack's last job has returned: stop it, off the main loop.
+            retiring = replace(state.retiring, stopping=True)
+            state, actions = step(replace(state, retiring=retiring), event, now)
+            return state, (StopOldStacks(), *actions)
 
     policy = state.policy
     match state.phase, event:
@@ -92,7 +110,23 @@ def step(state: StackState, event: Event, now: datetime) -> tuple[StackState, Ac
         case Starting() as starting, StartFailed(error=error):
             return _start_failed(state, starting, error, now)
         case Ready(), Claimed(since_restart=since_restart):
-            return _after_claim(state, since_restart, fresh=False)
+            return _after_claim(state, since_restart, now, fresh=False)
+        case Ready() as ready, NextStackStarted() if ready.next is NextStack.STARTING:
+            state = replace(state, start_s=_seconds_since(ready.next_since, now, state.start_s))
+            return replace(state, phase=replace(ready, next=NextStack.READY)), (
+                Log(logging.INFO, "next browser stack ready; it takes over at the budget"),
+            )
+        case Ready() as ready, NextStackFailed(error=error) if ready.next is NextStack.STARTING:
+            failed = replace(ready, next=NextStack.FAILED, next_error=_first_line(error))
+            return replace(state, phase=failed), (
+                Log(logging.WARNING, f"next browser stack failed to start: {error}"),
+            )
+        case Replacing() as replacing, NextStackStarted() as started:
+            state = replace(state, start_s=_seconds_since(replacing.next_since, now, state.start_s))
+            return _switch(state, replacing.reason, replacing.since, started, now)
+        case Replacing() as replacing, NextStackFailed(error=error):
+            reason = f"{replacing.reason}; the next stack failed to start: {_first_line(error)}"
+            return _begin(state, Kind.RESTART, reason)
         case Ready(), Tick() as tick:
             return _look_at_stack(state, tick, now)
         case Ready(), HealthChecked(healthy=False):
@@ -130,7 +164,7 @@ def _started(
         failures = starting.retrying.failures
         actions.append(Log(logging.INFO, f"browser stack is back after {failures} failed start(s)"))
     # Releases seen while no stack ran (jobs with no session) say nothing of this one.
-    state = replace(state, phase=Ready(), faults=Faults())
+    state = replace(state, phase=Ready(), faults=Faults(), lifetime_since=now, start_s=duration_s)
     if starting.cause is StartCause.RESTART:
         stopped = starting.stopped or StackStopped()
         before, after = stopped.pss_before_bytes / MB, started.pss_bytes / MB
@@ -151,7 +185,7 @@ def _started(
         Log(logging.INFO, f"browser stack started in {duration_s:.1f} s"),
     ]
     # The claim that started it (or the spent budget a failing stack sat on) may be due already.
-    state, due = _after_claim(state, starting.jobs, fresh=True)
+    state, due = _after_claim(state, starting.jobs, now, fresh=True)
     return state, (*actions, *due)
 
 
@@ -162,9 +196,7 @@ def _start_failed(
     policy = state.policy
     failures = (starting.retrying.failures if starting.retrying else 0) + 1
     delay_s = retry_delay_s(failures, policy.retry_base_s, policy.retry_max_s)
-    lines = error.strip().splitlines()
-    reason = f"browser stack failed to start: {lines[0] if lines else 'no error message'}"
-    reason = reason[:MAX_REASON_CHARS]
+    reason = f"browser stack failed to start: {_first_line(error)}"[:MAX_REASON_CHARS]
     failing = Failing(failures, reason, now + timedelta(seconds=delay_s))
     actions: list[Action] = [
         Log(
@@ -180,19 +212,20 @@ def _start_failed(
 
 
 def _after_claim(
-    state: StackState, since_restart: int, *, fresh: bool
+    state: StackState, since_restart: int, now: datetime, *, fresh: bool
 ) -> tuple[StackState, Actions]:
-    """Begin the maintenance whose budget is spent, if any. ``fresh``: the stack has just
-    started for this claim (or after failing)."""
+    """Begin the maintenance whose budget is spent, if any, or start the next stack when the
+    restart budget comes within ``overlap_lead``. ``fresh``: the stack has just started for
+    this claim (or after failing)."""
     policy, since_boot = state.policy, state.since_boot
     due = decide_maintenance(
         since_restart, since_boot - state.reboot_base, policy.restart_every, policy.reboot_every
     )
     figures = f"after {since_restart} browser job(s) of this stack, {since_boot} since boot"
     if due == "none":
-        return state, ()
+        return _start_next_if_near(state, since_restart, now)
     if due == "restart":
-        return _begin(state, Kind.RESTART, f"restart {figures}")
+        return _restart(state, f"restart {figures}", now)
     # Should this reboot not happen, the next is due a whole budget later.
     state = replace(state, reboot_base=since_boot)
     if policy.reboot_command:
@@ -211,6 +244,100 @@ def _after_claim(
     if restart:
         state, begun = _begin(state, Kind.RESTART, f"restart instead of a reboot {figures}")
         actions += begun
+    return state, tuple(actions)
+
+
+def _first_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return (lines[0] if lines else "no error message")[:MAX_REASON_CHARS]
+
+
+def _seconds_since(since: datetime | None, now: datetime, default: float) -> float:
+    return round((now - since).total_seconds(), 3) if since is not None else default
+
+
+def _budget_near(state: StackState, since_restart: int, now: datetime) -> bool:
+    """Is the restart budget within ``overlap_lead`` jobs, or, at this stack's claim rate so
+    far, within twice the time the last start took?"""
+    policy = state.policy
+    left = policy.restart_every - since_restart
+    if left <= policy.overlap_lead:
+        return True
+    if state.lifetime_since is None or since_restart <= 0:
+        return False
+    elapsed_s = (now - state.lifetime_since).total_seconds()
+    if elapsed_s <= 0:  # no rate yet: the jobs that started the stack
+        return False
+    return left * elapsed_s / since_restart <= 2 * state.start_s
+
+
+def _start_next_if_near(
+    state: StackState, since_restart: int, now: datetime
+) -> tuple[StackState, Actions]:
+    policy, phase = state.policy, state.phase
+    if (
+        policy.overlap_lead > 0
+        and policy.restart_every > 0
+        and isinstance(phase, Ready)
+        and phase.next is NextStack.NONE
+        and state.retiring is None  # the next stack takes the retired one's directory
+        and _budget_near(state, since_restart, now)
+    ):
+        return replace(state, phase=Ready(NextStack.STARTING, next_since=now)), (
+            Log(logging.INFO, f"starting the next browser stack after {since_restart} job(s)"),
+            StartNextStack(),
+        )
+    return state, ()
+
+
+def _restart(state: StackState, reason: str, now: datetime) -> tuple[StackState, Actions]:
+    """The restart budget is spent: switch to the next stack (overlapped), or drain. Jobs
+    claimed before the switch still run on the old stack (the supervisor keeps track)."""
+    phase = state.phase
+    if state.policy.overlap_lead <= 0 or not isinstance(phase, Ready):
+        return _begin(state, Kind.RESTART, reason)
+    match phase.next:
+        case NextStack.READY:
+            return _switch(state, reason, now, NextStackStarted(), now)
+        case NextStack.STARTING:
+            return replace(state, phase=Replacing(reason, now, next_since=phase.next_since)), ()
+        case NextStack.FAILED:
+            return _begin(state, Kind.RESTART, f"{reason}; next stack failed: {phase.next_error}")
+    if state.retiring is not None:  # it starts once the last one retired is stopped
+        return replace(state, phase=Replacing(reason, now, started=False)), ()
+    return replace(state, phase=Replacing(reason, now, next_since=now)), (StartNextStack(),)
+
+
+def _switch(
+    state: StackState, reason: str, since: datetime, started: NextStackStarted, now: datetime
+) -> tuple[StackState, Actions]:
+    """Jobs claimed from now on run on the next stack; the running one retires."""
+    no_claim_s = round(max((now - since).total_seconds(), 0.0), 3)
+    retiring = state.retiring or Retiring(now)  # one still retiring is stopped with this one
+    state = replace(state, phase=Ready(), faults=Faults(), retiring=retiring, lifetime_since=now)
+    return state, (
+        SwitchStacks(),
+        RecordStackSwitch(reason, no_claim_s, started.pss_old_bytes, started.pss_new_bytes),
+        Log(logging.INFO, f"browser stack replaced ({reason}); claims paused {no_claim_s:.3f} s"),
+        SetStackCounter(0),  # last: the daemon claims again once the database says 0 too
+    )
+
+
+def _retired(
+    state: StackState, retired: OldStacksStopped, now: datetime
+) -> tuple[StackState, Actions]:
+    stopped, retiring = retired.stopped, state.retiring
+    waited_s = round((now - retiring.since).total_seconds(), 3) if retiring else 0.0
+    actions: list[Action] = [RecordStackRetired(stopped, waited_s)]
+    if stopped.leftover_pids:
+        pids = list(stopped.leftover_pids)
+        actions.append(Log(logging.ERROR, f"processes of a retired stack outlived it: {pids}"))
+    if retired.remaining and retiring is not None:  # retired meanwhile: its jobs still run
+        return replace(state, retiring=replace(retiring, stopping=False)), tuple(actions)
+    state = replace(state, retiring=None)
+    if isinstance(state.phase, Replacing) and not state.phase.started:
+        state = replace(state, phase=replace(state.phase, started=True, next_since=now))
+        actions.append(StartNextStack())
     return state, tuple(actions)
 
 

@@ -1,7 +1,7 @@
 """The consumer's browser stack over time: the I/O around consumer.stack_step.
 
 The daemon (consumer.daemon) calls in from its main loop (``claim_budget``, ``after_claim``,
-``step``, ``abandon``, ``close``) and from its job threads (``new_driver``, ``job_returned``).
+``step``, ``abandon``, ``close``) and from its job threads (``lease``, ``job_returned``).
 Each call becomes an event for the pure ``stack_step.step``, which decides everything
 (consumer.stack_states says what the states are and why); this class only carries out the
 actions it returns: the stack's start, stop and health check, the reboot command, the database
@@ -10,6 +10,17 @@ runs, except the first start, which the jobs that asked for it wait for.
 
 Time comes from an injected clock (timezone-aware), the database through StackRecords and the
 reboot through a callable, so that tests can drive all of it with fakes.
+
+Sessions: the running stack has a consumer.sessions.SessionPool of ``capacity`` warm sessions;
+a job leases one with a fresh user context of its own (or, ``isolation="session"``, a browser
+of its own). The pool is made with the stack's start (whose check is the first lease: Grid,
+Chromium and BiDi all answer) and closed before the stack stops.
+
+Overlapped restarts: the next stack starts in a thread of its own (its own work directory, so
+its own display, port, HOME and TMPDIR) while the running one serves; at the switch new leases
+go to it and the old one retires, stopped by another thread once its last job has returned.
+The pools of all stacks share ``capacity`` session permits, so the host never runs more
+browser sessions than its capacity, whatever the timing.
 """
 
 from __future__ import annotations
@@ -18,19 +29,22 @@ import logging
 import shlex
 import subprocess
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy.engine import Engine
 
+from scrapefleet.common.browser_isolation import Isolation
 from scrapefleet.common.clock import utcnow
 from scrapefleet.common.db import describe
 from scrapefleet.common.errors import StackError
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import ClaimedJob
-from scrapefleet.consumer.browser_stack import BrowserStack
+from scrapefleet.consumer.browser_stack import BrowserStack, StopReport
+from scrapefleet.consumer.sessions import SessionPermits, SessionPool
 from scrapefleet.consumer.stack_events import (
     Action,
     CheckHealth,
@@ -42,6 +56,9 @@ from scrapefleet.consumer.stack_events import (
     JobAbandoned,
     JobReturned,
     Log,
+    NextStackFailed,
+    NextStackStarted,
+    OldStacksStopped,
     RebootCommandFailed,
     RebootCommandRan,
     RunRebootCommand,
@@ -49,9 +66,12 @@ from scrapefleet.consumer.stack_events import (
     SetStackCounter,
     StackStopped,
     StartFailed,
+    StartNextStack,
     StartStack,
     StartSucceeded,
+    StopOldStacks,
     StopStack,
+    SwitchStacks,
     Tick,
 )
 from scrapefleet.consumer.stack_records import StackRecords, StoreRecords
@@ -72,14 +92,34 @@ REBOOT_COMMAND_TIMEOUT_S = 120.0
 
 Clock = Callable[[], datetime]
 RebootRunner = Callable[[str], "str | None"]  # the command -> None once it ran, else why not
+# (session maker, size, keepalive_s, shared permits, permit wait) -> one stack's sessions
+PoolMaker = Callable[[Callable[[], Any], int, float, SessionPermits, float], SessionPool]
+StackMaker = Callable[[Path], BrowserStack]  # work directory -> a stack (tests give fakes)
+STACK_DIR_NAMES = ("a", "b")  # a stack and the next one alternate between two directories
 
 
-def stack_work_dir(state_dir: Path, host: str) -> Path:
+def session_pool(
+    make_driver: Callable[[], Any],
+    size: int,
+    keepalive_s: float,
+    permits: SessionPermits,
+    permit_wait_s: float,
+) -> SessionPool:
+    return SessionPool(
+        make_driver,
+        size,
+        keepalive_s=keepalive_s,
+        session_permits=permits,
+        permit_wait_s=permit_wait_s,
+    )
+
+
+def stack_work_dirs(state_dir: Path, host: str) -> tuple[Path, ...]:
     """Fixed per host, so that a consumer started again finds what the last one left."""
-    return state_dir / "stack" / host
+    return tuple(state_dir / "stack" / host / name for name in STACK_DIR_NAMES)
 
 
-def stack_policy(settings: Settings) -> Policy:
+def stack_policy(settings: Settings, capacity: int) -> Policy:
     # An empty or missing reboot_command means no reboot mechanism on this host.
     command = getattr(settings, "reboot_command", None) or None
     return Policy(
@@ -88,6 +128,16 @@ def stack_policy(settings: Settings) -> Policy:
         reboot_command=command,
         retry_base_s=settings.stack_retry_base_s,
         retry_max_s=settings.stack_retry_max_s,
+        overlap_lead=capacity if settings.overlap_restarts else 0,
+    )
+
+
+def _combined(reports: Sequence[StopReport], pss_before_bytes: int = 0) -> StackStopped:
+    return StackStopped(
+        sum(r.killed for r in reports),
+        sum(r.sigkilled for r in reports),
+        tuple(pid for r in reports for pid in r.leftover_pids),
+        pss_before_bytes,
     )
 
 
@@ -126,20 +176,38 @@ class StackSupervisor:
         clock: Clock = utcnow,
         records: StackRecords | None = None,
         reboot: RebootRunner = run_reboot_command,
+        make_pool: PoolMaker = session_pool,
+        make_stack: StackMaker | None = None,
     ) -> None:
         self.settings = settings
         self.host = host
-        self.stack = stack or BrowserStack(
-            settings, host, capacity, stack_work_dir(settings.state_dir, host)
+        self._work_dirs = stack_work_dirs(settings.state_dir, host)
+        self._make_stack: StackMaker = make_stack or (
+            lambda work_dir: BrowserStack(settings, host, capacity, work_dir)
         )
+        self.stack = stack or self._make_stack(self._work_dirs[0])
         self.records: StackRecords = records or StoreRecords(engine, host)
         self._clock = clock
         self._reboot = reboot
+        self._make_pool = make_pool
         self._on_host_state = on_host_state  # the daemon's own idea of the host state
         self._on_stack_counter = on_stack_counter  # ... and of jobs_since_restart
+        self.capacity = capacity
         self._lock = threading.Lock()  # one event at a time; guards _sessions too
-        self._state = StackState(stack_policy(settings))
+        self._state = StackState(stack_policy(settings, capacity))
         self._sessions: dict[int, Any] = {}  # job id -> its live driver
+        self._pool: SessionPool | None = None  # the running stack's sessions
+        self._permits = SessionPermits(capacity)  # sessions of all stacks together
+        # A lease waits for a permit while the retiring stack's jobs finish; no longer than a
+        # job may run, plus a session's start.
+        self._permit_wait_s = settings.job_timeout_s + settings.session_create_timeout_s
+        self._next: tuple[BrowserStack, SessionPool] | None = None  # started, not yet in use
+        self._next_thread: threading.Thread | None = None
+        self._retiring: list[tuple[BrowserStack, SessionPool]] = []
+        # Browser jobs claimed and not yet returned -> the pool of the stack whose budget they
+        # were claimed under: a job claimed just before a switch still runs on the old stack.
+        self._claimed_on: dict[int, SessionPool] = {}
+        self._retire_thread: threading.Thread | None = None
         self._unwritten: SetHostState | None = None  # host back to active, still to be written
 
     # -- what the daemon reads --------------------------------------------------------------
@@ -172,46 +240,81 @@ class StackSupervisor:
         return next_check_s(self._state, self._clock())
 
     def memory_pss_bytes(self) -> int:
-        """The stack's PSS for the metrics endpoint: 0 while no stack runs, and never an error
-        (a scrape must not fail because a browser process just exited)."""
-        return self._measure() if self.running else 0
+        """The PSS of every browser stack of the host (the running one, one retiring, one
+        starting) for the metrics endpoint; never an error (a scrape must not fail because a
+        browser process just exited)."""
+        stacks = [stack for stack, _ in self._others()]
+        return sum(self._measure(stack) for stack in stacks) + (
+            self._measure() if self.running else 0
+        )
+
+    def stacks(self) -> list[BrowserStack]:
+        """Every stack of the host now: the running one, then one starting or retiring."""
+        return [self.stack, *(stack for stack, _ in self._others())]
+
+    @property
+    def retiring_busy(self) -> int:
+        """Browser jobs still running, or still to run, on stacks an overlapped restart
+        retired."""
+        with self._lock:
+            return sum(self._busy(pool) for _, pool in self._retiring)
+
+    def _busy(self, pool: SessionPool) -> int:
+        """Leased from ``pool``, or claimed for it and not leased yet (under self._lock)."""
+        waiting = sum(1 for claimed_on in self._claimed_on.values() if claimed_on is pool)
+        return pool.leased + waiting
 
     # -- what the daemon tells --------------------------------------------------------------
 
     def clean_leftovers(self) -> None:
-        """At consumer start: end whatever a consumer killed with SIGKILL left of its stack."""
-        report = self.stack.stop()
-        if report.killed:
-            log.warning("ended %d process(es) of a previous browser stack", report.killed)
+        """At consumer start: end whatever a consumer killed with SIGKILL left of its stacks."""
+        killed = self.stack.stop().killed
+        for work_dir in self._work_dirs[1:]:
+            killed += self._make_stack(work_dir).stop().killed
+        if killed:
+            log.warning("ended %d process(es) of a previous browser stack", killed)
 
     def after_claim(
         self, jobs: Sequence[ClaimedJob], in_flight: int, since_restart: int, since_boot: int
     ) -> None:
         """Start the stack for the first browser job; begin the drain when a budget is spent.
         The counters are the host row's after the claim; ``in_flight`` is not needed."""
-        browser_jobs = sum(1 for job in jobs if job.needs_browser)
-        self._feed(Claimed(browser_jobs, since_restart, since_boot))
+        browser = [job.id for job in jobs if job.needs_browser]
+        with self._lock:
+            if self._pool is not None:  # (no pool: the first stack, which starts for them)
+                self._claimed_on.update((job_id, self._pool) for job_id in browser)
+        self._feed(Claimed(len(browser), since_restart, since_boot))
 
     def step(self, busy: int, unwritten: int, browser_busy: int | None = None) -> None:
         """Main loop: notice faults, do the due maintenance once nothing runs here, try a
         failing stack again when its time has come and no browser job is in flight."""
         if self._unwritten is not None:
             self._set_host_state(self._unwritten)
-        self._feed(Tick(busy, unwritten, busy if browser_busy is None else browser_busy))
+        browser_busy = busy if browser_busy is None else browser_busy
+        self._feed(Tick(busy, unwritten, browser_busy, self.retiring_busy))
 
-    def new_driver(self, job_id: int) -> Any:
-        """The job's driver factory (a job thread)."""
-        if not self.running:
-            raise StackError(f"the browser stack of {self.host} is not running")
-        driver = self.stack.new_driver()
+    @contextmanager
+    def lease(self, job_id: int, isolation: Isolation) -> Iterator[Any]:
+        """The job's driver, for as long as the job runs (a job thread). StackError when the
+        stack has no session to give."""
         with self._lock:
-            self._sessions[job_id] = driver
-        return driver
+            pool = self._claimed_on.pop(job_id, None) or self._pool
+        if not self.running or pool is None:
+            raise StackError(f"the browser stack of {self.host} is not running")
+        with pool.lease(isolation) as driver:
+            with self._lock:
+                self._sessions[job_id] = driver
+            try:
+                yield driver
+            finally:
+                with self._lock:
+                    self._sessions.pop(job_id, None)
 
     def job_returned(self, job_id: int, browser: bool, released: bool) -> None:
         """A job thread is done with its job (a job thread)."""
         with self._lock:
             self._sessions.pop(job_id, None)
+            self._claimed_on.pop(job_id, None)  # one that never leased (a bad payload)
         self._feed(JobReturned(job_id, browser, released))
 
     def abandon(self, job_id: int, browser: bool) -> None:
@@ -241,10 +344,13 @@ class StackSupervisor:
                 return self._start(measure)
             case StopStack(measure_memory=measure):
                 before = self._measure() if measure else 0
-                report = self.stack.stop()
-                return StackStopped(
-                    report.killed, report.sigkilled, tuple(report.leftover_pids), before
-                )
+                return _combined(self._stop_everything(), before)
+            case StartNextStack():
+                self._next_thread = self._in_background("next-stack", self._start_next)
+            case SwitchStacks():
+                self._switch()
+            case StopOldStacks():
+                self._retire_thread = self._in_background("retire-stack", self._stop_retired)
             case CheckHealth():
                 return HealthChecked(self.stack.healthy())
             case RunRebootCommand(command=command):
@@ -263,18 +369,101 @@ class StackSupervisor:
         return None
 
     def _start(self, measure: bool) -> Event:
-        try:
-            self.stack.start()
-            self.stack.new_driver().quit()  # Grid ready is not enough: Chromium must start too
-        except Exception as exc:
-            self.stack.stop()
-            error = str(exc) if isinstance(exc, StackError) else describe(exc)
-            return StartFailed(error.strip() or type(exc).__name__)
+        started = self._started_stack(self.stack)
+        if isinstance(started, str):
+            return StartFailed(started)
+        self._pool = started
         return StartSucceeded(self._measure() if measure else 0)
 
-    def _measure(self) -> int:
+    def _started_stack(self, stack: BrowserStack) -> SessionPool | str:
+        """Start ``stack`` and its pool; the pool, or why the stack would not start."""
+        # Touched well within the Grid's session-timeout, which would reap an idle session.
+        keepalive_s = self.settings.grid_session_timeout_s / 3
+        pool = self._make_pool(
+            stack.new_driver, self.capacity, keepalive_s, self._permits, self._permit_wait_s
+        )
         try:
-            return self.stack.memory_pss_bytes()
+            stack.start()
+            # Grid ready is not enough: Chromium must start and answer BiDi too. This first
+            # session stays in the pool, warm for the first job.
+            with pool.lease("context"):
+                pass
+        except Exception as exc:
+            pool.close()
+            stack.stop()
+            error = str(exc) if isinstance(exc, StackError) else describe(exc)
+            return error.strip() or type(exc).__name__
+        pool.warm(self.capacity - 1)  # in the background, as permits allow
+        return pool
+
+    def _start_next(self) -> None:
+        """A thread: the next stack, in the work directory the running one does not use."""
+        work_dir = next(d for d in self._work_dirs if d != self.stack.work_dir)
+        stack = self._make_stack(work_dir)
+        started = self._started_stack(stack)
+        if isinstance(started, str):
+            self._feed(NextStackFailed(started))
+            return
+        with self._lock:
+            self._next = (stack, started)
+        self._feed(NextStackStarted(self._measure(), self._measure(stack)))
+
+    def _switch(self) -> None:
+        with self._lock:
+            if self._next is None:  # stopped meanwhile (a close): nothing to switch to
+                return
+            old_stack, old_pool = self.stack, self._pool
+            (self.stack, self._pool), self._next = self._next, None
+            if old_pool is None:
+                return
+            self._retiring.append((old_stack, old_pool))
+            waiting = self._busy(old_pool) - old_pool.leased
+        # Its idle sessions end now, but for the jobs claimed for it that have yet to lease,
+        # so that their permits go to the new stack.
+        old_pool.release_idle(waiting)
+
+    def _stop_retired(self) -> None:
+        """A thread: stop the retired stacks whose last job has returned."""
+        with self._lock:
+            done = [(stack, pool) for stack, pool in self._retiring if self._busy(pool) == 0]
+        reports = []
+        for stack, pool in done:
+            pool.close()
+            reports.append(stack.stop())
+        with self._lock:
+            self._retiring = [entry for entry in self._retiring if entry not in done]
+            remaining = len(self._retiring)
+        self._feed(OldStacksStopped(_combined(reports), remaining))
+
+    def _stop_everything(self) -> list[StopReport]:
+        """The running stack, a next one and retired ones: every process ended."""
+        for thread in (self._next_thread, self._retire_thread):
+            if thread is not None and thread is not threading.current_thread():
+                thread.join()  # bounded: a start or a stop has its own timeouts
+        reports = []
+        for stack, pool in [*self._others(clear=True), (self.stack, self._pool)]:
+            if pool is not None:
+                pool.close()
+            reports.append(stack.stop())
+        self._pool = None
+        return reports
+
+    def _others(self, clear: bool = False) -> list[tuple[BrowserStack, SessionPool]]:
+        """The stacks other than the running one: retiring, and a next one not yet in use."""
+        with self._lock:
+            others = [*self._retiring, *([self._next] if self._next else [])]
+            if clear:
+                self._retiring, self._next = [], None
+        return others
+
+    def _in_background(self, name: str, target: Callable[[], None]) -> threading.Thread:
+        thread = threading.Thread(target=target, name=f"{name}-{self.host}", daemon=True)
+        thread.start()
+        return thread
+
+    def _measure(self, stack: BrowserStack | None = None) -> int:
+        try:
+            return (stack or self.stack).memory_pss_bytes()
         except Exception:  # a process that exited while it was read
             return 0
 

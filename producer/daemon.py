@@ -90,7 +90,7 @@ class Producer:
         self.settings = settings
         self._engine = engine
         self._probe: Probe = probe if probe is not None else RoutingProbe(settings)
-        self._leader = LeaderSession(engine.url, PRODUCER_ADVISORY_LOCK_KEY)
+        self._leader = LeaderSession(engine.url, PRODUCER_ADVISORY_LOCK_KEY, settings=settings)
         self._probed: dict[str, _Probed] = {}
         self._cycle_lock = threading.Lock()
         self._stop_lock = threading.Lock()  # one stop() at a time; a second waits for the first

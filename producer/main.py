@@ -57,7 +57,7 @@ def main(
         settings = load_settings(config, **overrides)
         if settings.database_url is None:
             raise SettingsError("invalid setting database_url (SCRAPEFLEET_DATABASE_URL): not set")
-        engine = make_engine(settings.database_url, application_name=PROG)
+        engine = make_engine(settings.database_url, application_name=PROG, settings=settings)
     except SettingsError as exc:
         click.echo(f"{PROG}: {exc}", err=True)
         sys.exit(2)

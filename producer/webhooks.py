@@ -5,10 +5,18 @@ or fails), and each new row NOTIFYs CHANNEL_WEBHOOKS_DUE. A round runs when that
 (once ``listen`` is called) and at every ``webhook_interval_s`` (retries coming due, NOTIFYs
 lost across a reconnect), on the producer and never on a consumer, one round at a time:
 take the due rows (their attempt counted and a lease set, one short transaction), POST them in
-parallel without holding any transaction, then record each outcome: delivered, due again after
-a backoff, or given up after ``webhook_max_attempts``. A receiver may get an event twice (a
-response lost after it was handled) and dedupes on (job_id, status); it never gets one it
-acknowledged again.
+parallel without holding any transaction, and record each outcome in its own short transaction
+as soon as its POST ends (before that worker sends another): delivered, due again after a
+backoff, or given up after ``webhook_max_attempts``. A slow receiver so delays no other
+delivery's record, and a producer that stops mid-round loses at most the POSTs in flight. A
+receiver may get an event twice (a response lost after it was handled) and dedupes on (job_id,
+status) or the delivery id header; it never gets one it acknowledged again.
+
+Each POST (producer/webhook_http.py) goes only to addresses the egress policy allows
+(producer/egress.py) and ends by ``webhook_timeout_s`` whatever the receiver does. A POST the
+policy refuses is given up at once: it would be refused the same way on every attempt, since the
+allow-list is read once at start, and retrying it would only repeat the DNS lookup and the log
+line ``webhook_max_attempts`` times. An operator who allows the address re-queues the row.
 """
 
 from __future__ import annotations
@@ -17,10 +25,8 @@ import json
 import logging
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -39,20 +45,14 @@ from scrapefleet.common.logging_setup import fields
 from scrapefleet.common.retry import backoff_delay_s
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import DueWebhook
-from scrapefleet.common.webhook_signing import sign
+from scrapefleet.common.webhook_signing import DELIVERY_HEADER, sign
+from scrapefleet.producer import egress, webhook_http
 from scrapefleet.producer.wakeup import WakeListener
+from scrapefleet.producer.webhook_http import PostResult
 
 log = logging.getLogger(__name__)
 
 USER_AGENT = "scrapefleet-webhook/1"
-ERROR_BODY_CHARS = 200  # of a refusing receiver's answer, kept in last_error
-
-
-@dataclass(frozen=True)
-class PostResult:
-    delivered: bool
-    response_code: int | None
-    error: str | None
 
 
 @dataclass(frozen=True)
@@ -62,32 +62,25 @@ class DeliveryRound:
     gave_up: int = 0
 
 
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    """A redirect is an answer, not a delivery: urllib would turn the POST into a GET."""
-
-    def redirect_request(self, *args: object, **kwargs: object) -> None:
-        return None
-
-
-_OPENER = urllib.request.build_opener(_NoRedirects())
-
-
-def post_signed(url: str, body: bytes, secret: str, timeout_s: float) -> PostResult:
-    """One POST; 2xx is delivered, anything else (status, refusal, timeout) is a failure."""
-    headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT, **sign(secret, body)}
-    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
-    try:
-        with _OPENER.open(request, timeout=timeout_s) as response:
-            code = response.status
-    except urllib.error.HTTPError as exc:
-        answer = exc.read(ERROR_BODY_CHARS).decode(errors="replace").strip()
-        return PostResult(False, exc.code, f"HTTP {exc.code}: {answer}".rstrip(": "))
-    except (OSError, ValueError) as exc:  # refused, timed out, DNS, bad URL
-        reason = getattr(exc, "reason", exc)
-        return PostResult(False, None, f"{type(exc).__name__}: {reason}")
-    if 200 <= code < 300:
-        return PostResult(True, code, None)
-    return PostResult(False, code, f"HTTP {code}")
+def post_signed(
+    url: str,
+    body: bytes,
+    *,
+    secret: str,
+    delivery_id: int,
+    timeout_s: float,
+    allowed: tuple[egress.Network, ...] = (),
+    previous_secret: str | None = None,
+) -> PostResult:
+    """One signed POST; 2xx is delivered, anything else (a status, a refusal by the egress
+    policy, the deadline) is a failure. A redirect is an answer too, never followed."""
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        DELIVERY_HEADER: str(delivery_id),
+        **sign(secret, body, previous=previous_secret),
+    }
+    return webhook_http.post(url, body, headers, timeout_s=timeout_s, allowed=allowed)
 
 
 def encode_body(payload: dict[str, object]) -> bytes:
@@ -102,6 +95,9 @@ class WebhookSender:
         self._engine = engine
         self._settings = settings
         self._secret = settings.webhook_secret.get_secret_value()
+        previous = settings.webhook_secret_previous
+        self._previous = previous.get_secret_value() if previous is not None else None
+        self._allowed = egress.parse_networks(settings.webhook_allow_networks)
         self._pool = ThreadPoolExecutor(WEBHOOK_WORKERS, thread_name_prefix="webhook")
         self._round = threading.Lock()  # a woken round and an interval round never overlap
         self._stopping = threading.Event()
@@ -154,20 +150,32 @@ class WebhookSender:
             due = store.take_due_webhooks(conn, WEBHOOK_BATCH, lease_s)
         if not due:
             return DeliveryRound()
-        results = list(self._pool.map(self._post, due))
-        now = now or utcnow()
+        futures = [self._pool.submit(self._deliver, delivery, now) for delivery in due]
+        wait(futures)  # all of them, even when one fails: the round ends when its POSTs do
         counts = {"delivered": 0, "failed": 0, "gave_up": 0}
-        with transaction(self._engine) as conn:
-            for delivery, result in zip(due, results, strict=True):
-                outcome = self._record(conn, delivery, result, now)
-                counts[outcome] += 1
-                metrics.WEBHOOK_DELIVERIES.labels(outcome=outcome).inc()
+        for future in futures:
+            counts[future.result()] += 1  # a failure to record: raised, its lease retries it
         return DeliveryRound(**counts)
+
+    def _deliver(self, delivery: DueWebhook, now: datetime | None) -> str:
+        """POST one delivery and commit its outcome before this worker takes another."""
+        result = self._post(delivery)
+        with transaction(self._engine) as conn:
+            outcome = self._record(conn, delivery, result, now or utcnow())
+        metrics.WEBHOOK_DELIVERIES.labels(outcome=outcome).inc()
+        return outcome
 
     def _post(self, delivery: DueWebhook) -> PostResult:
         started = time.perf_counter()
-        body = encode_body(delivery.payload)
-        result = post_signed(delivery.url, body, self._secret, self._settings.webhook_timeout_s)
+        result = post_signed(
+            delivery.url,
+            encode_body(delivery.payload),
+            secret=self._secret,
+            previous_secret=self._previous,
+            delivery_id=delivery.id,
+            timeout_s=self._settings.webhook_timeout_s,
+            allowed=self._allowed,
+        )
         metrics.WEBHOOK_POST_SECONDS.observe(time.perf_counter() - started)
         return result
 
@@ -181,7 +189,7 @@ class WebhookSender:
             log.info("webhook delivered", extra=where)
             return "delivered"
         retry_at: datetime | None = None
-        if delivery.attempt < settings.webhook_max_attempts:
+        if not result.permanent and delivery.attempt < settings.webhook_max_attempts:
             delay = backoff_delay_s(
                 delivery.attempt,
                 base_s=settings.webhook_backoff_base_s,

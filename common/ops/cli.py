@@ -310,25 +310,34 @@ def hosts_remove(ctx: _Context, name: str) -> None:
 @cli.command()
 @click.option("--port", type=click.IntRange(1, 65535), help="default: setting dashboard_port")
 @click.option("--address", help="default: setting dashboard_address (127.0.0.1)")
+@click.option(
+    "--allow-remote", is_flag=True, help="allow a non-loopback address (dashboard_allow_remote)"
+)
 @pass_ctx
-def dashboard(ctx: _Context, port: int | None, address: str | None) -> None:
+def dashboard(ctx: _Context, port: int | None, address: str | None, allow_remote: bool) -> None:
     """Serve the web dashboard: queue, throughput, hosts, failures, controls.
 
     Controls need the dashboard_token setting; without it the dashboard is read-only.
     """
     from scrapefleet.common.ops.dashboard.app import create_app
-    from scrapefleet.common.ops.dashboard.server import DashboardServer
+    from scrapefleet.common.ops.dashboard.server import DashboardServer, is_loopback_address
 
     with _one_line_errors():
         settings = ctx.settings
+        address = address or settings.dashboard_address
+        if not (allow_remote or settings.dashboard_allow_remote or is_loopback_address(address)):
+            raise SettingsError(
+                f"dashboard address {address} is not loopback: put a TLS reverse proxy in front"
+                " and pass --allow-remote (or set dashboard_allow_remote)"
+            )
         app = create_app(settings, ctx.client.engine)
         try:
-            server = DashboardServer(
-                app, address or settings.dashboard_address, port or settings.dashboard_port
-            )
+            server = DashboardServer(app, address, port or settings.dashboard_port)
         except OSError as exc:
             raise SettingsError(f"cannot listen for the dashboard: {exc.strerror}") from None
         mode = "controls need the token" if settings.dashboard_token else "read-only"
+        if settings.dashboard_read_needs_token:
+            mode = "every page needs the token"
         click.echo(f"dashboard on {server.url}/ ({mode}); Ctrl-C stops it", err=True)
         with suppress(KeyboardInterrupt):
             server.serve_forever()

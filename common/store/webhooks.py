@@ -22,6 +22,10 @@ __all__ = [
     "take_due_webhooks",
 ]
 
+# last_error is shown on the dashboard's job page, which needs no login: it holds one line of
+# the sender's own words, never what a receiver answered, and never much of it.
+LAST_ERROR_CHARS = 300
+
 # The attempt is counted and the next one pushed a lease ahead before any POST: a producer that
 # dies mid-POST leaves the row due again after the lease, and a second producer never takes the
 # same row meanwhile (SKIP LOCKED).
@@ -70,7 +74,8 @@ def record_webhook_failed(
     retry_at: datetime | None,
 ) -> None:
     """A POST that failed: due again at ``retry_at``, or given up when it is None."""
+    line = " ".join(error.split())[:LAST_ERROR_CHARS] or "failed"
     conn.execute(
         DELIVERY_FAILED_SQL,
-        {"id": delivery_id, "error": error, "code": response_code, "retry_at": retry_at},
+        {"id": delivery_id, "error": line, "code": response_code, "retry_at": retry_at},
     )

@@ -1,22 +1,28 @@
-"""200 fetch_page jobs through one consumer host vs a plain loop; browser memory over the run.
+"""fetch_page jobs through one consumer host, against a plain loop on one browser session.
 
-    .venv/bin/python -m tests.benchmarks.bench_browser [--jobs 200] [--capacity 6]
+    .venv/bin/python -m tests.benchmarks.bench_browser [--jobs 300] [--capacity 6]
 
 Needs the browser stack (.ci/install-browser.sh) and PostgreSQL (SCRAPEFLEET_TEST_DATABASE_URL,
 else 127.0.0.1:5432, else an embedded pgserver), in a database of its own, dropped at the end.
 
-1. A real Consumer (capacity 6, its own stack) runs the jobs, queued all at once, with restarts
-   every 20 jobs and again with restarts off; the PSS of the stack's processes (Xvfb, Grid,
-   chromedriver, every Chromium process) is sampled through each run.
-2. A plain loop: one browser session fetching the same pages one by one.
-Prints jobs/min of both and their ratio, memory after the first 20 jobs vs after the last, and
-draws the memory of both modes to docs/browser_memory.png. Never passes or fails on figures.
+One run, the same pages (the local test site), capacity 6, a real Consumer with its own stack:
+
+1. the default: warm sessions, a fresh user context per job, overlapped restarts every 20;
+2. every job with ``isolation: "session"`` (a new browser per job), restarts every 20;
+3. restarts off (warm contexts);
+4. a plain loop: one browser session fetching the same pages one by one (the floor).
+
+Prints jobs/min and the ratio to the plain loop; per restart, how long browser jobs could not be
+claimed (``host_events`` 'restart' rows, p50 and max); the PSS of the host's browser stacks
+during the first 20 jobs and the last 20; draws both to docs/browser_bench.png. Never passes or
+fails on figures.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import tempfile
 import threading
 import time
@@ -36,10 +42,11 @@ from scrapefleet.common.store import NewJob
 from scrapefleet.consumer.browser_stack import BrowserStack
 from scrapefleet.consumer.daemon import Consumer
 from scrapefleet.consumer.selenium_actions import FetchPageParams, fetch_page
+from scrapefleet.consumer.sessions import quit_driver
 from tests.browser.site import LocalSite
 
 HOST = "bench-1"
-PLOT = Path(__file__).resolve().parents[2] / "docs" / "browser_memory.png"
+PLOT = Path(__file__).resolve().parents[2] / "docs" / "browser_bench.png"
 SAMPLE_S = 1.0
 MB = 1024 * 1024
 FIRST_JOBS = 20
@@ -50,6 +57,7 @@ class Run:
     label: str
     elapsed_s: float = 0.0
     samples: list[tuple[float, int, int]] = field(default_factory=list)  # (t, done, PSS)
+    no_claim_s: list[float] = field(default_factory=list)  # per restart
 
     def pss_at(self, low: int, high: int) -> int:
         """Highest PSS sampled while low < completed jobs <= high."""
@@ -70,13 +78,15 @@ def server_url() -> str:
         return str(pgserver.get_server(Path("/tmp/scrapefleet-bench-pg")).get_uri())
 
 
-def settings_for(database_url: str, work: Path, capacity: int, restart_every: int) -> Settings:
+def settings_for(
+    database_url: str, work: Path, capacity: int, restart_every: int, label: str = "loop"
+) -> Settings:
     boot_id = work / "boot_id"
     boot_id.write_text("bench\n")
     return load_settings(
         None,
         database_url=database_url,
-        state_dir=work / f"state-{restart_every}",
+        state_dir=work / f"state-{label.replace(' ', '-')}",
         artifacts_dir=work / "artifacts",
         boot_id_file=boot_id,
         capacity=capacity,
@@ -94,10 +104,12 @@ def pages(site: LocalSite, count: int) -> list[str]:
     return [site.url(f"/item?n={n}") for n in range(count)]
 
 
-def run_consumer(engine: Engine, settings: Settings, urls: list[str], label: str) -> Run:
+def run_consumer(
+    engine: Engine, settings: Settings, urls: list[str], label: str, **payload: str
+) -> Run:
     with engine.begin() as conn:
         conn.execute(sa.text("TRUNCATE jobs, hosts, job_events, host_events RESTART IDENTITY"))
-        jobs = [NewJob("fetch_page", {"url": url}, max_attempts=3) for url in urls]
+        jobs = [NewJob("fetch_page", {"url": url, **payload}, max_attempts=3) for url in urls]
         ids = store.insert_jobs(conn, jobs, default_max_attempts=3).ids
         store.assign_jobs(conn, [(i, HOST) for i in ids])
     consumer = Consumer(settings, engine, HOST)
@@ -118,7 +130,7 @@ def run_consumer(engine: Engine, settings: Settings, urls: list[str], label: str
                 sa.text("SELECT count(*) FROM jobs WHERE status IN ('completed', 'failed')")
             ).scalar_one()
         supervisor = consumer.supervisor
-        pss = supervisor.stack.memory_pss_bytes() if supervisor and supervisor.running else 0
+        pss = supervisor.memory_pss_bytes() if supervisor else 0
         run.samples.append((time.monotonic() - started, done, pss))
         print(f"  {label}: {done}/{len(urls)} jobs, stack PSS {pss / MB:.0f} MB", flush=True)
     run.elapsed_s = time.monotonic() - started
@@ -126,6 +138,12 @@ def run_consumer(engine: Engine, settings: Settings, urls: list[str], label: str
         failed = conn.execute(
             sa.text("SELECT count(*) FROM jobs WHERE status <> 'completed'")
         ).scalar_one()
+        restarts = conn.execute(
+            sa.text("SELECT details FROM host_events WHERE event = 'restart' ORDER BY id")
+        ).scalars()
+        # Overlapped: the time browser claims waited for the next stack; draining: the whole
+        # restart (the host claimed nothing from the budget to the new stack).
+        run.no_claim_s = [float(d.get("no_claim_s", d.get("duration_s", 0.0))) for d in restarts]
     if failed:
         print(f"  {label}: {failed} job(s) did not complete")
     return run
@@ -141,77 +159,99 @@ def plain_loop(settings: Settings, work: Path, urls: list[str]) -> float:
                 fetch_page(driver, FetchPageParams(url=url))
             return time.monotonic() - started
         finally:
-            driver.quit()
+            quit_driver(driver)
 
 
-def draw(runs: list[Run], path: Path) -> None:
+def draw(runs: list[Run], rates: dict[str, float], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 4.5))
+    fig, (speed, memory) = plt.subplots(1, 2, figsize=(12, 4.5), width_ratios=(2, 3))
+    speed.barh(list(rates), list(rates.values()), color="tab:blue")
+    speed.set_xlabel("fetch_page jobs/min")
+    speed.invert_yaxis()
+    speed.grid(axis="x", alpha=0.3)
     for run in runs:
-        ax.plot([s[1] for s in run.samples], [s[2] / MB for s in run.samples], label=run.label)
-    ax.set_xlabel("jobs finished")
-    ax.set_ylabel("browser stack PSS (MB)")
-    ax.set_title("Browser stack memory over 200 fetch_page jobs, one host, capacity 6")
-    ax.grid(alpha=0.3)
-    ax.legend()
+        memory.plot([s[1] for s in run.samples], [s[2] / MB for s in run.samples], label=run.label)
+    memory.set_xlabel("jobs finished")
+    memory.set_ylabel("PSS of the host's browser stacks (MB)")
+    memory.grid(alpha=0.3)
+    memory.legend()
+    fig.suptitle("One consumer host, capacity 6, the same local pages")
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--jobs", type=int, default=200)
-    parser.add_argument("--capacity", type=int, default=6)
-    args = parser.parse_args()
-
+def consumer_runs(args: argparse.Namespace, site: LocalSite, work: Path) -> list[Run]:
     server = server_url()
     name = f"scrapefleet_bench_{os.getpid()}_{uuid.uuid4().hex[:6]}"
     admin = psycopg.connect(libpq_url(server), autocommit=True)
     admin.execute(f'CREATE DATABASE "{name}"')
     url = sqlalchemy_url(server).set(database=name).render_as_string(hide_password=False)
     engine: Engine | None = None
+    runs = []
     try:
         upgrade(url)
         engine = make_engine(url, pool_size=4)
-        with LocalSite() as site, tempfile.TemporaryDirectory(prefix="sf-bench-") as tmp:
-            work = Path(tmp)
-            urls = pages(site, args.jobs)
-            runs = []
-            for every, label in ((20, "restart every 20 jobs"), (0, "restarts off")):
-                print(f"{label}: {args.jobs} jobs, capacity {args.capacity}", flush=True)
-                settings = settings_for(url, work, args.capacity, every)
-                runs.append(run_consumer(engine, settings, urls, label))
-            print("plain loop: one browser, one page after another", flush=True)
-            loop_s = plain_loop(settings_for(url, work, 1, 0), work, urls)
-        draw(runs, PLOT)
+        urls = pages(site, args.jobs)
+        for label, every, payload in (
+            ("default (contexts, overlapped restarts every 20)", 20, {}),
+            ('isolation "session", restarts every 20', 20, {"isolation": "session"}),
+            ("restarts off", 0, {}),
+        ):
+            print(f"{label}: {args.jobs} jobs, capacity {args.capacity}", flush=True)
+            settings = settings_for(url, work, args.capacity, every, label)
+            runs.append(run_consumer(engine, settings, urls, label, **payload))
     finally:
         if engine is not None:
             engine.dispose()
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.close()
+    return runs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--jobs", type=int, default=300)
+    parser.add_argument("--capacity", type=int, default=6)
+    args = parser.parse_args()
+
+    with LocalSite() as site, tempfile.TemporaryDirectory(prefix="sf-bench-") as tmp:
+        work = Path(tmp)
+        urls = pages(site, args.jobs)
+        runs = consumer_runs(args, site, work)
+        print("plain loop: one browser, one page after another", flush=True)
+        loop_s = plain_loop(settings_for("postgresql://unused/none", work, 1, 0), work, urls)
 
     print(f"\ncores: {os.cpu_count()}, load average at the end: {os.getloadavg()[0]:.1f}")
     loop_rate = args.jobs / loop_s * 60
-    for run in runs:
-        rate = args.jobs / run.elapsed_s * 60
-        print(
-            f"{run.label:>22}: {rate:7.1f} jobs/min ({run.elapsed_s:.0f} s);"
-            f" {rate / loop_rate:.2f}x the plain loop"
-        )
-    print(f"{'plain loop':>22}: {loop_rate:7.1f} jobs/min ({loop_s:.0f} s)")
+    rates = {run.label: args.jobs / run.elapsed_s * 60 for run in runs}
+    rates["plain loop, one session"] = loop_rate
+    print(
+        f"| run | jobs/min | x plain loop | no-claim s per restart p50 / max |"
+        f" PSS jobs 1-{FIRST_JOBS} | PSS last {FIRST_JOBS} |"
+    )
+    print("|---|---|---|---|---|---|")
     last = args.jobs - FIRST_JOBS
     for run in runs:
-        first, final = run.pss_at(0, FIRST_JOBS), run.pss_at(last, args.jobs)
-        change = (final - first) / first * 100 if first else float("nan")
-        print(
-            f"{run.label:>22}: peak PSS during jobs 1-{FIRST_JOBS} {first / MB:.0f} MB,"
-            f" during jobs {last + 1}-{args.jobs} {final / MB:.0f} MB ({change:+.0f}%)"
+        rate = rates[run.label]
+        pauses = sorted(run.no_claim_s)
+        pause = (
+            f"{statistics.median(pauses):.2f} / {pauses[-1]:.2f} ({len(pauses)} restarts)"
+            if pauses
+            else "no restart"
         )
+        first, final = run.pss_at(0, FIRST_JOBS), run.pss_at(last, args.jobs)
+        print(
+            f"| {run.label} | {rate:.0f} | {rate / loop_rate:.2f} | {pause} |"
+            f" {first / MB:.0f} MB | {final / MB:.0f} MB"
+            f" ({(final - first) / first * 100 if first else float('nan'):+.0f}%) |"
+        )
+    print(f"| plain loop, one session | {loop_rate:.0f} | 1.00 | - | - | - |")
+    draw(runs, rates, PLOT)
     print(f"plot: {PLOT}")
 
 

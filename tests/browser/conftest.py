@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,6 +88,40 @@ def stack(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Itera
     shared = BrowserStack(settings, "shared", 3, tmp_path_factory.mktemp("shared-stack"))
     with shared:
         yield shared
+
+
+POOL_STACK_CAPACITY = 6  # above the pools' sizes: the Grid's own cap must not hide a leak
+
+
+@pytest.fixture(scope="session")
+def pool_stack(
+    settings: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BrowserStack]:
+    """One stack shared by the session pool tests that do not restart it."""
+    shared = BrowserStack(
+        settings, "pools", POOL_STACK_CAPACITY, tmp_path_factory.mktemp("pool-stack")
+    )
+    with shared:
+        yield shared
+
+
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def grid_status(stack: BrowserStack) -> dict[str, Any]:
+    with _DIRECT.open(f"{stack.grid_url}/status", timeout=5) as response:
+        status: dict[str, Any] = json.load(response)["value"]
+    return status
+
+
+def grid_session_ids(stack: BrowserStack) -> set[str]:
+    """The sessions the Grid's node holds now, from its own /status."""
+    return {
+        str(slot["session"]["sessionId"])
+        for node in grid_status(stack)["nodes"]
+        for slot in node["slots"]
+        if slot.get("session")
+    }
 
 
 @pytest.fixture

@@ -21,16 +21,47 @@ ITEM = """<!doctype html><html><head><title>Widget 42</title></head><body>
 
 PLAIN = "<!doctype html><title>Plain</title><p>nothing awaited here</p>"
 ERROR = "<!doctype html><title>Oops</title><h1>boom</h1>"
+SLOW_PAGE_S = 1.0
 LONG = (
     "<!doctype html><title>Long</title><body style='margin:0'>"
     "<h1 id='top'>top</h1><div style='height:4000px;background:linear-gradient(red,blue)'></div>"
     "<p id='bottom'>bottom</p></body>"
 )
 
+# Markup whose text and attributes Selenium reads in its own ways: hidden parts, blocks and
+# line breaks, no-break spaces, form state, resolved URLs, boolean attributes.
+VARIED = """<!doctype html><html><head><title>Varied</title></head><body>
+<div id="blocks"><p>first   para</p><p>second <b>bold</b>&nbsp;tail</p>line<br>break</div>
+<div id="hidden-parent">shown<span style="display:none">secret</span> end</div>
+<p class="gone a b" style="display: none">invisible</p>
+<p class="ghost" style="visibility:hidden">ghost</p>
+<p class="faded" style="opacity:0">faded</p>
+<a class="rel" href="../x/y?q=1#h">relative</a>
+<img class="pic" src="/img.png" alt="a picture">
+<input class="box" type="checkbox" checked>
+<input class="unchecked" type="checkbox">
+<input class="name" type="text" value="initial">
+<select class="sel"><option value="1">one</option><option value="2" selected>two</option></select>
+<button class="off" disabled>Off</button>
+<pre class="pre">  indented
+    more</pre>
+<div class="offscreen" style="position:absolute; left:-5000px">far away</div>
+<p class="empty"></p>
+<ul class="nested"><li>a <ul><li>a.1</li></ul></li><li>b</li></ul>
+<script>document.querySelector('.name').value = 'typed';</script>
+</body></html>"""
+LINKS = 2400
+
+
+def links_page(count: int = LINKS) -> str:
+    anchors = "\n".join(f'<a class="l" href="/page/{n}">link {n}</a>' for n in range(count))
+    return f"<!doctype html><title>Links</title><body>{anchors}</body>"
+
 
 class LocalSite:
     def __init__(self) -> None:
         self.release_hung = threading.Event()
+        self.cached_hits = 0  # requests that reached the server for /cached
         site = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -60,6 +91,16 @@ class LocalSite:
                     self._send(500, ERROR)
                 elif path == "/long":
                     self._send(200, LONG)
+                elif path == "/varied":
+                    self._send(200, VARIED)
+                elif path == "/links":
+                    self._send(200, links_page())
+                elif path == "/cached":  # a browser that kept it asks only once
+                    site.cached_hits += 1
+                    self._send(200, PLAIN, {"Cache-Control": "max-age=600"})
+                elif path == "/slow":  # a page that takes a second to answer, like many do
+                    site.release_hung.wait(SLOW_PAGE_S)
+                    self._send(200, PLAIN)
                 elif path == "/hang":
                     site.release_hung.wait(HANG_MAX_S)
                     self._send(200, PLAIN)

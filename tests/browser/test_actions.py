@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.command import Command
 
 from scrapefleet.common.actions import get_action
 from scrapefleet.common.errors import SubmitError
 from scrapefleet.consumer.browser_stack import BrowserStack, StackWebDriver
 from scrapefleet.consumer.selenium_actions import (
+    ActionError,
     FetchPageParams,
     HttpError,
     PageLoadTimeout,
@@ -21,7 +25,8 @@ from scrapefleet.consumer.selenium_actions import (
     navigate,
     screenshot,
 )
-from tests.browser.site import LocalSite
+from tests.browser.site import LINKS, LocalSite
+from tests.waiting import scaled
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(60)]
 
@@ -65,6 +70,107 @@ def test_fetch_page_returns_title_final_url_and_fields(
         "late": "arrived",
         "absent": None,
     }
+
+
+def commands_sent(driver: StackWebDriver, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every WebDriver command the driver sends from now on, by name, in order."""
+    sent: list[str] = []
+    execute = driver.execute
+
+    def counted(command: str, params: Any = None) -> Any:
+        sent.append(command)
+        return execute(command, params)
+
+    monkeypatch.setattr(driver, "execute", counted)
+    return sent
+
+
+VARIED_SELECTORS = [
+    "#blocks", "#hidden-parent", ".gone", ".ghost", ".faded", ".rel", ".pic", ".box",
+    ".unchecked", ".name", ".sel", ".sel option", ".off", ".pre", ".offscreen", ".empty",
+    ".nested", ".nested li",
+]  # fmt: skip
+VARIED_ATTRIBUTES = [
+    None, "href", "src", "class", "checked", "selected", "value", "disabled", "style", "alt",
+    "type", "id", "readonly", "hidden", "data-missing",
+]  # fmt: skip
+
+
+def test_fields_read_as_selenium_reads_them_in_one_script_call(
+    driver: StackWebDriver, site: LocalSite, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fields = {
+        f"{css} {attr}": {"css": css, "attr": attr, "all": True}
+        for css in VARIED_SELECTORS
+        for attr in VARIED_ATTRIBUTES
+    }
+    sent = commands_sent(driver, monkeypatch)
+    result = fetch_page(
+        driver, FetchPageParams.model_validate({"url": site.url("/varied"), "fields": fields})
+    )
+    assert sent == [Command.GET, Command.W3C_EXECUTE_SCRIPT]  # however many fields
+    monkeypatch.undo()
+    # The same values as reading element by element through WebDriver, as fetch_page did.
+    for name, spec in fields.items():
+        elements = driver.find_elements(By.CSS_SELECTOR, spec["css"])
+        expected = [
+            e.text if spec["attr"] is None else e.get_attribute(spec["attr"]) for e in elements
+        ]
+        assert result["fields"][name] == expected, name
+    assert result["fields"][".pre None"] == ["  indented\n    more"]
+    assert result["fields"][".rel href"] == [site.url("/x/y?q=1#h")]  # resolved, as Selenium
+    assert result["fields"][".ghost None"] == [""]  # hidden: no text
+
+
+def test_status_and_timings_of_the_main_document(driver: StackWebDriver, site: LocalSite) -> None:
+    result = fetch_page(driver, FetchPageParams(url=site.url("/redirect")))
+    assert result["status"] == 200  # the final document's, after the redirect
+    timings = result["timings"]
+    assert set(timings) == {"ttfb_ms", "dom_content_loaded_ms", "load_ms"}
+    assert 0 < timings["ttfb_ms"] <= timings["dom_content_loaded_ms"] <= timings["load_ms"]
+    assert timings["load_ms"] < 30_000
+
+
+@pytest.mark.parametrize(("path", "status"), [("/no-such-page", 404), ("/error", 500)])
+def test_http_error_pages_give_their_status_when_allowed(
+    driver: StackWebDriver, site: LocalSite, path: str, status: int
+) -> None:
+    with pytest.raises(HttpError, match=f"HTTP {status}"):
+        fetch_page(driver, FetchPageParams(url=site.url(path)))
+    params = FetchPageParams(url=site.url(path), allow_http_errors=True)
+    result = fetch_page(driver, params)
+    assert result["status"] == status and result["final_url"] == site.url(path)
+    assert result["timings"]["ttfb_ms"] > 0
+
+
+def test_every_link_of_a_long_page_in_one_script_call(
+    driver: StackWebDriver, site: LocalSite, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    params = FetchPageParams.model_validate(
+        {
+            "url": site.url("/links"),
+            "fields": {
+                "hrefs": {"css": "a.l", "attr": "href", "all": True},
+                "texts": {"css": "a.l", "all": True},
+                "first": {"css": "a.l"},
+            },
+        }
+    )
+    driver.set_page_load_timeout(scaled(30))  # the shared settings' 3 s is for the hang test
+    sent = commands_sent(driver, monkeypatch)
+    fields = fetch_page(driver, params)["fields"]
+    assert sent == [Command.GET, Command.W3C_EXECUTE_SCRIPT]
+    assert LINKS >= 2000 and len(fields["hrefs"]) == len(fields["texts"]) == LINKS
+    assert fields["hrefs"] == [site.url(f"/page/{n}") for n in range(LINKS)]
+    assert fields["texts"][-1] == f"link {LINKS - 1}" and fields["first"] == "link 0"
+
+
+def test_an_invalid_selector_names_its_field(driver: StackWebDriver, site: LocalSite) -> None:
+    params = FetchPageParams.model_validate(
+        {"url": site.url("/plain"), "fields": {"ok": {"css": "p"}, "bad": {"css": "p[["}}}
+    )
+    with pytest.raises(ActionError, match=r"field 'bad' \('p\[\['\): invalid CSS selector"):
+        fetch_page(driver, params)
 
 
 def test_missing_awaited_selector_names_it(driver: StackWebDriver, site: LocalSite) -> None:

@@ -60,9 +60,10 @@ def completed_once(engine: Engine, ids: list[int]) -> bool:
 def test_restart_after_exactly_restart_every_jobs(
     engine: Engine, database_url: str, tmp_path: Path, site: LocalSite, every: int
 ) -> None:
+    # The draining restart (overlapped restarts: test_consumer_overlap).
     settings = consumer_settings(
         tmp_path, database_url, capacity=3 if every == 5 else 6, restart_every=every,
-        reboot_every=0,
+        reboot_every=0, overlap_restarts=False,
     )  # fmt: skip
     with consumer_thread(settings, database_url) as consumer, FirstStackChromium(consumer) as old:
         # All queued at once: only the consumer's budget keeps it from claiming more.

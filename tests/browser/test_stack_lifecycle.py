@@ -16,8 +16,10 @@ from scrapefleet.common.errors import StackError
 from scrapefleet.common.settings import Settings
 from scrapefleet.consumer.browser_stack import BrowserStack
 from scrapefleet.consumer.selenium_actions import FetchPageParams, fetch_page
+from scrapefleet.consumer.sessions import SessionPool
 from scrapefleet.consumer.stack_processes import is_gone
 from tests.browser.site import LocalSite
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(60)]
 
@@ -121,4 +123,24 @@ def test_restart_report_and_recovery_from_a_killed_grid(
             assert fetch_page(fresh, FetchPageParams(url=site.url("/plain")))["title"] == "Plain"
         finally:
             fresh.quit()
+    assert processes_mentioning(own_stack_dir, stack.tmp_dir) == []
+
+
+def test_a_session_pool_outlives_a_restart_of_its_stack(
+    settings: Settings, site: LocalSite, own_stack_dir: Path
+) -> None:
+    with BrowserStack(settings, "pooled", 2, own_stack_dir) as stack:
+        pool = SessionPool(stack.new_driver, 2)
+        try:
+            with pool.lease() as driver:
+                before = driver.session_id
+                fetch_page(driver, FetchPageParams(url=site.url("/plain")))
+            wait_for(lambda: pool.prepared == 1, 30, "a warm slot")
+            stack.restart()  # the Grid and every browser of the pool's sessions end
+            with pool.lease() as driver:  # the dead session is replaced, the job runs
+                assert driver.session_id != before
+                assert fetch_page(driver, FetchPageParams(url=site.url("/item")))["status"] == 200
+            assert pool.replaced == 1
+        finally:
+            pool.close()
     assert processes_mentioning(own_stack_dir, stack.tmp_dir) == []

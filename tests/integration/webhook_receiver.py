@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,7 +17,9 @@ class Received:
 
 
 class Receiver:
-    def __init__(self, fail_first: int = 0, fail_code: int = 500) -> None:
+    def __init__(
+        self, fail_first: int = 0, fail_code: int = 500, tls: ssl.SSLContext | None = None
+    ) -> None:
         self.fail_first = fail_first
         self.fail_code = fail_code
         self.received: list[Received] = []
@@ -38,7 +41,10 @@ class Receiver:
                 pass
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_port}/hook"
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
+        scheme = "https" if tls is not None else "http"
+        self.url = f"{scheme}://127.0.0.1:{self._server.server_port}/hook"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     def accepted(self) -> list[Received]:

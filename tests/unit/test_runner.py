@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from pydantic import BaseModel
 
 from scrapefleet.common.actions import register
-from scrapefleet.common.errors import StackError
+from scrapefleet.common.errors import StackError, SubmitError
 from scrapefleet.common.store import ClaimedJob
+from scrapefleet.common.submit_file import validate_job
 from scrapefleet.consumer.runner import run_job
 
 
@@ -154,3 +158,29 @@ def test_capture_that_raises_does_not_hide_the_failure() -> None:
     )
     assert outcome.status == "failed" and "page broke" in (outcome.error or "")
     assert outcome.artifacts is not None and "disk full" in outcome.artifacts["notes"][0]
+
+
+def test_a_browser_jobs_isolation_reaches_the_lease_and_not_the_action() -> None:
+    asked: list[str] = []
+
+    @contextlib.contextmanager
+    def lease(isolation: str) -> Iterator[Any]:
+        asked.append(isolation)
+        yield _FakeDriver()
+
+    assert run_job(_job("test_runner_browser", {"value": 1}), lease=lease).status == "completed"
+    outcome = run_job(
+        _job("test_runner_browser", {"value": 2, "isolation": "session"}), lease=lease
+    )
+    assert outcome.result == {"visited": 2} and asked == ["context", "session"]
+
+
+def test_an_unknown_isolation_is_refused_at_submit_naming_the_field() -> None:
+    with pytest.raises(SubmitError, match=r"payload.isolation: isolation must be one of"):
+        validate_job(
+            {"kind": "fetch_page", "payload": {"url": "http://x.test/", "isolation": "tab"}}
+        )
+    job = validate_job(
+        {"kind": "fetch_page", "payload": {"url": "http://x.test/", "isolation": "session"}}
+    )
+    assert job.payload["isolation"] == "session"

@@ -26,21 +26,29 @@ from scrapefleet.consumer.stack_events import (
     JobAbandoned,
     JobReturned,
     Log,
+    NextStackFailed,
+    NextStackStarted,
+    OldStacksStopped,
     RebootCommandFailed,
     RebootCommandRan,
     RecordHostEvent,
     RecordRebootRequest,
     RecordRestart,
     RecordStackFailure,
+    RecordStackRetired,
     RecordStackStart,
+    RecordStackSwitch,
     RunRebootCommand,
     SetHostState,
     SetStackCounter,
     StackStopped,
     StartFailed,
+    StartNextStack,
     StartStack,
     StartSucceeded,
+    StopOldStacks,
     StopStack,
+    SwitchStacks,
     Tick,
 )
 from scrapefleet.consumer.stack_states import (
@@ -50,9 +58,12 @@ from scrapefleet.consumer.stack_states import (
     Failing,
     Idle,
     Kind,
+    NextStack,
     Policy,
     Ready,
     Rebooting,
+    Replacing,
+    Retiring,
     StackState,
     StartCause,
     Starting,
@@ -378,3 +389,88 @@ def test_next_check_waits_for_the_next_timer() -> None:
     failing, _ = feed(failing, StartFailed("no"))
     assert next_check_s(failing, T0) == 2.0
     assert next_check_s(failing, at(5)) == 0.05  # overdue: soon, never negative
+
+
+# -- overlapped restarts --------------------------------------------------------------------
+
+OVERLAP = replace(POLICY, reboot_every=0, overlap_lead=6)
+
+
+def test_the_next_stack_starts_within_the_lead_and_takes_over_at_the_budget() -> None:
+    state = ready(OVERLAP)
+    state, actions = feed(state, Claimed(6, since_restart=13, since_boot=13), now=at(100))
+    assert actions == [] and state.phase == Ready()  # 7 jobs away: not yet (a slow rate)
+    state, actions = feed(state, Claimed(1, since_restart=14, since_boot=14), now=at(101))
+    assert of_type(actions, StartNextStack) == [StartNextStack()]
+    assert state.phase == Ready(NextStack.STARTING, next_since=at(101))
+    state, _ = feed(state, NextStackStarted(), now=at(104))
+    assert state.phase == Ready(NextStack.READY, next_since=at(101)) and state.start_s == 3.0
+
+    state, actions = feed(state, Claimed(6, since_restart=20, since_boot=20), now=at(110))
+    assert of_type(actions, SwitchStacks) == [SwitchStacks()]
+    [switch] = of_type(actions, RecordStackSwitch)
+    assert switch.no_claim_s == 0.0 and actions[-1] == SetStackCounter(0)
+    assert of_type(actions, SetHostState) == []  # the host never stops claiming
+    assert state.phase == Ready() and state.retiring == Retiring(at(110))
+    assert claim_budget(state, 6, 0, 20) == (6, 6)
+
+    # The old stack stops once its last job has returned, off the main loop.
+    state, actions = feed(state, replace(IDLE_TICK, retiring_busy=2), now=at(111))
+    assert of_type(actions, StopOldStacks) == []
+    state, actions = feed(state, IDLE_TICK, now=at(112))
+    assert actions == [StopOldStacks()] and state.retiring == Retiring(at(110), stopping=True)
+    state, actions = feed(state, IDLE_TICK, now=at(112))
+    assert actions == []  # once
+    state, actions = feed(state, OldStacksStopped(StackStopped(killed=9)), now=at(113))
+    assert state.retiring is None
+    [retired] = of_type(actions, RecordStackRetired)
+    assert retired.details == {"waited_s": 3.0, "killed": 9, "sigkilled": 0, "leftover_pids": []}
+
+
+def test_claims_wait_for_a_next_stack_still_starting_and_the_pause_is_recorded() -> None:
+    state = ready(OVERLAP)
+    state, _ = feed(state, Claimed(6, since_restart=14, since_boot=14), now=at(1))
+    state, actions = feed(state, Claimed(6, since_restart=20, since_boot=20), now=at(2))
+    assert state.phase == Replacing(
+        "restart after 20 browser job(s) of this stack, 20 since boot", at(2), next_since=at(1)
+    )
+    assert claim_budget(state, 6, 20, 20) == (6, 0)  # other jobs only
+    assert browser_status(state)[0] == BrowserState.READY and maintenance_state(state) is None
+    state, actions = feed(state, NextStackStarted(), now=at(2.75))
+    [switch] = of_type(actions, RecordStackSwitch)
+    assert switch.no_claim_s == 0.75 and state.phase == Ready()
+
+
+def test_a_next_stack_that_fails_makes_the_restart_drain() -> None:
+    state = ready(OVERLAP)
+    state, _ = feed(state, Claimed(6, since_restart=14, since_boot=14))
+    state, actions = feed(state, NextStackFailed("java: not found\n at ..."))
+    assert state.phase == Ready(NextStack.FAILED, "java: not found", next_since=T0)
+    state, actions = feed(state, Claimed(6, since_restart=20, since_boot=20))
+    assert (
+        isinstance(state.phase, Draining)
+        and "next stack failed: java: not found" in state.phase.reason
+    )
+    assert of_type(actions, SetHostState)[0].to_state == "restarting"
+
+
+def test_the_next_stack_waits_for_the_retiring_one_which_uses_its_directory() -> None:
+    state = replace(ready(OVERLAP), retiring=Retiring(T0))
+    state, actions = feed(state, Claimed(6, since_restart=16, since_boot=16))
+    assert of_type(actions, StartNextStack) == []
+    state, actions = feed(state, Claimed(4, since_restart=20, since_boot=20), now=at(1))
+    assert isinstance(state.phase, Replacing) and not state.phase.started and actions == []
+    state, actions = feed(state, OldStacksStopped(StackStopped()), now=at(2))
+    assert StartNextStack() in actions and state.phase == Replacing(
+        state.phase.reason, at(1), started=True, next_since=at(2)
+    )
+
+
+def test_a_fast_claim_rate_starts_the_next_stack_earlier() -> None:
+    state = replace(ready(OVERLAP), lifetime_since=T0, start_s=8.0)
+    # 10 jobs in 5 s: 10 left are ~5 s away, within twice an 8 s start.
+    state, actions = feed(state, Claimed(6, since_restart=10, since_boot=10), now=at(5))
+    assert StartNextStack() in actions
+    slow = replace(ready(OVERLAP), lifetime_since=T0, start_s=8.0)
+    state, actions = feed(slow, Claimed(6, since_restart=10, since_boot=10), now=at(60))
+    assert actions == []

@@ -7,10 +7,14 @@ through the fakes, so each test reads what it did from them.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,7 +31,9 @@ from scrapefleet.consumer.stack_events import (
     RecordRebootRequest,
     RecordRestart,
     RecordStackFailure,
+    RecordStackRetired,
     RecordStackStart,
+    RecordStackSwitch,
     SetHostState,
 )
 from scrapefleet.consumer.stack_supervisor import StackSupervisor
@@ -55,15 +61,47 @@ class FakeDriver:
         pass
 
 
+class FakePool:
+    """A session per lease from the stack's ``new_driver``, quit after it."""
+
+    def __init__(self, make_driver: Callable[[], Any], size: int, *_: Any) -> None:
+        self.make_driver = make_driver
+        self.closed = False
+        self.leased = 0
+
+    @contextlib.contextmanager
+    def lease(self, isolation: str = "context") -> Iterator[Any]:
+        if self.closed:
+            raise StackError("the browser session pool is closed")
+        driver = self.make_driver()
+        self.leased += 1
+        try:
+            yield driver
+        finally:
+            self.leased -= 1
+            driver.quit()
+
+    def warm(self, count: int) -> int:
+        return 0
+
+    def release_idle(self, keep: int) -> int:
+        return 0
+
+    def close(self) -> None:
+        self.closed = True
+
+
 class FakeStack:
     """Starts and stops at once; ``failing_starts`` of the next starts raise."""
 
-    def __init__(self) -> None:
+    def __init__(self, work_dir: Path = Path("a"), failing_starts: int = 0) -> None:
+        self.work_dir = work_dir
         self.up = False
         self.starts = 0
-        self.failing_starts = 0
+        self.failing_starts = failing_starts
         self.grid_ready = True
         self.ended: list[Any] = []
+        self.drivers = 0
 
     def start(self) -> None:
         self.starts += 1
@@ -79,6 +117,7 @@ class FakeStack:
     def new_driver(self) -> FakeDriver:
         if not self.up:
             raise StackError("no Grid")
+        self.drivers += 1
         return FakeDriver()
 
     def healthy(self) -> bool:
@@ -119,13 +158,19 @@ class Host:
     time as the store does, runs each batch to its end, then lets the supervisor step."""
 
     def __init__(self, **settings: Any) -> None:
-        values = {"restart_every": 20, "reboot_every": 80, "reboot_command": "reboot-now"}
+        values = {
+            "restart_every": 20,
+            "reboot_every": 80,
+            "reboot_command": "reboot-now",
+            "overlap_restarts": False,  # the draining restart; overlapped ones have tests below
+        }
         values.update(settings)
         command = values.pop("reboot_command")
         # model_copy skips validation: an empty command is what an old settings file may hold.
         self.settings = Settings(**values).model_copy(update={"reboot_command": command})
         self.clock = FakeClock()
-        self.stack = FakeStack()
+        self.stacks: list[FakeStack] = []  # every stack made, in order
+        self.next_failures = 0  # failed starts of each next stack made
         self.records = FakeRecords()
         self.reboots: list[str] = []
         self.reboot_failure: str | None = None
@@ -141,11 +186,18 @@ class Host:
             CAPACITY,
             on_host_state=self.told.append,
             on_stack_counter=self._set_since_restart,
-            stack=self.stack,  # type: ignore[arg-type]
             clock=self.clock,
             records=self.records,
             reboot=self._reboot,
+            make_pool=FakePool,  # type: ignore[arg-type]
+            make_stack=self._new_stack,  # type: ignore[arg-type]
         )
+        self.stack = self.stacks[0]
+
+    def _new_stack(self, work_dir: Path) -> FakeStack:
+        stack = FakeStack(work_dir, self.next_failures)
+        self.stacks.append(stack)
+        return stack
 
     def _set_since_restart(self, count: int) -> None:
         self.since_restart = count
@@ -176,8 +228,8 @@ class Host:
             outcome = released
             if job.needs_browser:
                 try:
-                    self.supervisor.new_driver(job.id)
-                    self.jobs_per_stack[self.stack.starts] += 1
+                    with self.supervisor.lease(job.id, "context"):
+                        self.jobs_per_stack[self.stack.starts] += 1
                 except StackError:
                     outcome = True  # no session: the job is handed back
             self.supervisor.job_returned(job.id, job.needs_browser, released=outcome)
@@ -208,8 +260,8 @@ def test_the_stack_starts_on_the_first_browser_job_only() -> None:
     host.finish()
     assert host.stack.starts == 0 and not host.supervisor.running
     assert host.supervisor.browser_status() == (BrowserState.IDLE, None, None)
-    with pytest.raises(StackError):
-        host.supervisor.new_driver(99)
+    with pytest.raises(StackError), host.supervisor.lease(99, "context"):
+        pass
 
     host.clock.advance(1)
     assert host.claim(browser=2, other=1) == 2
@@ -367,7 +419,8 @@ def test_a_hung_job_gets_its_browser_killed_then_the_stack_restarts_after_the_gr
     host = Host(restart_every=0, reboot_every=0)
     host.claim(browser=1)
     [job] = host.in_flight
-    driver = host.supervisor.new_driver(job.id)
+    held = contextlib.ExitStack()
+    driver = held.enter_context(host.supervisor.lease(job.id, "context"))
     host.in_flight = []  # timed out: the daemon counts its thread as stuck, not in flight
     host.supervisor.abandon(job.id, browser=True)
     wait_for(lambda: host.stack.ended == [driver], 5, "the hung job's browser killed")
@@ -378,6 +431,7 @@ def test_a_hung_job_gets_its_browser_killed_then_the_stack_restarts_after_the_gr
     host.tick()
     assert host.stack.starts == 2
     assert "still busy" in host.records.of(RecordRestart)[0].reason
+    held.close()  # the hung thread returns at last
 
 
 def test_the_host_goes_back_to_active_once_the_database_answers_again() -> None:
@@ -409,3 +463,93 @@ def test_close_stops_a_running_stack() -> None:
     host.supervisor.close()
     assert not host.stack.up and not host.supervisor.running
     assert host.supervisor.memory_pss_bytes() == 0
+
+
+# -- overlapped restarts --------------------------------------------------------------------
+
+
+def run_overlapped(host: Host, count: int) -> None:
+    """``count`` browser jobs, a second apart, waiting (real time: the next stack starts in a
+    thread) whenever the supervisor holds claims back."""
+    done = 0
+    while done < count:
+        took = host.claim(min(CAPACITY, count - done))
+        if not took:
+            wait_for(
+                lambda: host.supervisor.claim_budget(CAPACITY, host.since_restart, host.since_boot)[
+                    1
+                ],
+                5,
+                "browser claims allowed again",
+            )
+        done += took
+        host.finish()
+        host.clock.advance(1)  # a claim rate: the next stack starts by the job count alone
+
+
+def test_an_overlapped_restart_switches_stacks_at_the_budget_and_never_drains() -> None:
+    host = Host(overlap_restarts=True, restart_every=20, reboot_every=0)
+    run_overlapped(host, 45)
+    wait_for(lambda: len(host.records.of(RecordStackRetired)) == 2, 5, "two stacks retired")
+
+    assert [s.work_dir.name for s in host.stacks] == ["a", "b", "a"]
+    assert host.supervisor.stack is host.stacks[2]
+    # Each stack: its check session, then exactly its budget's jobs (those of the claim that
+    # spent it too, though they lease after the switch).
+    assert [s.drivers for s in host.stacks] == [21, 21, 6]
+    assert [s.up for s in host.stacks] == [False, False, True]
+    switches = host.records.of(RecordStackSwitch)
+    assert len(switches) == 2 and all(sw.details["overlapped"] for sw in switches)
+    assert all(r.details["killed"] == 4 for r in host.records.of(RecordStackRetired))
+    assert host.records.of(RecordRestart) == [] and host.told == []  # never "restarting"
+    assert host.since_restart == 5
+
+
+def test_the_retired_stack_stops_only_after_its_last_job() -> None:
+    host = Host(overlap_restarts=True, restart_every=12, reboot_every=0)
+    run_overlapped(host, 6)
+    wait_for(lambda: len(host.stacks) == 2 and host.stacks[1].up, 5, "the next stack up")
+    assert host.claim(6) == 6  # the budget spent with six jobs in flight on the old stack
+    old, new = host.stacks
+    assert host.supervisor.stack is new and host.supervisor.retiring_busy == 6
+    held = contextlib.ExitStack()
+    for job in host.in_flight[:5]:  # five lease now; the sixth has yet to
+        held.enter_context(host.supervisor.lease(job.id, "context"))
+    assert (old.drivers, new.drivers) == (12, 1)  # claimed before the switch: the old stack
+    host.tick()
+    assert old.up and host.supervisor.retiring_busy == 6
+
+    with host.supervisor.lease(host.in_flight[5].id, "context"):
+        assert old.drivers == 13
+    held.close()
+    host.supervisor.job_returned(host.in_flight[5].id, browser=True, released=False)
+    host.tick()
+    wait_for(lambda: not old.up, 5, "the retired stack stopped after its last job")
+    [retired] = host.records.of(RecordStackRetired)
+    assert retired.details["killed"] == 4 and retired.details["leftover_pids"] == []
+    host.in_flight = []
+    assert new.up and host.claim(6) == 6
+    host.finish()
+    assert (old.drivers, new.drivers) == (13, 7)  # claims after the switch: the new stack
+
+
+def test_a_next_stack_that_fails_to_start_makes_the_restart_a_draining_one() -> None:
+    host = Host(overlap_restarts=True, restart_every=8, reboot_every=0)
+    host.next_failures = 1
+    host.run_browser_jobs(9)
+    [restart] = host.records.of(RecordRestart)
+    assert "next stack failed" in restart.reason and "java: not found" in restart.reason
+    assert host.told == ["restarting", "active"] and host.stacks[0].starts == 2
+
+
+def test_the_next_stack_starts_early_enough_for_the_last_start_time_at_the_claim_rate() -> None:
+    host = Host(overlap_restarts=True, restart_every=40, reboot_every=0)
+    host.claim(6)
+    host.finish()
+    host.clock.advance(1)
+    assert len(host.stacks) == 1
+    # The first start took no time on the fake clock; say it took 20 s, as on a loaded host.
+    host.supervisor._state = replace(host.supervisor.state, start_s=20.0)
+    # 6 jobs a second: 28 jobs left are ~5 s away, within twice a 20 s start.
+    host.claim(6)
+    wait_for(lambda: len(host.stacks) == 2, 5, "the next stack started")

@@ -4,29 +4,44 @@
 
 Pages: ``/`` (queue, throughput, hosts, recent failures, the pause switch), ``/jobs`` (search by
 id, kind, status, host), ``/jobs/<id>`` (a job, its audit trail, artifacts, webhooks),
-``/artifacts/<path>`` (files under artifacts_dir). Controls are in ``controls``. Every page is
-plain HTML: it reads and works without JavaScript.
+``/artifacts/<path>`` (files under artifacts_dir), ``/login``. Controls are in ``controls``.
+Every page is plain HTML: it reads and works without JavaScript.
+
+With ``dashboard_read_needs_token`` every page but ``/login`` needs a session unlocked with the
+token (or ``Authorization: Bearer <token>``). Sessions are in memory (``sessions``). Behind
+``dashboard_proxies`` reverse proxies, werkzeug's ProxyFix takes scheme, host, port, prefix and
+client address from their X-Forwarded-* headers; with 0 those headers are ignored, because a
+client talking to the dashboard directly could otherwise claim any origin or address.
 """
 
 from __future__ import annotations
 
 import logging
-import secrets
 from typing import Any
 
-from flask import Flask, Response, render_template, request
+from flask import Flask, Response, redirect, render_template, request, session, url_for
 from sqlalchemy.engine import Engine
 from werkzeug.exceptions import HTTPException
+from werkzeug.middleware.proxy_fix import ProxyFix
+from werkzeug.wrappers import Response as Redirect
 
 from scrapefleet.common import queries
 from scrapefleet.common.clock import utcnow
 from scrapefleet.common.constants import DASHBOARD_PAGE_ROWS
 from scrapefleet.common.db import wrapped_errors
-from scrapefleet.common.errors import DatabaseUnavailable, NotFound
+from scrapefleet.common.errors import DatabaseUnavailable, NotFound, SettingsError
 from scrapefleet.common.ops.dashboard import charts, reads
 from scrapefleet.common.ops.dashboard.artifacts import relative_artifact, send_artifact
-from scrapefleet.common.ops.dashboard.controls import TOKEN_COOKIE, controls
+from scrapefleet.common.ops.dashboard.controls import (
+    UNLOCKED,
+    controls,
+    csrf_token,
+    explicit_token,
+    token_matches,
+)
 from scrapefleet.common.ops.dashboard.inputs import BadInput, parse_job_id, parse_search
+from scrapefleet.common.ops.dashboard.security import local_next
+from scrapefleet.common.ops.dashboard.sessions import MemorySessionInterface, SessionStore
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.tables import JOB_STATUSES
 
@@ -37,17 +52,29 @@ CONTENT_SECURITY_POLICY = (
     "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; form-action 'self';"
     " frame-ancestors 'none'; base-uri 'none'"
 )
+# Reachable without a login when dashboard_read_needs_token is set; the controls check the
+# token themselves.
+OPEN_ENDPOINTS = frozenset({"login", "controls.remember_token", "controls.forget_token"})
 
 
 def create_app(settings: Settings, engine: Engine) -> Flask:
+    if settings.dashboard_read_needs_token and settings.dashboard_token is None:
+        raise SettingsError("dashboard_read_needs_token is set but dashboard_token is not")
     app = Flask(__name__)
-    # Only for flash messages after a control; nothing secret is kept in the session.
-    app.secret_key = secrets.token_bytes(32)
+    app.session_interface = MemorySessionInterface(SessionStore(settings.dashboard_session_idle_s))
+    if settings.dashboard_proxies:
+        n = settings.dashboard_proxies
+        app.wsgi_app = ProxyFix(  # type: ignore[method-assign]
+            app.wsgi_app, x_for=n, x_proto=n, x_host=n, x_port=n, x_prefix=n
+        )
     app.config["SCRAPEFLEET_SETTINGS"] = settings
     app.config["SCRAPEFLEET_ENGINE"] = engine
     app.register_blueprint(controls)
     # A bulk control's hidden fields: each listed job id becomes an ("ids", id) pair.
     app.add_template_filter(lambda job_id: ("ids", job_id), "tuple_ids")
+    app.add_template_global(csrf_token, "csrf_token")
+    # The page's own address for a form's "next": the prefix a proxy mounts us under included.
+    app.add_template_global(lambda: request.script_root + request.full_path, "here")
 
     def read(func: Any, *args: Any) -> Any:
         with wrapped_errors(), engine.connect() as conn:
@@ -57,10 +84,29 @@ def create_app(settings: Settings, engine: Engine) -> Flask:
     def common_context() -> dict[str, Any]:
         return {
             "controls_enabled": settings.dashboard_token is not None,
-            "token_remembered": bool(request.cookies.get(TOKEN_COOKIE)),
+            "token_remembered": bool(session.get(UNLOCKED)),
             "statuses": JOB_STATUSES,
             "artifact_link": lambda stored: relative_artifact(settings.artifacts_dir, stored),
         }
+
+    @app.before_request
+    def require_login() -> Redirect | None:
+        if not settings.dashboard_read_needs_token or request.endpoint in OPEN_ENDPOINTS:
+            return None
+        if session.get(UNLOCKED):
+            return None
+        supplied = explicit_token()
+        if supplied is not None and token_matches(supplied):
+            return None
+        target = request.script_root + request.full_path
+        return redirect(url_for("login", next=target.removesuffix("?")), code=303)
+
+    @app.get("/login")
+    def login() -> Redirect | tuple[str, int]:
+        target = local_next(request.args.get("next"), url_for("overview"))
+        if session.get(UNLOCKED) or settings.dashboard_token is None:
+            return redirect(target, code=303)
+        return render_template("login.html", next=target), 200
 
     @app.get("/")
     def overview() -> str:
@@ -149,6 +195,8 @@ def create_app(settings: Settings, engine: Engine) -> Flask:
         response.headers["X-Content-Type-Options"] = "nosniff"
         response.headers["X-Frame-Options"] = "DENY"
         response.headers["Referrer-Policy"] = "same-origin"
+        # Pages carry the session's form token: no shared cache may keep them.
+        response.headers.setdefault("Cache-Control", "no-store")
         return response
 
     return app

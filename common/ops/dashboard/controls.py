@@ -1,18 +1,30 @@
-"""The dashboard's controls: POST forms, each checked against ``dashboard_token``.
+"""The dashboard's controls: POST forms, each checked before anything changes.
 
-No token configured: every control is a 403 and the pages hide the forms (read-only). A token
-is accepted from the form (``token`` field) or from an HttpOnly, SameSite=Strict cookie set by
-the "unlock" form, so another site can never post with it. Wrong or missing token: 403.
-Changes go through scrapefleet.common.store, like the CLI's; after a control the browser is
-redirected back (POST, redirect, GET), with a one-line notice.
+Every control passes three checks (``guard``):
+
+1. Where it comes from: ``Sec-Fetch-Site``/``Origin`` must say the dashboard's own origin
+   (``security.origin_verdict``). A page on another port of the same host is refused: cookies,
+   SameSite=Strict included, do not separate ports, so this check is what does.
+2. The form token: a browser's form must carry its session's ``csrf_token``, which only the
+   dashboard's own pages show.
+3. The operator: ``dashboard_token``, typed into the form (``token``) or remembered by the
+   session after the "unlock" form; ``Authorization: Bearer <token>`` for scripts.
+
+A request with neither Origin nor Sec-Fetch-Site is not from a browser (every current browser
+sends Origin on a POST): a forged cross-site form cannot produce one. It is accepted only when
+it carries the token itself; a session cookie alone, the one credential a browser adds without
+being asked, counts for nothing there. No token configured: every control is a 403 and the
+pages hide the forms (read-only). Changes go through scrapefleet.common.store, like the CLI's;
+after a control the browser is redirected back (POST, redirect, GET), with a one-line notice.
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
+import secrets
 
-from flask import Blueprint, current_app, flash, redirect, request, url_for
+from flask import Blueprint, current_app, flash, redirect, request, session, url_for
 from werkzeug.exceptions import Forbidden
 from werkzeug.wrappers import Response
 
@@ -21,13 +33,16 @@ from scrapefleet.common.db import transaction
 from scrapefleet.common.errors import NotFound, SubmitError
 from scrapefleet.common.logging_setup import fields
 from scrapefleet.common.ops.dashboard.inputs import BadInput, parse_job_ids
+from scrapefleet.common.ops.dashboard.security import Verdict, local_next, origin_verdict
+from scrapefleet.common.ops.dashboard.sessions import DashboardSession
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import JobFilter
 
 log = logging.getLogger(__name__)
 
-TOKEN_COOKIE = "scrapefleet_token"
 MAX_REASON = 500
+CSRF_FIELD = "csrf_token"
+UNLOCKED = "unlocked"  # session key: the operator gave the token in this browser session
 
 controls = Blueprint("controls", __name__)
 
@@ -36,12 +51,64 @@ def _settings() -> Settings:
     return current_app.config["SCRAPEFLEET_SETTINGS"]
 
 
-def _require_token() -> None:
+def token_matches(supplied: str) -> bool:
     configured = _settings().dashboard_token
     if configured is None:
+        return False
+    return hmac.compare_digest(supplied.encode(), configured.get_secret_value().encode())
+
+
+def explicit_token() -> str | None:
+    """The token this request carries itself (form field or bearer header), if any."""
+    if request.method == "POST" and request.form.get("token"):
+        return request.form["token"]
+    scheme, _, value = request.headers.get("Authorization", "").partition(" ")
+    return value.strip() or None if scheme.lower() == "bearer" else None
+
+
+def csrf_token() -> str:
+    """This session's form token (made on first use); every POST form carries it."""
+    if CSRF_FIELD not in session:
+        session[CSRF_FIELD] = secrets.token_urlsafe(32)
+    token: str = session[CSRF_FIELD]
+    return token
+
+
+def guard(need_token: bool = True) -> None:
+    """Refuse (403) a state-changing request that fails any of the three checks above."""
+    if need_token and _settings().dashboard_token is None:
         raise Forbidden("read-only dashboard: no dashboard_token is configured")
-    supplied = request.form.get("token") or request.cookies.get(TOKEN_COOKIE) or ""
-    if not hmac.compare_digest(supplied.encode(), configured.get_secret_value().encode()):
+    origin = request.headers.get("Origin")
+    fetch_site = request.headers.get("Sec-Fetch-Site")
+    verdict = origin_verdict(origin, fetch_site, request.host_url)
+    if verdict is Verdict.CROSS:
+        log.warning(
+            "refused a cross-origin %s %s (Origin %r, Sec-Fetch-Site %r, own %s)",
+            request.method,
+            request.path,
+            origin,
+            fetch_site,
+            request.host_url,
+        )
+        raise Forbidden("refused: this form was not sent from the dashboard's own pages")
+    supplied = explicit_token()
+    if supplied is not None and not token_matches(supplied):
+        raise Forbidden("invalid or missing dashboard token")
+    if verdict is Verdict.NO_BROWSER:
+        if need_token and supplied is None:
+            raise Forbidden(
+                "a request without Origin or Sec-Fetch-Site must carry the dashboard token"
+                " itself (form field token, or Authorization: Bearer)"
+            )
+        return
+    expected = session.get(CSRF_FIELD)
+    sent = request.form.get(CSRF_FIELD, "")
+    if not expected or not hmac.compare_digest(sent.encode(), str(expected).encode()):
+        raise Forbidden(
+            "this form's session has ended (idle too long, locked, or the dashboard restarted):"
+            " reload the page and try again"
+        )
+    if need_token and supplied is None and not session.get(UNLOCKED):
         raise Forbidden("invalid or missing dashboard token")
 
 
@@ -51,38 +118,36 @@ def _who() -> str:
 
 def _back(default: str) -> Response:
     # Only a path on this site: an open redirect would turn the dashboard into a phishing aid.
-    target = request.form.get("next", "")
-    if not target.startswith("/") or target.startswith("//"):
-        target = default
-    return redirect(target, code=303)
+    return redirect(local_next(request.form.get("next"), default), code=303)
+
+
+def _start_over() -> None:
+    assert isinstance(session, DashboardSession)
+    session.start_over()
 
 
 @controls.post("/control/token")
 def remember_token() -> Response:
-    _require_token()
-    response = _back(url_for("overview"))
-    response.set_cookie(
-        TOKEN_COOKIE,
-        request.form["token"],
-        httponly=True,
-        samesite="Strict",
-        secure=request.is_secure,
-    )
+    guard()
+    # A new session id: an id planted beforehand (any port of this host can set our cookie)
+    # must never become the unlocked one.
+    _start_over()
+    session[UNLOCKED] = True
     flash("controls unlocked in this browser")
-    return response
+    return _back(url_for("overview"))
 
 
 @controls.post("/control/token/forget")
 def forget_token() -> Response:
-    response = _back(url_for("overview"))
-    response.delete_cookie(TOKEN_COOKIE)
+    guard(need_token=False)
+    _start_over()
     flash("token forgotten")
-    return response
+    return _back(url_for("overview"))
 
 
 @controls.post("/control/assignment")
 def assignment() -> Response:
-    _require_token()
+    guard()
     action = request.form.get("action")
     if action not in ("pause", "resume"):
         raise BadInput("action must be pause or resume")
@@ -96,7 +161,7 @@ def assignment() -> Response:
 
 @controls.post("/control/hosts/<name>")
 def host(name: str) -> Response:
-    _require_token()
+    guard()
     action = request.form.get("action")
     engine = current_app.config["SCRAPEFLEET_ENGINE"]
     try:
@@ -120,7 +185,7 @@ def host(name: str) -> Response:
 def jobs() -> Response:
     """retry (failed/cancelled -> pending) or cancel (pending/queued -> cancelled) the jobs
     named by the form's ``ids`` fields (one job's page, or the rows a search listed)."""
-    _require_token()
+    guard()
     action = request.form.get("action")
     ids = parse_job_ids(request.form.getlist("ids"))
     engine = current_app.config["SCRAPEFLEET_ENGINE"]
