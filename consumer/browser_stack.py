@@ -466,7 +466,8 @@ stereotype = '{stereotype}'
             str(self.settings.java_binary),
             f"-Djava.io.tmpdir={self.tmp_dir}",
             "-jar", str(jar),
-            "standalone", "--config", str(self.config_path),
+            # Relative (the Grid runs in work_dir): the Grid splits a --config value at spaces.
+            "standalone", "--config", self.config_path.name,
         ]  # fmt: skip
         try:
             self._grid = subprocess.Popen(

@@ -86,7 +86,7 @@ def settings_for(
     return load_settings(
         None,
         database_url=database_url,
-        state_dir=work / f"state-{label.replace(' ', '-')}",
+        state_dir=work / f"state-{uuid.uuid5(uuid.NAMESPACE_OID, label).hex[:8]}",
         artifacts_dir=work / "artifacts",
         boot_id_file=boot_id,
         capacity=capacity,

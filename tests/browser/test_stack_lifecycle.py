@@ -144,3 +144,16 @@ def test_a_session_pool_outlives_a_restart_of_its_stack(
         finally:
             pool.close()
     assert processes_mentioning(own_stack_dir, stack.tmp_dir) == []
+
+
+def test_a_stack_starts_in_a_directory_whose_path_has_spaces(
+    settings: Settings, site: LocalSite, tmp_path: Path
+) -> None:
+    work = tmp_path / "state dir (host a)" / "stack"
+    with BrowserStack(settings, "spaced", 1, work) as stack:
+        driver = stack.new_driver()
+        try:
+            assert fetch_page(driver, FetchPageParams(url=site.url("/item")))["title"] == "Widget 42"
+        finally:
+            driver.quit()
+    assert processes_mentioning(work, stack.tmp_dir) == []

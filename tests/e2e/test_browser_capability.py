@@ -73,6 +73,15 @@ def test_a_host_without_a_usable_jar_runs_other_jobs_and_recovers_its_browser_by
         fleet.start_consumer("bad", {"SCRAPEFLEET_JAVA_BINARY": str(java)})
         fleet.start_producer()
 
+        def reporting(host: str) -> bool:
+            try:
+                return read_status(state_dir, host).state == "active"
+            except ProbeError:  # not written yet
+                return False
+
+        # Both up before the first job: else the good host, up first, could take every job.
+        wait_for(lambda: reporting("good") and reporting("bad"), 120, "both consumers up")
+
         def bad_failing() -> bool:
             try:
                 return read_status(state_dir, "bad").browser == "failing"
@@ -81,7 +90,11 @@ def test_a_host_without_a_usable_jar_runs_other_jobs_and_recovers_its_browser_by
 
         # A browser job reaches the bad host too (both look able at first), which finds out.
         pages = submit(engine, [NewJob("fetch_page", {"url": site.url("/item")}) for _ in range(8)])
-        wait_for(bad_failing, 180, "the bad host's browser reported failing")
+        try:
+            wait_for(bad_failing, 180, "the bad host's browser reported failing")
+        except AssertionError as exc:
+            tails = "\n".join(f"--- {n}\n{fleet.log_tail(n, 30)}" for n in fleet.processes)
+            raise AssertionError(f"{exc}\n{tails}") from None
         others = submit(
             engine,
             [NewJob("noop") for _ in range(12)]
