@@ -117,6 +117,37 @@ def run_consumer(
     run = Run(label)
     started = time.monotonic()
     thread.start()
+    try:
+        sample_until_done(engine, consumer, thread, run, started, len(urls))
+        run.elapsed_s = time.monotonic() - started
+    except BaseException:  # Ctrl-C: the consumer stops its stacks, nothing is left behind
+        consumer.request_cold_stop("benchmark interrupted")
+        thread.join(60)
+        raise
+    with engine.connect() as conn:
+        failed = conn.execute(
+            sa.text("SELECT count(*) FROM jobs WHERE status <> 'completed'")
+        ).scalar_one()
+        restarts = conn.execute(
+            sa.text("SELECT details FROM host_events WHERE event = 'restart' ORDER BY id")
+        ).scalars()
+        # Overlapped: the time browser claims waited for the next stack; draining: the whole
+        # restart (the host claimed nothing from the budget to the new stack).
+        run.no_claim_s = [float(d.get("no_claim_s", d.get("duration_s", 0.0))) for d in restarts]
+    if failed:
+        print(f"  {label}: {failed} job(s) did not complete")
+    return run
+
+
+def sample_until_done(
+    engine: Engine,
+    consumer: Consumer,
+    thread: threading.Thread,
+    run: Run,
+    started: float,
+    total: int,
+) -> None:
+    """Until the consumer is idle: the producer's part, and the PSS of the host's stacks."""
     while thread.is_alive():
         thread.join(SAMPLE_S)
         with engine.begin() as conn:
@@ -132,21 +163,7 @@ def run_consumer(
         supervisor = consumer.supervisor
         pss = supervisor.memory_pss_bytes() if supervisor else 0
         run.samples.append((time.monotonic() - started, done, pss))
-        print(f"  {label}: {done}/{len(urls)} jobs, stack PSS {pss / MB:.0f} MB", flush=True)
-    run.elapsed_s = time.monotonic() - started
-    with engine.connect() as conn:
-        failed = conn.execute(
-            sa.text("SELECT count(*) FROM jobs WHERE status <> 'completed'")
-        ).scalar_one()
-        restarts = conn.execute(
-            sa.text("SELECT details FROM host_events WHERE event = 'restart' ORDER BY id")
-        ).scalars()
-        # Overlapped: the time browser claims waited for the next stack; draining: the whole
-        # restart (the host claimed nothing from the budget to the new stack).
-        run.no_claim_s = [float(d.get("no_claim_s", d.get("duration_s", 0.0))) for d in restarts]
-    if failed:
-        print(f"  {label}: {failed} job(s) did not complete")
-    return run
+        print(f"  {run.label}: {done}/{total} jobs, stack PSS {pss / MB:.0f} MB", flush=True)
 
 
 def plain_loop(settings: Settings, work: Path, urls: list[str]) -> float:
