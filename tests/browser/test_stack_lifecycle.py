@@ -153,7 +153,8 @@ def test_a_stack_starts_in_a_directory_whose_path_has_spaces(
     with BrowserStack(settings, "spaced", 1, work) as stack:
         driver = stack.new_driver()
         try:
-            assert fetch_page(driver, FetchPageParams(url=site.url("/item")))["title"] == "Widget 42"
+            page = fetch_page(driver, FetchPageParams(url=site.url("/item")))
+            assert page["title"] == "Widget 42"
         finally:
             driver.quit()
     assert processes_mentioning(work, stack.tmp_dir) == []
