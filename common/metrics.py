@@ -17,7 +17,7 @@ Two kinds of figures:
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from wsgiref.simple_server import WSGIServer
 
@@ -25,7 +25,7 @@ from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_se
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from scrapefleet.common.tables import HOST_STATES
+from scrapefleet.common.tables import HOST_STATES, JOB_STATUSES
 
 # ---------------------------------------------------------------- producer
 
@@ -105,23 +105,48 @@ class HostFigures:
 
 
 @dataclass(frozen=True)
+class ProducerFigures:
+    """Whether a producer assigns, judged from the producers table (common.producer_status)
+    at the refresh: any producer, a standby too, exports the leader's, since a dead leader
+    cannot export its own."""
+
+    up: bool
+    last_cycle_timestamp_s: float | None  # the leader's last cycle; None: no producer ever ran
+
+
+@dataclass(frozen=True)
 class FleetSnapshot:
     jobs: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (status, kind) -> n
     hosts: Mapping[str, HostFigures] = field(default_factory=dict)
+    producer: ProducerFigures | None = None
+
+
+def job_counts_with_zeros(
+    jobs: Mapping[tuple[str, str], int], kinds: Iterable[str] = ()
+) -> dict[tuple[str, str], int]:
+    """Every status of every kind (those counted, plus ``kinds``), 0 where none: a series that
+    vanished at zero would read as "no data", not as an empty queue, in graphs and alerts."""
+    all_kinds = {kind for _, kind in jobs} | set(kinds)
+    return {
+        (status, kind): jobs.get((status, kind), 0) for status in JOB_STATUSES for kind in all_kinds
+    }
 
 
 class _FleetCollector(Collector):
     def __init__(self) -> None:
         self._snapshot: FleetSnapshot | None = None
+        self._kinds: set[str] = set()  # every kind seen since start: its series stay, at 0
         self._lock = threading.Lock()
 
     def publish(self, snapshot: FleetSnapshot) -> None:
         with self._lock:
             self._snapshot = snapshot
+            self._kinds.update(kind for _, kind in snapshot.jobs)
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
             snapshot = self._snapshot
+            kinds = set(self._kinds)
         if snapshot is None:  # not a producer, or no refresh yet: nothing rather than zeros
             return
         jobs = GaugeMetricFamily(
@@ -129,7 +154,7 @@ class _FleetCollector(Collector):
             "Jobs in the jobs table by status and kind",
             labels=["status", "kind"],
         )
-        for (status, kind), count in sorted(snapshot.jobs.items()):
+        for (status, kind), count in sorted(job_counts_with_zeros(snapshot.jobs, kinds).items()):
             jobs.add_metric([status, kind], count)
         state = GaugeMetricFamily(
             "scrapefleet_host_state", "1 for the host's current state", labels=["host", "state"]
@@ -153,9 +178,27 @@ class _FleetCollector(Collector):
             restarts.add_metric([host], figures.restarts)
             reboots.add_metric([host], figures.reboots)
         yield from (jobs, state, memory, restarts, reboots)
+        if snapshot.producer is not None:
+            yield from _producer_families(snapshot.producer)
 
     def describe(self) -> Iterator[Metric]:
         return iter(())  # collected lazily: registration must not call collect()
+
+
+def _producer_families(figures: ProducerFigures) -> Iterator[Metric]:
+    up = GaugeMetricFamily(
+        "scrapefleet_producer_up",
+        "1 when a producer cycled within max(3 x its interval, 10 s) and has not stopped",
+    )
+    up.add_metric([], 1.0 if figures.up else 0.0)
+    yield up
+    if figures.last_cycle_timestamp_s is not None:
+        last = GaugeMetricFamily(
+            "scrapefleet_producer_last_cycle_timestamp_seconds",
+            "Unix time of the leading producer's last full cycle",
+        )
+        last.add_metric([], figures.last_cycle_timestamp_s)
+        yield last
 
 
 _FLEET = _FleetCollector()

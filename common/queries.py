@@ -10,6 +10,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from scrapefleet.common.errors import NotFound
+from scrapefleet.common.store.operator import JOB_FILTER_SQL
+from scrapefleet.common.store.records import JobFilter
 from scrapefleet.common.store.statuses import IN_FLIGHT, HostState, JobStatus, sql_list
 
 _PENDING = f"status = '{JobStatus.PENDING}'"
@@ -106,6 +108,23 @@ def job_statuses(conn: Connection, job_ids: Sequence[int]) -> dict[int, str]:
         sa.text("SELECT id, status FROM jobs WHERE id = ANY(:ids)"), {"ids": list(job_ids)}
     )
     return {r.id: r.status for r in rows}
+
+
+def jobs_matching_by_status(conn: Connection, which: JobFilter) -> dict[str, int]:
+    """How many jobs an operator's filter matches, per status: what a retry or cancel would
+    move before it moves it, and why it would move nothing. Same filter as the store's."""
+    rows = conn.execute(
+        sa.text(f"SELECT status, count(*) AS n FROM jobs WHERE {JOB_FILTER_SQL} GROUP BY status"),
+        which.params(),
+    )
+    return {r.status: r.n for r in rows}
+
+
+def host_exists(conn: Connection, name: str) -> bool:
+    return (
+        conn.execute(sa.text("SELECT 1 FROM hosts WHERE name = :name"), {"name": name}).first()
+        is not None
+    )
 
 
 def host_is_idle(conn: Connection, host: str) -> bool:

@@ -6,23 +6,46 @@ defaults from common.constants. An invalid value raises SettingsError naming the
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
+import json
 import os
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import SettingsError as EnvParseError
 
 from scrapefleet.common import constants as C
 from scrapefleet.common.errors import SettingsError
+from scrapefleet.common.http_params import validate_proxy_url, validate_user_agent
 
 CONFIG_ENV = "SCRAPEFLEET_CONFIG"
+ENV_PREFIX = "SCRAPEFLEET_"
+# The project's own variables that are not settings, so not refused as unknown: the config
+# file; the browser stack's process markers (set in the Grid's environment and inherited by all
+# it starts); the test and benchmark harnesses' knobs, which reach the daemons they start.
+NOT_SETTINGS = frozenset(
+    {
+        CONFIG_ENV,
+        "SCRAPEFLEET_STACK_TOKEN",
+        "SCRAPEFLEET_STACK_DIR",
+        "SCRAPEFLEET_FLEET_RUN",
+        "SCRAPEFLEET_FLEET_MODE",
+        "SCRAPEFLEET_DOCS_SCREENSHOTS",
+    }
+)
+NOT_SETTINGS_PREFIXES = ("SCRAPEFLEET_TEST_", "SCRAPEFLEET_BENCH_")
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="SCRAPEFLEET_", extra="forbid", frozen=True)
+    # allow_inf_nan=False: "1e999" parses as infinity, which no timeout or interval means.
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, extra="forbid", frozen=True, allow_inf_nan=False
+    )
 
     # Where everything lives.
     database_url: str | None = Field(
@@ -30,8 +53,12 @@ class Settings(BaseSettings):
     )
     state_dir: Path = Field(default=Path("/var/lib/scrapefleet"), description="status files")
     artifacts_dir: Path = Field(default=Path("/var/lib/scrapefleet/artifacts"))
-    actions: list[str] = Field(
-        default_factory=list, description="user actions as 'module:function' dotted paths"
+    # NoDecode: a list setting's environment value reaches _comma_separated as it is, so that
+    # "a,b" works as well as JSON.
+    actions: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="user actions as 'module:function' dotted paths (env: comma-separated, or a"
+        " JSON list)",
     )
 
     # Database connections: common/db.py adds these to every connection unless the URL names
@@ -113,6 +140,26 @@ class Settings(BaseSettings):
         " (they go back to pending); unset -> job_timeout_s",
     )
 
+    # http_get (common/http_client.py): the host's defaults; a job's own params win.
+    http_user_agent: str = Field(default="scrapefleet/0.1", description="User-Agent header")
+    http_proxy: SecretStr | None = Field(
+        default=None,
+        description="http://, https:// or socks5:// URL (user:password@ allowed) every http_get"
+        " goes through unless its job names a proxy; unset -> direct",
+    )
+    http_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=600,
+        description="one http_get, whole: connect, redirects and the last body byte",
+    )
+    http_max_body_bytes: int = Field(
+        default=10 * 1024 * 1024,
+        ge=1024,
+        le=1024**3,
+        description="an http_get body is read up to this (decompressed), the rest is cut",
+    )
+
     # Retries.
     max_attempts: int = Field(default=C.DEFAULT_MAX_ATTEMPTS, ge=1, le=100)
     backoff_base_s: float = Field(default=C.BACKOFF_BASE_S, ge=0)
@@ -168,7 +215,7 @@ class Settings(BaseSettings):
         default=None,
         description="while rotating: the old key, a second signature beside the new one's",
     )
-    webhook_allow_networks: list[str] = Field(
+    webhook_allow_networks: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="CIDRs webhooks may reach although internal (loopback, private, ...)",
     )
@@ -257,6 +304,22 @@ class Settings(BaseSettings):
             raise ValueError("must be at least 16 characters")
         return value
 
+    @field_validator("actions", "webhook_allow_networks", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        # The README's own form, SCRAPEFLEET_ACTIONS=mypkg.scrapers:prices, is not JSON.
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                return json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ValueError(
+                    f"not a JSON list ({exc.msg}); or give items separated by commas"
+                ) from None
+        return [item.strip() for item in text.split(",") if item.strip()]
+
     @field_validator("webhook_allow_networks")
     @classmethod
     def _networks(cls, value: list[str]) -> list[str]:
@@ -266,6 +329,19 @@ class Settings(BaseSettings):
             except ValueError:
                 raise ValueError(f"{item!r} is not an IP address or CIDR network") from None
         return value
+
+    @field_validator("http_proxy")
+    @classmethod
+    def _proxy_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or value.get_secret_value() == "":
+            return None
+        validate_proxy_url(value.get_secret_value())
+        return value
+
+    @field_validator("http_user_agent")
+    @classmethod
+    def _user_agent(cls, value: str) -> str:
+        return validate_user_agent(value)
 
     @field_validator("log_level")
     @classmethod
@@ -287,20 +363,39 @@ def load_settings(config_file: Path | str | None = None, **overrides: Any) -> Se
             raise SettingsError(f"config file {path}: {exc.strerror}") from None
         except tomllib.TOMLDecodeError as exc:
             raise SettingsError(f"config file {path}: {exc}") from None
+    unknown_environment_check(os.environ)
     # Environment beats the file: drop file keys that the environment sets.
     for key in list(file_values):
-        if f"SCRAPEFLEET_{key.upper()}" in os.environ:
+        if f"{ENV_PREFIX}{key.upper()}" in os.environ:
             del file_values[key]
     try:
         return Settings(**{**file_values, **overrides})
     except ValidationError as exc:
         raise SettingsError(_first_problem(exc)) from None
+    except EnvParseError as exc:  # pydantic-settings' own, raised before validation
+        raise SettingsError(f"invalid setting: {exc}") from None
+
+
+def unknown_environment_check(environ: Mapping[str, str]) -> None:
+    """Refuse a SCRAPEFLEET_* variable that is no setting, naming it: a typo would otherwise
+    leave the setting at its default without a word (an unknown TOML key is refused too)."""
+    known = {f"{ENV_PREFIX}{name.upper()}" for name in Settings.model_fields}
+    for key in sorted(environ):
+        upper = key.upper()
+        if not upper.startswith(ENV_PREFIX) or upper in known or upper in NOT_SETTINGS:
+            continue
+        if upper.startswith(NOT_SETTINGS_PREFIXES):
+            continue
+        close = difflib.get_close_matches(upper, sorted(known), n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise SettingsError(f"unknown setting {key} in the environment{hint}")
 
 
 def _first_problem(exc: ValidationError) -> str:
     err = exc.errors()[0]
     name = ".".join(str(p) for p in err["loc"]) or "settings"
-    env = f"SCRAPEFLEET_{name.upper()}"
+    env = f"{ENV_PREFIX}{str(err['loc'][0]).upper()}" if err["loc"] else ENV_PREFIX
     if err["type"] == "extra_forbidden":
         return f"unknown setting {name!r}"
-    return f"invalid setting {name} ({env}): {err['msg']}"
+    message = str(err["msg"]).removeprefix("Value error, ")  # pydantic's, for our own checks
+    return f"invalid setting {name} ({env}): {message}"

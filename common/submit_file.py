@@ -14,7 +14,7 @@ import csv
 import json
 from collections.abc import Iterable, Iterator
 from datetime import datetime
-from typing import Any, TextIO
+from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -70,7 +70,40 @@ def validate_job(fields: dict[str, Any]) -> NewJob:
     return NewJob(**line.model_dump(), needs_browser=action.needs_browser)
 
 
-def parse_jobs(stream: TextIO, fmt: str) -> Iterator[NewJob]:
+def read_jobs(raw: Iterable[bytes], fmt: str, name: str = "the file") -> list[NewJob]:
+    """Every job of a file read as bytes (UTF-8; a byte-order mark is allowed). A file that is
+    not UTF-8, or holds no job at all, raises SubmitError: submitting nothing is never what was
+    meant, and a traceback is no answer."""
+    seen = _Seen()
+    jobs = list(parse_jobs(decoded_lines(raw, seen), fmt))
+    if not jobs:
+        if not seen.bytes:
+            raise SubmitError(f"{name} is empty: no jobs to submit")
+        what = "only a header" if fmt == "csv" else "only blank lines"
+        raise SubmitError(f"no jobs in {name} ({what})")
+    return jobs
+
+
+class _Seen:
+    bytes = 0
+
+
+def decoded_lines(raw: Iterable[bytes], seen: _Seen | None = None) -> Iterator[str]:
+    """The lines of ``raw`` as text, or SubmitError naming the first line that is not UTF-8."""
+    for number, line in enumerate(raw, start=1):
+        if seen is not None:
+            seen.bytes += len(line)
+        try:
+            # utf-8-sig on the first line: spreadsheets often save a byte-order mark there.
+            yield line.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError as exc:
+            raise SubmitError(
+                f"line {number}: not UTF-8 text (byte 0x{line[exc.start]:02x} at column"
+                f" {exc.start + 1}): save the file as UTF-8"
+            ) from None
+
+
+def parse_jobs(stream: Iterable[str], fmt: str) -> Iterator[NewJob]:
     """Yield jobs; the first bad line raises SubmitError('line N: ...')."""
     rows = _json_lines(stream) if fmt == "jsonl" else _csv_rows(stream)
     for number, fields in rows:
@@ -80,7 +113,7 @@ def parse_jobs(stream: TextIO, fmt: str) -> Iterator[NewJob]:
             raise SubmitError(f"line {number}: {exc}") from None
 
 
-def _json_lines(stream: TextIO) -> Iterable[tuple[int, dict[str, Any]]]:
+def _json_lines(stream: Iterable[str]) -> Iterable[tuple[int, dict[str, Any]]]:
     for number, text in enumerate(stream, start=1):
         if not text.strip():
             continue
@@ -93,9 +126,11 @@ def _json_lines(stream: TextIO) -> Iterable[tuple[int, dict[str, Any]]]:
         yield number, fields
 
 
-def _csv_rows(stream: TextIO) -> Iterable[tuple[int, dict[str, Any]]]:
+def _csv_rows(stream: Iterable[str]) -> Iterable[tuple[int, dict[str, Any]]]:
     reader = csv.DictReader(stream)
-    if not reader.fieldnames or "kind" not in reader.fieldnames:
+    if not reader.fieldnames:
+        return  # an empty file: read_jobs says so
+    if "kind" not in reader.fieldnames:
         raise SubmitError("line 1: CSV header must have a 'kind' column")
     for row in reader:
         number = reader.line_num

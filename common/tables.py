@@ -225,3 +225,26 @@ fleet_control = sa.Table(
     sa.CheckConstraint("id", name="fleet_control_single_row"),
     comment="Fleet-wide operator switches (one row): assignment paused, by whom, why",
 )
+
+# One row per producer process, written only by that process: the leader at each full cycle,
+# a standby at each try for the lock (migration 0007). The ``fleet`` view reads it.
+producers = sa.Table(
+    "producers",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("host", sa.Text, nullable=False),
+    sa.Column("pid", sa.Integer, nullable=False),
+    sa.Column("version", sa.Text, nullable=False),
+    sa.Column("role", sa.Text, nullable=False),
+    # The producer's own producer_interval_s: readers judge its staleness by it, not by theirs.
+    sa.Column("interval_s", sa.Float, nullable=False),
+    # Only the producer knows whether it signs and sends webhooks; readers show it.
+    sa.Column("webhook_secret_set", sa.Boolean, nullable=False),
+    sa.Column("started_at", TS, nullable=False, server_default=sa.text("now()")),
+    sa.Column("last_seen_at", TS, nullable=False, server_default=sa.text("now()")),
+    sa.Column("last_cycle_at", TS),
+    # The last full cycle that finished before last_cycle_at's (the current one is running).
+    sa.Column("last_cycle_duration_s", sa.Float),
+    sa.CheckConstraint("role IN ('leader', 'standby', 'stopped')", name="producers_role_valid"),
+    comment="One row per producer process: role, version, last cycle (leader), last seen",
+)

@@ -1,10 +1,12 @@
 """``scrapefleet-consumer``: run the consumer daemon of this host, or print its status.
 
-    scrapefleet-consumer [run] [--host NAME] [--capacity N] [--config FILE] [--until-idle]
+    scrapefleet-consumer [run] [--host NAME] [--register] [--capacity N] [--config FILE]
+                         [--until-idle]
     scrapefleet-consumer status --json [--host NAME] [--config FILE]
 
 Exit codes: 0 done (a first SIGTERM/SIGINT drains, a second one stops cold; both exit 0), 1
-database unreachable at start or no status, 2 invalid setting.
+database unreachable at start, no status, or a host that was never added (without --register),
+2 invalid setting.
 """
 
 from __future__ import annotations
@@ -55,6 +57,11 @@ capacity_option = click.option(
 until_idle_option = click.option(
     "--until-idle", is_flag=True, help="Exit once nothing is left to do here."
 )
+# Without it a host must exist (`scrapefleet hosts add`): a typo in --host must not enrol a new
+# host that the producer then gives work.
+register_option = click.option(
+    "--register", is_flag=True, help="Add the host if it does not exist yet."
+)
 
 
 @click.group(invoke_without_command=True)
@@ -62,6 +69,7 @@ until_idle_option = click.option(
 @capacity_option
 @config_option
 @until_idle_option
+@register_option
 @click.pass_context
 def cli(
     ctx: click.Context,
@@ -69,10 +77,18 @@ def cli(
     capacity: int | None,
     config: Path | None,
     until_idle: bool,
+    register: bool,
 ) -> None:
     """Consumer daemon of a scrapefleet host; with no command, ``run``."""
     if ctx.invoked_subcommand is None:
-        ctx.invoke(run, host=host, capacity=capacity, config=config, until_idle=until_idle)
+        ctx.invoke(
+            run,
+            host=host,
+            capacity=capacity,
+            config=config,
+            until_idle=until_idle,
+            register=register,
+        )
 
 
 @cli.command()
@@ -80,6 +96,7 @@ def cli(
 @capacity_option
 @config_option
 @until_idle_option
+@register_option
 @click.option(
     "--metrics-port",
     type=click.IntRange(0, 65535),
@@ -91,6 +108,7 @@ def run(
     capacity: int | None,
     config: Path | None,
     until_idle: bool,
+    register: bool = False,
     metrics_port: int | None = None,
 ) -> None:
     """Claim and run this host's jobs until SIGTERM (the default command)."""
@@ -125,6 +143,8 @@ def run(
     try:
         with StopSignals(consumer.lifecycle):
             check_reachable(engine)
+            if not register:
+                _require_host(engine, name)
             code = consumer.run(until_idle=until_idle)
     except DatabaseUnavailable as exc:
         _fail(str(exc), 1)
@@ -142,6 +162,20 @@ def run(
         sys.stderr.flush()
         os._exit(code)
     sys.exit(code)
+
+
+def _require_host(engine: Any, name: str) -> None:
+    from scrapefleet.common import queries
+    from scrapefleet.common.db import wrapped_errors
+
+    with wrapped_errors(), engine.connect() as conn:
+        exists = queries.host_exists(conn, name)
+    if not exists:
+        _fail(
+            f"no host named {name!r}: add it with `scrapefleet hosts add {name}`, or pass"
+            " --register to add it now",
+            1,
+        )
 
 
 @cli.command()

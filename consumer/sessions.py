@@ -175,6 +175,9 @@ def _close_quietly(websocket: Any) -> None:
         websocket.close()
 
 
+RECLAIM_AGAIN_S = 2.0
+
+
 class SessionPermits:
     """At most ``limit`` browser sessions across the pools that share these permits (a host's
     running stack and the next or retiring one). An idle session never holds up a lease: a
@@ -185,6 +188,8 @@ class SessionPermits:
         self.limit = limit
         self._held = 0
         self._reclaiming = 0  # idle sessions asked to quit, their permits not yet back
+        self._asked_at = 0.0  # when a pool was last asked to give a session back
+        self._interrupted = False
         self._cond = threading.Condition()
         self._pools: list[SessionPool] = []
 
@@ -205,11 +210,18 @@ class SessionPermits:
         deadline = time.monotonic() + timeout_s
         while True:
             with self._cond:
+                if self._interrupted:
+                    return False
                 if self._held < self.limit:
                     self._held += 1
                     return True
                 others = [p for p in self._pools if p is not pool] if reclaim else []
-                ask = not self._reclaiming and others
+                # One ask at a time; asked again when the last has not freed one in a while
+                # (its pool was closed, or the session it owed was taken by its own lease).
+                stale = time.monotonic() - self._asked_at > RECLAIM_AGAIN_S
+                ask = bool(others) and (not self._reclaiming or stale)
+                if ask:
+                    self._asked_at = time.monotonic()
             # Pools are asked outside our lock: a pool calls release() under its own.
             if ask and any(other.give_back() for other in others):
                 with self._cond:
@@ -221,6 +233,12 @@ class SessionPermits:
                 if remaining <= 0:
                     return False
                 self._cond.wait(min(remaining, 0.5))
+
+    def interrupt(self) -> None:
+        """Every acquire, waiting or to come, fails at once (the host's stacks are stopping)."""
+        with self._cond:
+            self._interrupted = True
+            self._cond.notify_all()
 
     def release(self) -> None:
         with self._cond:
@@ -369,9 +387,10 @@ class SessionPool:
                 self._return_idle(slot)
         return len(extra)
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
         """Quit every idle session now; a leased one is quit when its job returns. Leases
-        asked for after this raise StackError."""
+        asked for after this raise StackError. ``wait=False``: return without waiting for the
+        sessions being quit or started (their stack is about to be stopped anyway)."""
         with self._cond:
             if self._closed:
                 return
@@ -383,8 +402,8 @@ class SessionPool:
             self._cond.notify_all()
         for slot in idle:
             self._background.submit(self._retire, slot)
-        self._background.shutdown(wait=True)
-        if self._keepalive is not None:
+        self._background.shutdown(wait=wait)
+        if self._keepalive is not None and wait:
             self._keepalive.join(timeout=BIDI_COMMAND_TIMEOUT_S)
         if self._permits is not None:  # leased sessions still give their permits back
             self._permits.leave(self)
@@ -587,9 +606,12 @@ class SessionPool:
             log.warning("session slot %d: no replacement session: %s", slot.index, first_line(exc))
 
     def _settle(self, slot: _Slot) -> None:
-        """Back to idle, or quit when the pool closed meanwhile."""
+        """Back to idle; or quit, when the pool closed meanwhile or owes a session."""
         with self._cond:
-            if not self._closed:
+            owed = self._owed > 0 and slot.driver is not None
+            if owed:
+                self._owed -= 1
+            if not self._closed and not owed:
                 slot.state = SlotState.IDLE
                 self._cond.notify_all()
                 return

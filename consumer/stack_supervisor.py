@@ -269,7 +269,9 @@ class StackSupervisor:
     def clean_leftovers(self) -> None:
         """At consumer start: end whatever a consumer killed with SIGKILL left of its stacks."""
         killed = self.stack.stop().killed
-        for work_dir in self._work_dirs[1:]:
+        # The other directory's, and a stack of the single-directory layout of older versions.
+        legacy = self.settings.state_dir / "stack" / self.host
+        for work_dir in (*self._work_dirs[1:], legacy):
             killed += self._make_stack(work_dir).stop().killed
         if killed:
             log.warning("ended %d process(es) of a previous browser stack", killed)
@@ -437,15 +439,18 @@ class StackSupervisor:
 
     def _stop_everything(self) -> list[StopReport]:
         """The running stack, a next one and retired ones: every process ended."""
+        self._permits.interrupt()  # a next stack's check waiting for a session gives up
         for thread in (self._next_thread, self._retire_thread):
             if thread is not None and thread is not threading.current_thread():
                 thread.join()  # bounded: a start or a stop has its own timeouts
         reports = []
         for stack, pool in [*self._others(clear=True), (self.stack, self._pool)]:
             if pool is not None:
-                pool.close()
+                pool.close(wait=False)  # the stop below ends its sessions' browsers
             reports.append(stack.stop())
         self._pool = None
+        # No session of those stacks is left: the next stack counts from zero.
+        self._permits = SessionPermits(self.capacity)
         return reports
 
     def _others(self, clear: bool = False) -> list[tuple[BrowserStack, SessionPool]]:

@@ -14,7 +14,10 @@ queued on the listening connection and starts the next cycle as soon as this one
 wake-up is lost and none piles up.
 
 Only the holder of the advisory lock (producer.leader) writes anything; the others are hot
-standbys trying the lock at each interval.
+standbys trying the lock at each interval. The one exception is each producer's own row in
+``producers`` (common.store.fleet): the leader stamps it in every full cycle's assignment
+transaction, a standby at every try, so that a dead producer shows as stale rather than as
+nothing at all (common.producer_status).
 
 Shutdown is the producer's common.lifecycle.Lifecycle: a warm stop lets the cycle in progress
 and the background jobs finish, then releases the lock, for at most PRODUCER_DRAIN_TIMEOUT_S;
@@ -25,7 +28,10 @@ transaction, so an abandoned cycle rolls back, and the lock goes with the proces
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import logging
+import os
+import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -36,12 +42,17 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common import metrics, queries, store
-from scrapefleet.common.constants import PENDING_SCAN_FACTOR, PRODUCER_ADVISORY_LOCK_KEY
-from scrapefleet.common.db import describe, is_connection_error, wrapped_errors
+from scrapefleet.common.constants import (
+    PENDING_SCAN_FACTOR,
+    PRODUCER_ADVISORY_LOCK_KEY,
+    PRODUCER_ROWS_KEEP_S,
+)
+from scrapefleet.common.db import describe, is_connection_error, transaction, wrapped_errors
 from scrapefleet.common.errors import DatabaseUnavailable, ProbeError
 from scrapefleet.common.host_status import HostStatus
 from scrapefleet.common.lifecycle import PRODUCER_DRAIN_TIMEOUT_S, DaemonState, Lifecycle
 from scrapefleet.common.settings import Settings
+from scrapefleet.common.store.fleet import ProducerIdentity
 from scrapefleet.common.store.statuses import HostState
 from scrapefleet.producer.health import next_host_state
 from scrapefleet.producer.leader import LeaderSession
@@ -75,9 +86,18 @@ class _Probed:
     in_flight_at_probe: int  # the database's count read just before the probe
 
 
+def package_version() -> str:
+    try:
+        return importlib.metadata.version("scrapefleet")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
+        return "unknown"
+
+
 class Producer:
     """``probe``: the probe for every host (tests inject one); by default local hosts read
-    their status file and hosts with an address are asked over SSH."""
+    their status file and hosts with an address are asked over SSH. ``name``: this process in
+    the ``producers`` table (default host:pid; tests running several in one process name
+    them)."""
 
     def __init__(
         self,
@@ -86,8 +106,18 @@ class Producer:
         probe: Probe | None = None,
         *,
         drain_timeout_s: float = PRODUCER_DRAIN_TIMEOUT_S,
+        name: str | None = None,
     ) -> None:
         self.settings = settings
+        host = socket.gethostname()
+        self.identity = ProducerIdentity(
+            name=name or f"{host}:{os.getpid()}",
+            host=host,
+            pid=os.getpid(),
+            version=package_version(),
+            interval_s=settings.producer_interval_s,
+            webhook_secret_set=settings.webhook_secret is not None,
+        )
         self._engine = engine
         self._probe: Probe = probe if probe is not None else RoutingProbe(settings)
         self._leader = LeaderSession(engine.url, PRODUCER_ADVISORY_LOCK_KEY, settings=settings)
@@ -103,6 +133,7 @@ class Producer:
         self.operator_jobs = OperatorJobs(engine, settings, lambda: self.is_leader)
         # Figures for tests, benchmarks and the debug log.
         self.last_cycle_duration_s = 0.0
+        self.last_full_cycle_duration_s: float | None = None  # the leader's, for its row
         self.last_assigned = 0
         self.total_assigned = 0
         self.cycles = 0
@@ -145,6 +176,8 @@ class Producer:
         self.last_cycle_duration_s = duration
         self.last_assigned = report.assigned
         self.total_assigned += report.assigned
+        if report.leader and report.error is None and full:
+            self.last_full_cycle_duration_s = duration
         if report.leader and report.error is None:
             metrics.ASSIGNMENT_CYCLE_SECONDS.labels(cycle="full" if full else "wake").observe(
                 duration
@@ -173,8 +206,13 @@ class Producer:
 
     def _cycle(self, full: bool) -> CycleReport:
         # A standby tries the lock at the interval, not on every wake-up of the active producer.
-        if not self._leader.is_leader and (not full or not self._take_lead()):
-            return CycleReport(leader=False, full=full)
+        if not self._leader.is_leader:
+            if not full:
+                return CycleReport(leader=False, full=full)
+            if not self._take_lead():
+                with transaction(self._engine) as conn:
+                    store.record_standby_try(conn, self.identity)
+                return CycleReport(leader=False, full=full)
         report = CycleReport(leader=True, full=full)
         if full:
             with self._leader.transaction() as conn:
@@ -188,7 +226,7 @@ class Producer:
             transitions = self._record_health(hosts, results)
             rescued, requeued = self._rescue()
             report = replace(report, transitions=transitions, rescued=rescued, requeued=requeued)
-        return replace(report, assigned=self._assign())
+        return replace(report, assigned=self._assign(record_cycle=full))
 
     @contextlib.contextmanager
     def _cycle_lock_released(self) -> Iterator[None]:
@@ -300,8 +338,10 @@ class Producer:
 
     # -- assignment (every cycle) -------------------------------------------------------------
 
-    def _assign(self) -> int:
+    def _assign(self, *, record_cycle: bool = False) -> int:
         with self._leader.transaction() as conn:
+            if record_cycle:  # a full cycle: one upsert of this producer's row, never per wake
+                store.record_leader_cycle(conn, self.identity, self.last_full_cycle_duration_s)
             # An operator's fleet-wide pause (dashboard): read every cycle, one indexed row.
             if self._note_pause(queries.assignment_paused(conn)):
                 return 0
@@ -370,6 +410,7 @@ class Producer:
             return
         if not self.lifecycle.started():  # a stop came first: nothing to start
             return
+        self._register()
         self._scheduler = BackgroundScheduler(logger=_quiet_scheduler_logger(), timezone=UTC)
         self._scheduler.add_job(
             self._interval_cycle,
@@ -392,6 +433,17 @@ class Producer:
             stopping=self.lifecycle.stop_event,
         )
         self._wake.start()
+
+    def _register(self) -> None:
+        """This producer's row, fresh (a standby until it takes the lock), and rows of producers
+        long gone pruned. Cycles upsert the row anyway: a database down now is no reason not to
+        start."""
+        try:
+            with transaction(self._engine) as conn:
+                store.register_producer(conn, self.identity)
+                store.prune_producers(conn, PRODUCER_ROWS_KEEP_S)
+        except Exception as exc:
+            log.warning("could not register this producer, its first cycle will: %s", describe(exc))
 
     def _interval_cycle(self) -> None:
         self.run_cycle(full=True)
@@ -457,7 +509,16 @@ class Producer:
             self._closed = True
             self._leader.release()
             self._probe.close()
+            self._record_stopped()
         log.info("producer stopped, leader lock released")
+
+    def _record_stopped(self) -> None:
+        """Readers then say "stopped" at once rather than waiting for the row to go stale."""
+        try:
+            with transaction(self._engine) as conn:
+                store.record_producer_stopped(conn, self.identity.name)
+        except Exception as exc:  # stopping goes on; the row goes stale instead
+            log.debug("could not mark this producer stopped: %s", describe(exc))
 
     def _idle(self) -> bool:
         try:

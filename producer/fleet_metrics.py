@@ -6,7 +6,13 @@ from sqlalchemy.engine import Engine
 
 from scrapefleet.common import queries
 from scrapefleet.common.db import wrapped_errors
-from scrapefleet.common.metrics import FleetSnapshot, HostFigures, publish_fleet_snapshot
+from scrapefleet.common.metrics import (
+    FleetSnapshot,
+    HostFigures,
+    ProducerFigures,
+    publish_fleet_snapshot,
+)
+from scrapefleet.common.producer_status import read_producer_status
 
 
 def read_fleet_snapshot(engine: Engine) -> FleetSnapshot:
@@ -14,12 +20,21 @@ def read_fleet_snapshot(engine: Engine) -> FleetSnapshot:
         jobs = queries.jobs_by_status_and_kind(conn)
         hosts = queries.hosts(conn)
         maintenance = queries.host_maintenance_counts(conn)
+        producer = read_producer_status(conn)
     return FleetSnapshot(
         jobs=jobs,
         hosts={
             h.name: HostFigures(h.state, h.memory_available_bytes, *maintenance.get(h.name, (0, 0)))
             for h in hosts
         },
+        producer=ProducerFigures(
+            up=producer.up,
+            last_cycle_timestamp_s=(
+                producer.leader.last_cycle_at.timestamp()
+                if producer.leader is not None and producer.leader.last_cycle_at is not None
+                else None
+            ),
+        ),
     )
 
 

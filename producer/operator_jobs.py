@@ -15,7 +15,8 @@ from typing import Any
 from apscheduler.schedulers.base import BaseScheduler
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common.db import describe
+from scrapefleet.common import producer_status
+from scrapefleet.common.db import describe, wrapped_errors
 from scrapefleet.common.metrics import MetricsServer, serve_metrics
 from scrapefleet.common.settings import Settings
 from scrapefleet.producer.fleet_metrics import refresh_fleet_metrics
@@ -44,7 +45,7 @@ class OperatorJobs:
             )
             self._every(scheduler, settings.metrics_refresh_s, self.refresh_metrics, "metrics")
         if settings.webhook_secret is None:
-            log.warning("webhook_secret is not set: webhook deliveries wait in SQL, unsent")
+            self._warn_unsent_webhooks()
         else:
             self._sender = WebhookSender(self._engine, settings)
             # A queued delivery wakes a round at once (while leading); the interval stays as
@@ -52,6 +53,26 @@ class OperatorJobs:
             self._sender.listen(self._is_leader)
             self._every(scheduler, settings.webhook_interval_s, self.deliver_webhooks, "webhooks")
         self._every(scheduler, settings.retention_interval_s, self.retention, "retention")
+
+    def _warn_unsent_webhooks(self) -> None:
+        """At every start without a secret: say what waits because of it, so that webhooks
+        nobody receives do not go unnoticed (status and the dashboard say so too)."""
+        try:
+            with wrapped_errors(), self._engine.connect() as conn:
+                deliveries = producer_status.unsent_webhooks(conn)
+                callbacks = producer_status.unfinished_callback_jobs(conn)
+        except Exception as exc:
+            log.warning("webhook_secret is not set: webhooks are not sent (%s)", describe(exc))
+            return
+        if deliveries or callbacks:
+            log.warning(
+                "webhook_secret is not set: %d webhook deliveries queued and %d unfinished jobs"
+                " with a callback_url will not be sent; set webhook_secret and restart",
+                deliveries,
+                callbacks,
+            )
+        else:
+            log.info("webhook_secret is not set: webhooks are off")
 
     def close(self) -> None:
         if self._sender is not None:

@@ -36,12 +36,12 @@ def session_engine(database_url: str) -> Iterator[Engine]:
 @pytest.fixture
 def engine(session_engine: Engine) -> Engine:
     """The session's engine over an empty database (every table truncated; fleet_control
-    has no row, which reads as "not paused")."""
+    has no row, which reads as "not paused"; producers none, which reads as "producer down")."""
     with session_engine.begin() as conn:
         conn.execute(
             sa.text(
                 "TRUNCATE jobs, hosts, job_events, host_events, jobs_archive, webhook_deliveries,"
-                " fleet_control RESTART IDENTITY"
+                " fleet_control, producers RESTART IDENTITY"
             )
         )
     return session_engine

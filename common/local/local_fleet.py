@@ -51,7 +51,8 @@ class LocalFleet:
     ) -> subprocess.Popen[bytes]:
         return self._spawn(
             f"consumer-{host}",
-            [str(BIN / "scrapefleet-consumer"), "run", "--host", host],
+            # --register: a local fleet's hosts are its own, made up by whoever starts it.
+            [str(BIN / "scrapefleet-consumer"), "run", "--host", host, "--register"],
             extra_env,
         )
 

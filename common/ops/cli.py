@@ -1,7 +1,9 @@
 """`scrapefleet`: the admin CLI (database, jobs, hosts, status, the demo).
 
 Every ScrapefleetError becomes one line on stderr: exit 2 for bad input or settings (nothing
-was changed), exit 1 for a database that cannot be reached or a thing that does not exist.
+was changed), exit 1 for a database that cannot be reached or a thing that does not exist. A
+retry or cancel that moved nothing, or not every job it named, says why and exits 1; one over
+BULK_CONFIRM_OVER_JOBS jobs asks first, or exits 2 with no terminal to ask on and no --yes.
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
+from sqlalchemy.engine import Connection
 
 from scrapefleet.common import queries, store
 from scrapefleet.common.api import Client
@@ -27,10 +30,13 @@ from scrapefleet.common.errors import (
     SettingsError,
 )
 from scrapefleet.common.logging_setup import configure_logging
-from scrapefleet.common.ops.render import render_status
+from scrapefleet.common.ops import bulk
+from scrapefleet.common.ops.dashboard.reads import webhook_deliveries
+from scrapefleet.common.ops.render import render_delivery, render_status
+from scrapefleet.common.producer_status import NO_SECRET, read_producer_status
 from scrapefleet.common.settings import Settings, load_settings
 from scrapefleet.common.store import HostSpec, JobFilter
-from scrapefleet.common.submit_file import detect_format, parse_jobs
+from scrapefleet.common.submit_file import detect_format, read_jobs
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -111,7 +117,7 @@ def db_upgrade(ctx: _Context) -> None:
 
 
 @cli.command()
-@click.argument("file", type=click.File("r"), default="-")
+@click.argument("file", type=click.File("rb"), default="-")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "csv"]), help="default: by extension")
 @pass_ctx
 def submit(ctx: _Context, file: Any, fmt: str | None) -> None:
@@ -121,8 +127,10 @@ def submit(ctx: _Context, file: Any, fmt: str | None) -> None:
     """
     with _one_line_errors():
         client = ctx.client  # settings and user actions first: they validate the lines
-        fmt = detect_format(getattr(file, "name", None), fmt)
-        jobs = list(parse_jobs(file, fmt))
+        name = getattr(file, "name", None)
+        fmt = detect_format(name if isinstance(name, str) else None, fmt)
+        shown = name if isinstance(name, str) and name not in ("-", "<stdin>") else "stdin"
+        jobs = read_jobs(file, fmt, shown)
         with click.progressbar(length=len(jobs), label="inserting", file=sys.stderr) as bar:
             result = client.submit_many(jobs, progress=bar.update)
         skipped = f", {result.skipped_duplicates} skipped (dedupe key in use)"
@@ -138,16 +146,26 @@ def submit(ctx: _Context, file: Any, fmt: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @pass_ctx
 def status(ctx: _Context, as_json: bool) -> None:
-    """Jobs per status and load per host."""
+    """The producer (up, or down since when; the pause), jobs per status, load per host."""
     with _one_line_errors(), wrapped_errors(), ctx.client.engine.connect() as conn:
         counts = queries.status_counts(conn)
         hosts = queries.host_load(conn)
         pending_browser = queries.pending_browser_jobs(conn)
+        producer = read_producer_status(conn)
     if as_json:
-        document = {"jobs": counts, "hosts": hosts, "pending_browser_jobs": pending_browser}
+        document = {
+            "producer": producer.to_json(),
+            "jobs": counts,
+            "hosts": hosts,
+            "pending_browser_jobs": pending_browser,
+            "webhooks": {
+                "unsent": producer.unsent_webhooks,
+                "not_sent_reason": NO_SECRET if producer.webhooks_blocked else None,
+            },
+        }
         click.echo(json.dumps(document, default=str, indent=2))
         return
-    click.echo(render_status(counts, hosts, pending_browser))
+    click.echo("\n".join([*producer.lines(), render_status(counts, hosts, pending_browser)]))
 
 
 # ---------------------------------------------------------------- jobs
@@ -166,6 +184,8 @@ def jobs_show(ctx: _Context, job_id: int) -> None:
     with _one_line_errors(), wrapped_errors(), ctx.client.engine.connect() as conn:
         row = queries.job(conn, job_id)
         events = queries.job_events(conn, job_id)
+        webhooks = webhook_deliveries(conn, job_id)
+        secret_set = read_producer_status(conn).webhook_secret_set if webhooks else None
     error = row.pop("last_error")
     artifacts = row.pop("artifacts") or {}
     for key, value in row.items():
@@ -180,6 +200,10 @@ def jobs_show(ctx: _Context, job_id: int) -> None:
         click.echo("\nartifacts:")
         for key, value in artifacts.items():
             click.echo(f"  {key}: {value}")
+    if webhooks:
+        click.echo("\nwebhooks:")
+        for w in webhooks:
+            click.echo(f"  {w['status']} -> {w['url']}: {render_delivery(w, secret_set)}")
     if error:
         click.echo(f"\nlast error:\n{error}")
 
@@ -187,27 +211,127 @@ def jobs_show(ctx: _Context, job_id: int) -> None:
 def _filter_options(func: F) -> F:
     func = click.argument("ids", nargs=-1, type=int)(func)
     func = click.option("--kind", help="every job of this kind")(func)
-    return click.option("--host", help="every job on this host")(func)
+    func = click.option("--host", help="every job on this host")(func)
+    func = click.option(
+        "--yes",
+        "-y",
+        is_flag=True,
+        help=f"act on more than {bulk.BULK_CONFIRM_OVER_JOBS} jobs unasked",
+    )(func)
+    return click.option("--dry-run", is_flag=True, help="only count the jobs it would move")(func)
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def _why_nothing(
+    conn: Connection,
+    action: str,
+    which: JobFilter,
+    by_status: dict[str, int],
+    include_cancelled: bool,
+) -> str:
+    if which.ids and not (which.kind or which.host):
+        found = queries.job_statuses(conn, which.ids)
+        why = bulk.unmoved_ids(action, which.ids, [], found, include_cancelled=include_cancelled)
+        return why or f"nothing to {action}"
+    known = queries.host_exists(conn, which.host) if which.host else True
+    return bulk.nothing_matched(
+        action, which, by_status, include_cancelled=include_cancelled, host_known=known
+    )
+
+
+def _bulk(
+    ctx: _Context,
+    action: str,
+    which: JobFilter,
+    *,
+    yes: bool,
+    dry_run: bool,
+    include_cancelled: bool = False,
+) -> None:
+    """Count, confirm when many, act, and say why whatever did not move did not (exit 1)."""
+    past = bulk.PAST[action]
+    with _one_line_errors():
+        which.params()  # no filter at all is refused before anything is read
+        engine = ctx.client.engine
+        statuses = bulk.movable(action, include_cancelled)
+        with wrapped_errors(), engine.connect() as conn:
+            by_status = queries.jobs_matching_by_status(conn, which)
+            count = bulk.would_move(by_status, statuses)
+            if count == 0:
+                _fail(_why_nothing(conn, action, which, by_status, include_cancelled), 1)
+        interactive = sys.stdin.isatty()
+        go = bulk.decide(count, yes=yes, dry_run=dry_run, interactive=interactive)
+        if go is bulk.Go.COUNT_ONLY:
+            click.echo(f"would {action} {count:,} job(s) ({bulk.describe(which)})")
+            return
+        if go is bulk.Go.REFUSE:
+            _fail(
+                f"this would {action} {count:,} jobs ({bulk.describe(which)}): pass --yes to"
+                " confirm, or --dry-run to only count",
+                2,
+            )
+        if go is bulk.Go.ASK and not click.confirm(
+            f"{action} {count:,} job(s) ({bulk.describe(which)})?", default=False, err=True
+        ):
+            _fail(f"nothing {past}: not confirmed", 1)
+        with transaction(engine) as conn:
+            if action == bulk.RETRY:
+                moved = store.retry_jobs(conn, which, include_cancelled=include_cancelled)
+            else:
+                moved = store.cancel_jobs(conn, which)
+            moved_set = set(moved)
+            unmoved = [i for i in which.ids if i not in moved_set]
+            found = queries.job_statuses(conn, unmoved) if unmoved else {}
+    if not moved:  # what the count saw changed meanwhile (a claim, another operator)
+        _fail(f"nothing {past}: the {count:,} job(s) counted changed before they could be", 1)
+    click.echo(f"{past} {len(moved):,} job(s)")
+    if which.ids:
+        why = bulk.unmoved_ids(action, which.ids, moved, found, include_cancelled=include_cancelled)
+        if why:
+            _fail(why, 1)
 
 
 @jobs.command("retry")
 @_filter_options
+@click.option(
+    "--include-cancelled", is_flag=True, help="cancelled jobs too (by default: failed only)"
+)
 @pass_ctx
-def jobs_retry(ctx: _Context, ids: tuple[int, ...], kind: str | None, host: str | None) -> None:
-    """Failed or cancelled jobs -> pending again, with fresh attempts."""
-    with _one_line_errors(), transaction(ctx.client.engine) as conn:
-        moved = store.retry_jobs(conn, JobFilter(ids, kind, host))
-    click.echo(f"retried {len(moved)} job(s)")
+def jobs_retry(
+    ctx: _Context,
+    ids: tuple[int, ...],
+    kind: str | None,
+    host: str | None,
+    yes: bool,
+    dry_run: bool,
+    include_cancelled: bool,
+) -> None:
+    """Failed jobs -> pending again, with fresh attempts (cancelled ones with
+    --include-cancelled). Over 100 jobs asks first (--yes: don't). Matching nothing, or a named
+    job that cannot be retried, is an error (exit 1)."""
+    which = JobFilter(ids, kind, host)
+    _bulk(ctx, bulk.RETRY, which, yes=yes, dry_run=dry_run, include_cancelled=include_cancelled)
 
 
 @jobs.command("cancel")
 @_filter_options
 @pass_ctx
-def jobs_cancel(ctx: _Context, ids: tuple[int, ...], kind: str | None, host: str | None) -> None:
-    """Pending or queued jobs -> cancelled (running ones finish)."""
-    with _one_line_errors(), transaction(ctx.client.engine) as conn:
-        moved = store.cancel_jobs(conn, JobFilter(ids, kind, host))
-    click.echo(f"cancelled {len(moved)} job(s)")
+def jobs_cancel(
+    ctx: _Context,
+    ids: tuple[int, ...],
+    kind: str | None,
+    host: str | None,
+    yes: bool,
+    dry_run: bool,
+) -> None:
+    """Pending or queued jobs -> cancelled (running ones finish). Over 100 jobs asks first
+    (--yes: don't). Matching nothing, or a named job that cannot be cancelled, is an error
+    (exit 1)."""
+    _bulk(ctx, bulk.CANCEL, JobFilter(ids, kind, host), yes=yes, dry_run=dry_run)
 
 
 # ---------------------------------------------------------------- hosts

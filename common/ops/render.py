@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from scrapefleet.common.host_status import takes_browser_jobs
+from scrapefleet.common.producer_status import delivery_state
 
 
 def render_status(
@@ -33,3 +34,23 @@ def render_status(
             f"{pending_browser} browser job(s) pending: no active host can run browser jobs now"
         )
     return "\n".join(lines)
+
+
+def render_delivery(delivery: dict[str, Any], webhook_secret_set: bool | None) -> str:
+    """One webhook delivery's state; a waiting one on a producer without a secret says so
+    rather than "attempts 0, next attempt <a time long past>"."""
+    code = f" (HTTP {delivery['response_code']})" if delivery.get("response_code") else ""
+    error = f"; last error: {delivery['last_error']}" if delivery.get("last_error") else ""
+    if delivery.get("delivered_at"):
+        return f"delivered {delivery['delivered_at']:%Y-%m-%d %H:%M:%S}{code}"
+    if delivery.get("gave_up_at"):
+        return (
+            f"gave up {delivery['gave_up_at']:%Y-%m-%d %H:%M:%S} after"
+            f" {delivery['attempts']} attempts{code}{error}"
+        )
+    blocked = delivery_state(delivery, webhook_secret_set)
+    if blocked is not None:
+        return blocked
+    at = delivery.get("next_attempt_at")
+    when = f", next attempt {at:%Y-%m-%d %H:%M:%S}" if at else ""
+    return f"attempts {delivery['attempts']}{when}{code}{error}"

@@ -18,6 +18,7 @@ One module per table or actor, each with its named statements at the top:
     probes         what the producer's probes learn
     browser_stack  a consumer's stack starts, restarts, reboots, faults
     webhooks       delivery state
+    fleet          the producers' own rows: leader cycles, standby tries, stops
     retention      the move to jobs_archive
     events         the audit message and host_events rows
 
@@ -47,6 +48,7 @@ MODULES = (
     "probes",
     "browser_stack",
     "webhooks",
+    "fleet",
     "retention",
     "events",
 )
@@ -83,6 +85,20 @@ if TYPE_CHECKING:
         record_host_event,
         set_audit_message,
     )
+    from scrapefleet.common.store.fleet import (
+        LEADER_CYCLE_SQL,
+        PRUNE_PRODUCERS_SQL,
+        REGISTER_PRODUCER_SQL,
+        STANDBY_TRY_SQL,
+        STOPPED_SQL,
+        ProducerIdentity,
+        ProducerRole,
+        prune_producers,
+        record_leader_cycle,
+        record_producer_stopped,
+        record_standby_try,
+        register_producer,
+    )
     from scrapefleet.common.store.hosts import (
         ADD_HOST_SQL,
         SET_HOST_STATE_SQL,
@@ -95,11 +111,15 @@ if TYPE_CHECKING:
         set_host_state,
     )
     from scrapefleet.common.store.operator import (
+        CANCEL_SOURCES,
         CANCEL_SQL,
+        JOB_FILTER_SQL,
+        RETRY_INCLUDING_CANCELLED_SQL,
         RETRY_SQL,
         SET_ASSIGNMENT_PAUSED_SQL,
         cancel_jobs,
         retry_jobs,
+        retry_sources,
         set_assignment_paused,
     )
     from scrapefleet.common.store.probes import (

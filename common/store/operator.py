@@ -13,11 +13,15 @@ from scrapefleet.common.store.records import JobFilter
 from scrapefleet.common.store.statuses import JobStatus, sources, sql_list
 
 __all__ = [
+    "CANCEL_SOURCES",
     "CANCEL_SQL",
+    "JOB_FILTER_SQL",
+    "RETRY_INCLUDING_CANCELLED_SQL",
     "RETRY_SQL",
     "SET_ASSIGNMENT_PAUSED_SQL",
     "cancel_jobs",
     "retry_jobs",
+    "retry_sources",
     "set_assignment_paused",
 ]
 
@@ -27,18 +31,38 @@ _FILTER = (
     " AND (CAST(:kind AS text) IS NULL OR kind = :kind)"
     " AND (CAST(:host AS text) IS NULL OR host = :host)"
 )
+JOB_FILTER_SQL = _FILTER  # the same filter for the reads that count or explain a command
 # A job already processing is left to finish: cancelling takes only what has not started.
+CANCEL_SOURCES = sources("cancel_jobs", JobStatus.CANCELLED)
 CANCEL_SQL = sa.text(
     f"UPDATE jobs SET status = '{JobStatus.CANCELLED}', finished_at = now()"
-    f" WHERE status IN {sql_list(sources('cancel_jobs', JobStatus.CANCELLED))} AND {_FILTER}"
+    f" WHERE status IN {sql_list(CANCEL_SOURCES)} AND {_FILTER}"
     " RETURNING id"
 )
-RETRY_SQL = sa.text(
-    f"UPDATE jobs SET status = '{JobStatus.PENDING}', attempts = 0, host = NULL,"
-    " not_before = NULL, queued_at = NULL, started_at = NULL, finished_at = NULL"
-    f" WHERE status IN {sql_list(sources('retry_jobs', JobStatus.PENDING))} AND {_FILTER}"
-    " RETURNING id"
-)
+_RETRY_SOURCES = sources("retry_jobs", JobStatus.PENDING)
+
+
+def retry_sources(include_cancelled: bool) -> tuple[JobStatus, ...]:
+    """What a retry moves: failed jobs; cancelled ones only when asked, since someone
+    cancelled them on purpose and a broad filter must not bring them back by surprise."""
+    return tuple(
+        s
+        for s in _RETRY_SOURCES
+        if isinstance(s, JobStatus) and (include_cancelled or s is not JobStatus.CANCELLED)
+    )
+
+
+def _retry_sql(statuses: tuple[JobStatus, ...]) -> sa.TextClause:
+    return sa.text(
+        f"UPDATE jobs SET status = '{JobStatus.PENDING}', attempts = 0, host = NULL,"
+        " not_before = NULL, queued_at = NULL, started_at = NULL, finished_at = NULL"
+        f" WHERE status IN {sql_list(statuses)} AND {_FILTER}"
+        " RETURNING id"
+    )
+
+
+RETRY_SQL = _retry_sql(retry_sources(include_cancelled=False))
+RETRY_INCLUDING_CANCELLED_SQL = _retry_sql(retry_sources(include_cancelled=True))
 # The single row is created if a fresh (or truncated) database has none.
 SET_ASSIGNMENT_PAUSED_SQL = sa.text(
     "INSERT INTO fleet_control (id, assignment_paused, changed_by, changed_at, reason)"
@@ -56,11 +80,13 @@ def cancel_jobs(conn: Connection, which: JobFilter) -> list[int]:
     return sorted(conn.execute(CANCEL_SQL, params).scalars())
 
 
-def retry_jobs(conn: Connection, which: JobFilter) -> list[int]:
-    """failed (or cancelled) -> pending with a fresh set of attempts."""
+def retry_jobs(conn: Connection, which: JobFilter, *, include_cancelled: bool = False) -> list[int]:
+    """failed (and, with ``include_cancelled``, cancelled) -> pending with a fresh set of
+    attempts."""
     params = which.params()
     set_audit_message(conn, "retried by operator")
-    return sorted(conn.execute(RETRY_SQL, params).scalars())
+    statement = RETRY_INCLUDING_CANCELLED_SQL if include_cancelled else RETRY_SQL
+    return sorted(conn.execute(statement, params).scalars())
 
 
 def set_assignment_paused(conn: Connection, paused: bool, who: str, reason: str | None) -> None:

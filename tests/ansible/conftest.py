@@ -44,7 +44,8 @@ def package_wheel(ansible_tools: None) -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 def deployment(package_wheel: Path) -> Iterator[Deployment]:
-    """The fleet after one site.yml run (not checked here: the tests read deployment.runs)."""
+    """The fleet after one site.yml run (not checked here: the tests read deployment.runs),
+    with --diff: the output must show no secret even then (test_deploy.py)."""
     if missing := missing_prerequisites():
         pytest.skip(f"missing {', '.join(missing)}: run .ci/install-fleet.sh")
     if detect_mode() != "netns":
@@ -55,7 +56,7 @@ def deployment(package_wheel: Path) -> Iterator[Deployment]:
         pytest.skip(f"no Selenium Server jar under {GRID_NPM_PREFIX}: run .ci/install-browser.sh")
     deployment = Deployment(package_wheel)
     try:
-        deployment.play("site.yml")
+        deployment.play("site.yml", "--diff")
         yield deployment
     finally:
         deployment.close()

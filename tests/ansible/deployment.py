@@ -19,12 +19,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from tests.ansible.playbook import REPO, PlaybookRun, run_playbook
 from tests.fleet.harness import Fleet, FleetHost, _end_processes, _free_port
@@ -34,16 +36,36 @@ PG_VERSION = "15"
 WHEELHOUSE = REPO / "build" / "wheelhouse"
 GRID_NPM_PREFIX = REPO / ".ci" / "node"
 DB_PASSWORD = "s3cret'pw%"  # a quote and a percent sign: escaping is part of the test
+WEBHOOK_SECRET = "whsec-do-not-print-4d9f1c"
+# What no playbook output may show (--diff included): the secrets, as given and as rendered.
+SECRETS = [DB_PASSWORD, quote(DB_PASSWORD, safe=""), WEBHOOK_SECRET]
+PACKAGE_SOURCES = ["pyproject.toml", "README.md", "common", "producer", "consumer", "migrations"]
 
 
-def build_wheel(out_dir: Path) -> Path:
-    """This checkout's wheel; the build backend (setuptools) comes from the wheelhouse too."""
+def build_wheel(out_dir: Path, version: str | None = None) -> Path:
+    """This checkout's wheel; the build backend (setuptools) comes from the wheelhouse too.
+    With ``version``: the same code under another version, built from a copy of the sources
+    (what a rollout installs over the first one)."""
+    source = REPO
+    if version is not None:
+        source = out_dir / "source"
+        source.mkdir()
+        for name in PACKAGE_SOURCES:
+            if (REPO / name).is_dir():
+                ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+                shutil.copytree(REPO / name, source / name, ignore=ignore)
+            else:
+                shutil.copy(REPO / name, source / name)
+        pyproject = source / "pyproject.toml"
+        line = re.compile(r'^version = ".*"$', re.MULTILINE)
+        pyproject.write_text(line.sub(f'version = "{version}"', pyproject.read_text(), count=1))
     subprocess.run(
         [str(REPO / ".venv/bin/pip"), "wheel", "--quiet", "--no-deps", "--no-index",
-         "--find-links", str(WHEELHOUSE), "--wheel-dir", str(out_dir), str(REPO)],
+         "--find-links", str(WHEELHOUSE), "--wheel-dir", str(out_dir), str(source)],
         check=True, capture_output=True, timeout=scaled(120),
     )  # fmt: skip
-    return next(out_dir.glob("scrapefleet-*.whl"))
+    pattern = f"scrapefleet-{version}-*.whl" if version else "scrapefleet-*.whl"
+    return next(out_dir.glob(pattern))
 
 
 class Deployment:
@@ -132,6 +154,7 @@ class Deployment:
                 " -o IdentitiesOnly=yes -o ConnectTimeout=5"
             ),
             "scrapefleet_db_password": DB_PASSWORD,
+            "scrapefleet_webhook_secret": WEBHOOK_SECRET,
             "scrapefleet_package": str(wheel),
             "scrapefleet_pip_extra_args": f"--no-index --find-links {WHEELHOUSE}",
             "scrapefleet_apt_update_cache": False,  # CI installed the packages (.ci/install-*)

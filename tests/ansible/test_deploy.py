@@ -1,7 +1,8 @@
 """site.yml over real SSH against namespace hosts, then the fleet it built runs jobs.
 
 One deployment per module (tests/ansible/deployment.py); the tests run in file order: the
-first run's recap, the rendered units, a batch of jobs, then the second run (changed=0).
+first run's recap and what its --diff output shows, the rendered units and keys, a batch of
+jobs, the second run (changed=0), then a rollout of another version with one host drained.
 """
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.ansible.deployment import Deployment, parse_unit
+from tests.ansible.deployment import SECRETS, Deployment, build_wheel, parse_unit
 
 pytestmark = [pytest.mark.ansible, pytest.mark.timeout(900)]
 
 JOB_COUNT = 30
 JOBS_DEADLINE_S = 90.0
-FORCED_OPTIONS = "no-pty,no-port-forwarding,no-agent-forwarding,no-X11-forwarding"
+ROLLOUT_VERSION = "0.1.0.post1"
 
 
 def test_site_provisions_every_reachable_host(deployment: Deployment) -> None:
@@ -34,6 +35,21 @@ def test_site_provisions_every_reachable_host(deployment: Deployment) -> None:
     assert recap[deployment.down.name]["unreachable"] == 1, run.output[-6000:]
     # Without systemd as PID 1 the roles say why they did not start the services.
     assert "systemd is not PID 1" in run.output
+
+
+def test_diff_output_shows_no_secret(deployment: Deployment) -> None:
+    run = deployment.runs[0]
+    assert "+++ after" in run.output, "the first run was not made with --diff"
+    _assert_no_secret(run.output)
+    # The files do hold them, readable by the service only; the webhook secret goes to the
+    # producer alone (consumers hold no secret of the fleet's).
+    producer = tomllib.loads((deployment.db.dir / "etc" / "producer.toml").read_text())
+    assert producer["webhook_secret"] == SECRETS[-1]
+    assert SECRETS[1] in producer["database_url"]
+    for host in deployment.consumers:
+        consumer = (host.dir / "etc" / "consumer.toml").read_text()
+        assert "webhook_secret" not in consumer and SECRETS[-1] not in consumer
+        assert (host.dir / "etc" / "consumer.toml").stat().st_mode & 0o777 == 0o640
 
 
 def test_units_pass_systemd_analyze_verify(deployment: Deployment) -> None:
@@ -59,8 +75,13 @@ def test_consumers_are_locked_down(deployment: Deployment) -> None:
     for host in deployment.consumers:
         keys = (host.dir / "home" / ".ssh" / "authorized_keys").read_text()
         (line,) = [k for k in keys.splitlines() if k and not k.startswith("#")]
-        assert line.startswith('command="') and f"--host {host.name}" in line
-        assert f'",{FORCED_OPTIONS} ssh-ed25519 ' in line
+        status = (
+            f"{host.dir / 'venv'}/bin/scrapefleet-consumer status --json --host {host.name}"
+            f" --config {host.dir / 'etc' / 'consumer.toml'}"
+        )
+        # restrict: no pty, forwarding, agent, X11 or ~/.ssh/rc; from=: the producer only.
+        expected = f'restrict,from="{deployment.db.address}",command="{status}" ssh-ed25519 '
+        assert line.startswith(expected), line
         # No sudo rule any more (an earlier version's is removed): the consumer gains no
         # privilege, ever, and its unit says so.
         assert not (host.dir / "sudoers.d" / "scrapefleet").exists()
@@ -125,12 +146,67 @@ def test_provisioned_fleet_processes_a_batch(deployment: Deployment) -> None:
     assert all(loads[h.name]["state"] == "active" for h in deployment.consumers), loads
 
 
+def test_probe_key_works_from_the_producer_only(deployment: Deployment) -> None:
+    """The producer's key, used from the producer's address, gets the status document (the
+    consumers run since the batch above); the same key used from another host (a stolen copy
+    on a compromised consumer) is refused."""
+    target, other = deployment.consumers
+    user = parse_unit(deployment.unit_file(target).read_text())["User"][0]
+    ssh_dir = deployment.db.dir / "home" / ".ssh"
+    argv = ["ssh", "-F", "/dev/null", "-i", str(ssh_dir / "id_ed25519"), "-o", "BatchMode=yes",
+            "-o", "IdentitiesOnly=yes", "-o", f"UserKnownHostsFile={ssh_dir / 'known_hosts'}",
+            "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=5",
+            f"{user}@{target.address}", "sh", "-c", "id"]  # fmt: skip
+    allowed = deployment.db.run(argv)
+    assert allowed.returncode == 0, allowed.stderr
+    assert json.loads(allowed.stdout)["host"] == target.name  # the forced command, not `id`
+    refused = other.run(argv)
+    assert refused.returncode == 255, refused.stdout + refused.stderr
+    assert "Permission denied" in refused.stderr, refused.stderr
+
+
 def test_second_run_changes_nothing(deployment: Deployment) -> None:
-    run = deployment.play("site.yml")
+    run = deployment.play("site.yml", "--diff")
     recap = run.recap()
     for host in (deployment.db, *deployment.consumers):
         assert recap[host.name]["failed"] == 0, run.output[-6000:]
         assert recap[host.name]["changed"] == 0, "\n".join(run.changed_tasks())
+    _assert_no_secret(run.output)
+
+
+def test_rollout_restarts_the_producer_and_keeps_a_drained_host_drained(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    drained, other = deployment.consumers
+    done = deployment.scrapefleet("hosts", "drain", drained.name)
+    assert done.returncode == 0, done.stderr
+    wheel = build_wheel(tmp_path, version=ROLLOUT_VERSION)
+
+    run = deployment.play(
+        "rollout.yml", "--diff", "-e", f"scrapefleet_package={wheel}",
+        "--limit", f"all:!{deployment.down.name}",  # unreachable: it would stop the rollout
+    )  # fmt: skip
+    assert run.returncode == 0, run.output[-6000:]
+    _assert_no_secret(run.output)
+    for host in (deployment.db, *deployment.consumers):
+        version = host.run(
+            # -I: not the checkout's scrapefleet.egg-info in the current directory
+            [str(host.dir / "venv" / "bin" / "python"), "-I", "-c",
+             "from importlib.metadata import version; print(version('scrapefleet'))"]
+        )  # fmt: skip
+        assert version.stdout.strip() == ROLLOUT_VERSION, version.stderr
+    # The upgraded producer is restarted (here the handler says why it cannot: no systemd).
+    assert "RUNNING HANDLER [producer : Restart scrapefleet-producer]" in run.output
+    # The host drained by the operator stays drained; the other goes back to work.
+    hosts = json.loads(deployment.scrapefleet("status", "--json").stdout)["hosts"]
+    states = {h["host"]: h["state"] for h in hosts}
+    assert states == {drained.name: "draining", other.name: "active"}, run.output[-6000:]
+    assert f"{drained.name} was draining before the rollout and stays so" in run.output
+
+
+def _assert_no_secret(output: str) -> None:
+    for secret in SECRETS:
+        assert secret not in output, f"{secret!r} appears in the playbook output"
 
 
 def _logs(deployment: Deployment) -> str:

@@ -1,6 +1,6 @@
 """fetch_page jobs through one consumer host, against a plain loop on one browser session.
 
-    .venv/bin/python -m tests.benchmarks.bench_browser [--jobs 300] [--capacity 6]
+    .venv/bin/python -m tests.benchmarks.bench_browser [--jobs 300] [--session-jobs 60]
 
 Needs the browser stack (.ci/install-browser.sh) and PostgreSQL (SCRAPEFLEET_TEST_DATABASE_URL,
 else 127.0.0.1:5432, else an embedded pgserver), in a database of its own, dropped at the end.
@@ -8,7 +8,8 @@ else 127.0.0.1:5432, else an embedded pgserver), in a database of its own, dropp
 One run, the same pages (the local test site), capacity 6, a real Consumer with its own stack:
 
 1. the default: warm sessions, a fresh user context per job, overlapped restarts every 20;
-2. every job with ``isolation: "session"`` (a new browser per job), restarts every 20;
+2. every job with ``isolation: "session"`` (a new browser per job; the first 60 pages),
+   restarts every 20;
 3. restarts off (warm contexts);
 4. a plain loop: one browser session fetching the same pages one by one (the floor).
 
@@ -55,6 +56,7 @@ FIRST_JOBS = 20
 @dataclass
 class Run:
     label: str
+    jobs: int = 0
     elapsed_s: float = 0.0
     samples: list[tuple[float, int, int]] = field(default_factory=list)  # (t, done, PSS)
     no_claim_s: list[float] = field(default_factory=list)  # per restart
@@ -114,7 +116,7 @@ def run_consumer(
         store.assign_jobs(conn, [(i, HOST) for i in ids])
     consumer = Consumer(settings, engine, HOST)
     thread = threading.Thread(target=consumer.run, kwargs={"until_idle": True}, daemon=True)
-    run = Run(label)
+    run = Run(label, len(urls))
     started = time.monotonic()
     thread.start()
     try:
@@ -214,14 +216,19 @@ def consumer_runs(args: argparse.Namespace, site: LocalSite, work: Path) -> list
         upgrade(url)
         engine = make_engine(url, pool_size=4)
         urls = pages(site, args.jobs)
-        for label, every, payload in (
-            ("default (contexts, overlapped restarts every 20)", 20, {}),
-            ('isolation "session", restarts every 20', 20, {"isolation": "session"}),
-            ("restarts off", 0, {}),
+        for label, every, count, payload in (
+            ("default (contexts, overlapped restarts every 20)", 20, args.jobs, {}),
+            (
+                'isolation "session", restarts every 20',
+                20,
+                args.session_jobs,  # a browser per job is slow: fewer of the same pages
+                {"isolation": "session"},
+            ),
+            ("restarts off", 0, args.jobs, {}),
         ):
-            print(f"{label}: {args.jobs} jobs, capacity {args.capacity}", flush=True)
+            print(f"{label}: {count} jobs, capacity {args.capacity}", flush=True)
             settings = settings_for(url, work, args.capacity, every, label)
-            runs.append(run_consumer(engine, settings, urls, label, **payload))
+            runs.append(run_consumer(engine, settings, urls[:count], label, **payload))
     finally:
         if engine is not None:
             engine.dispose()
@@ -234,6 +241,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=300)
     parser.add_argument("--capacity", type=int, default=6)
+    parser.add_argument("--session-jobs", type=int, default=60)
     args = parser.parse_args()
 
     with LocalSite() as site, tempfile.TemporaryDirectory(prefix="sf-bench-") as tmp:
@@ -245,15 +253,15 @@ def main() -> None:
 
     print(f"\ncores: {os.cpu_count()}, load average at the end: {os.getloadavg()[0]:.1f}")
     loop_rate = args.jobs / loop_s * 60
-    rates = {run.label: args.jobs / run.elapsed_s * 60 for run in runs}
+    rates = {run.label: run.jobs / run.elapsed_s * 60 for run in runs}
     rates["plain loop, one session"] = loop_rate
     print(
-        f"| run | jobs/min | x plain loop | no-claim s per restart p50 / max |"
+        f"| run | jobs | jobs/min | x plain loop | no-claim s per restart p50 / max |"
         f" PSS jobs 1-{FIRST_JOBS} | PSS last {FIRST_JOBS} |"
     )
-    print("|---|---|---|---|---|---|")
-    last = args.jobs - FIRST_JOBS
+    print("|---|---|---|---|---|---|---|")
     for run in runs:
+        last = run.jobs - FIRST_JOBS
         rate = rates[run.label]
         pauses = sorted(run.no_claim_s)
         pause = (
@@ -261,13 +269,13 @@ def main() -> None:
             if pauses
             else "no restart"
         )
-        first, final = run.pss_at(0, FIRST_JOBS), run.pss_at(last, args.jobs)
+        first, final = run.pss_at(0, FIRST_JOBS), run.pss_at(last, run.jobs)
         print(
-            f"| {run.label} | {rate:.0f} | {rate / loop_rate:.2f} | {pause} |"
+            f"| {run.label} | {run.jobs} | {rate:.0f} | {rate / loop_rate:.2f} | {pause} |"
             f" {first / MB:.0f} MB | {final / MB:.0f} MB"
             f" ({(final - first) / first * 100 if first else float('nan'):+.0f}%) |"
         )
-    print(f"| plain loop, one session | {loop_rate:.0f} | 1.00 | - | - | - |")
+    print(f"| plain loop, one session | {args.jobs} | {loop_rate:.0f} | 1.00 | - | - | - |")
     draw(runs, rates, PLOT)
     print(f"plot: {PLOT}")
 

@@ -15,7 +15,6 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -32,6 +31,7 @@ from scrapefleet.common.ops.dashboard.server import DashboardServer
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import NewJob
 from scrapefleet.producer.daemon import Producer
+from tests.browser.page_waits import wait_for_text
 from tests.integration.producer_helpers import (
     add_hosts,
     producer_settings,
@@ -92,14 +92,6 @@ def dashboard(settings: Settings, engine: Engine, browser: WebDriver) -> Iterato
         yield server.url
     finally:
         server.close()
-
-
-def wait_for_text(browser: WebDriver, css: str, text: str) -> str:
-    def found(driver: Any) -> str | bool:
-        elements = driver.find_elements(By.CSS_SELECTOR, css)
-        return elements[0].text if elements and text in elements[0].text else False
-
-    return WebDriverWait(browser, WAIT_S).until(found, f"{text!r} in {css}")
 
 
 def save_screenshot(browser: WebDriver, name: str) -> None:

@@ -35,6 +35,7 @@ from scrapefleet.common.ops.dashboard.server import DashboardServer
 from scrapefleet.common.ops.dashboard.sessions import COOKIE_NAME
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import NewJob
+from tests.browser.page_waits import wait_for_text
 from tests.browser.test_dashboard import CHROME_FLAGS
 from tests.integration.producer_helpers import add_hosts, producer_settings, submit
 from tests.waiting import scaled, wait_for
@@ -123,14 +124,6 @@ def dashboard(settings: Settings, engine: Engine, browser: WebDriver) -> Iterato
         yield server.url
     finally:
         server.close()
-
-
-def wait_for_text(browser: WebDriver, css: str, text: str) -> str:
-    def found(driver: Any) -> str | bool:
-        elements = driver.find_elements(By.CSS_SELECTOR, css)
-        return elements[0].text if elements and text in elements[0].text else False
-
-    return WebDriverWait(browser, scaled(WAIT_S)).until(found, f"{text!r} in {css}")
 
 
 def unlock(browser: WebDriver, dashboard: str) -> None:

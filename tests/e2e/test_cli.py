@@ -104,7 +104,7 @@ def test_hosts_and_jobs_commands(engine: Engine, database_url: str) -> None:
     run_cli(["submit", "-"], database_url, stdin=_lines({"kind": "noop"}, {"kind": "noop"}))
     cancel = run_cli(["jobs", "cancel", "--kind", "noop"], database_url)
     assert "cancelled 2 job(s)" in cancel.stdout
-    retry = run_cli(["jobs", "retry", "1"], database_url)
+    retry = run_cli(["jobs", "retry", "1", "--include-cancelled"], database_url)
     assert "retried 1 job(s)" in retry.stdout
     show = run_cli(["jobs", "show", "1"], database_url)
     assert show.returncode == 0

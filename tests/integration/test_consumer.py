@@ -197,7 +197,7 @@ def consumer_process(
     log_path = log_path or tmp_path / f"consumer-{uuid.uuid4().hex[:6]}.log"
     with open(log_path, "wb") as log_file:
         proc = subprocess.Popen(
-            [CONSUMER_BIN, "run", "--host", host, *args],
+            [CONSUMER_BIN, "run", "--host", host, "--register", *args],
             env=consumer_env(settings),
             stdout=log_file,
             stderr=subprocess.STDOUT,

@@ -13,6 +13,7 @@ from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
 from scrapefleet.common.store import NewJob
+from scrapefleet.common.tables import JOB_STATUSES
 from scrapefleet.producer.daemon import Producer
 from tests.integration.producer_helpers import (
     add_hosts,
@@ -81,7 +82,11 @@ def test_producer_metrics_match_the_database(
                 for (name, labels), value in samples.items()
                 if name == "scrapefleet_jobs"
             }
-            return exposed == expected
+            # Every status of a kind is exposed, 0 where the table has none of it.
+            nonzero = {key: value for key, value in exposed.items() if value}
+            kinds = {kind for _, kind in expected}
+            everything = {(status, kind) for status in JOB_STATUSES for kind in kinds}
+            return nonzero == expected and set(exposed) == everything
 
         wait_for(jobs_metric_matches, 10, "scrapefleet_jobs equal to the database's counts")
         assert ("queued", "noop") in expected and ("failed", "http_get") in expected

@@ -160,7 +160,8 @@ def test_operator_cancel_retry_drain(engine: Engine) -> None:
         store.assign_jobs(conn, [(ids[0], "h1")])
         assert store.drain_host(conn, "h1") == [ids[0]]
         assert store.cancel_jobs(conn, JobFilter(kind="noop")) == ids[:2]
-        assert store.retry_jobs(conn, JobFilter(ids=[ids[0]])) == [ids[0]]
+        assert store.retry_jobs(conn, JobFilter(ids=[ids[0]])) == []  # cancelled: only if asked
+        assert store.retry_jobs(conn, JobFilter(ids=[ids[0]]), include_cancelled=True) == [ids[0]]
         with pytest.raises(Exception, match="refusing"):
             store.cancel_jobs(conn, JobFilter())
         state = conn.execute(sa.text("SELECT state FROM hosts WHERE name='h1'")).scalar()
@@ -269,7 +270,10 @@ def test_operator_filters_combine_and_refuse_to_match_everything(engine: Engine)
         assert store.cancel_jobs(conn, JobFilter(kind="noop", host="h1")) == [ids[0]]
         assert store.cancel_jobs(conn, JobFilter(host="h1")) == [ids[2]]
         assert store.cancel_jobs(conn, JobFilter(ids=[ids[0], ids[1]])) == [ids[1]]
-        assert store.retry_jobs(conn, JobFilter(kind="http_get")) == [ids[2]]
+        assert store.retry_jobs(conn, JobFilter(kind="http_get")) == []
+        assert store.retry_jobs(conn, JobFilter(kind="http_get"), include_cancelled=True) == [
+            ids[2]
+        ]
         for nothing in (JobFilter(), JobFilter(ids=[], kind="", host=None)):
             with pytest.raises(Exception, match="refusing"):
                 store.retry_jobs(conn, nothing)

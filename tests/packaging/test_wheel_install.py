@@ -71,11 +71,12 @@ def test_wheel_installs_beside_a_distribution_with_a_top_level_common(tmp_path: 
     venv = tmp_path / "venv"
     assert _run([sys.executable, "-m", "venv", str(venv)], tmp_path, 120).returncode == 0
     python = venv / "bin" / "python"
-    # Theirs after ours: the order in which the old layout lost its files.
-    for wheel in (ours, theirs):
+    # Theirs after ours: the order in which the old layout lost its files. [demo]: the demo
+    # below needs the embedded PostgreSQL.
+    for wheel in (f"{ours}[demo]", str(theirs)):
         installed = _run(
             [str(python), "-m", "pip", "install", "--quiet", "--no-index",
-             "--find-links", str(WHEELHOUSE), str(wheel)],
+             "--find-links", str(WHEELHOUSE), wheel],
             cwd=tmp_path, timeout_s=300,
         )  # fmt: skip
         assert installed.returncode == 0, installed.stderr

@@ -87,7 +87,7 @@ class FakePool:
     def release_idle(self, keep: int) -> int:
         return 0
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
         self.closed = True
 
 

@@ -146,7 +146,9 @@ def test_sources_give_a_statement_its_where_list() -> None:
 
 def test_the_statements_spell_statuses_from_the_enums() -> None:
     assert "status IN ('pending', 'queued')" in store.CANCEL_SQL.text
-    assert "status IN ('failed', 'cancelled')" in store.RETRY_SQL.text
+    # A retry takes failed jobs; cancelled ones only when the operator says so.
+    assert "status IN ('failed')" in store.RETRY_SQL.text
+    assert "status IN ('failed', 'cancelled')" in store.RETRY_INCLUDING_CANCELLED_SQL.text
     assert "status IN ('completed', 'failed', 'cancelled')" in store.ARCHIVE_BATCH_SQL.text
 
 

@@ -42,6 +42,7 @@ from scrapefleet.common.ops.dashboard.controls import (
 from scrapefleet.common.ops.dashboard.inputs import BadInput, parse_job_id, parse_search
 from scrapefleet.common.ops.dashboard.security import local_next
 from scrapefleet.common.ops.dashboard.sessions import MemorySessionInterface, SessionStore
+from scrapefleet.common.producer_status import delivery_state, read_producer_status
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.tables import JOB_STATUSES
 
@@ -114,6 +115,7 @@ def create_app(settings: Settings, engine: Engine) -> Flask:
         with wrapped_errors(), engine.connect() as conn:
             counts = queries.status_counts(conn)
             control = queries.fleet_control(conn)
+            producer = read_producer_status(conn)
             hosts = reads.hosts_overview(conn)
             failures = reads.recent_failures(conn, DASHBOARD_PAGE_ROWS)
             throughput = []
@@ -129,6 +131,7 @@ def create_app(settings: Settings, engine: Engine) -> Flask:
             "overview.html",
             counts=counts,
             fleet=control,
+            producer=producer,
             hosts=hosts,
             failures=failures,
             throughput=throughput,
@@ -159,8 +162,15 @@ def create_app(settings: Settings, engine: Engine) -> Flask:
             archived = True
         events = read(queries.job_events, job_id)
         webhooks = read(reads.webhook_deliveries, job_id)
+        # Only the producer knows whether it has a secret to sign with: its row says.
+        secret_set = read(read_producer_status).webhook_secret_set if webhooks else None
         return render_template(
-            "job.html", job=job, events=events, webhooks=webhooks, archived=archived
+            "job.html",
+            job=job,
+            events=events,
+            webhooks=webhooks,
+            archived=archived,
+            blocked=lambda delivery: delivery_state(delivery, secret_set),
         ), 200
 
     @app.get("/artifacts/<path:relative>")

@@ -24,14 +24,25 @@ import hmac
 import logging
 import secrets
 
-from flask import Blueprint, current_app, flash, redirect, request, session, url_for
+from flask import (
+    Blueprint,
+    current_app,
+    flash,
+    redirect,
+    render_template,
+    request,
+    session,
+    url_for,
+)
 from werkzeug.exceptions import Forbidden
 from werkzeug.wrappers import Response
 
-from scrapefleet.common import store
-from scrapefleet.common.db import transaction
+from scrapefleet.common import queries, store
+from scrapefleet.common.constants import BULK_CONFIRM_OVER_JOBS
+from scrapefleet.common.db import transaction, wrapped_errors
 from scrapefleet.common.errors import NotFound, SubmitError
 from scrapefleet.common.logging_setup import fields
+from scrapefleet.common.ops import bulk
 from scrapefleet.common.ops.dashboard.inputs import BadInput, parse_job_ids
 from scrapefleet.common.ops.dashboard.security import Verdict, local_next, origin_verdict
 from scrapefleet.common.ops.dashboard.sessions import DashboardSession
@@ -182,24 +193,59 @@ def host(name: str) -> Response:
 
 
 @controls.post("/control/jobs")
-def jobs() -> Response:
-    """retry (failed/cancelled -> pending) or cancel (pending/queued -> cancelled) the jobs
-    named by the form's ``ids`` fields (one job's page, or the rows a search listed)."""
+def jobs() -> Response | tuple[str, int]:
+    """retry (failed -> pending; cancelled too with ``include_cancelled``) or cancel
+    (pending/queued -> cancelled) the jobs named by the form's ``ids`` fields (one job's page,
+    or the rows a search listed). Over BULK_CONFIRM_OVER_JOBS jobs it shows the count and asks
+    first: the same form again with ``confirm`` set to the count accepted."""
     guard()
     action = request.form.get("action")
-    ids = parse_job_ids(request.form.getlist("ids"))
+    if action not in (bulk.RETRY, bulk.CANCEL):
+        raise BadInput("action must be retry or cancel")
+    ids = list(dict.fromkeys(parse_job_ids(request.form.getlist("ids"))))
+    include_cancelled = action == bulk.RETRY and request.form.get("include_cancelled") == "1"
+    which = JobFilter(ids=ids)
+    statuses = bulk.movable(action, include_cancelled)
     engine = current_app.config["SCRAPEFLEET_ENGINE"]
+    default = url_for("job_page", job_ref=ids[0]) if len(ids) == 1 else url_for("search")
+    with wrapped_errors(), engine.connect() as conn:
+        count = bulk.would_move(queries.jobs_matching_by_status(conn, which), statuses)
+    if count > BULK_CONFIRM_OVER_JOBS and not _confirmed(count):
+        page = render_template(
+            "confirm.html",
+            action=action,
+            count=count,
+            ids=ids,
+            statuses=statuses,
+            include_cancelled=include_cancelled,
+            next=local_next(request.form.get("next"), default),
+        )
+        return page, 200
     try:
         with transaction(engine) as conn:
-            if action == "retry":
-                moved = store.retry_jobs(conn, JobFilter(ids=ids))
-            elif action == "cancel":
-                moved = store.cancel_jobs(conn, JobFilter(ids=ids))
+            if action == bulk.RETRY:
+                moved = store.retry_jobs(conn, which, include_cancelled=include_cancelled)
             else:
-                raise BadInput("action must be retry or cancel")
+                moved = store.cancel_jobs(conn, which)
+            moved_set = set(moved)
+            unmoved = [i for i in ids if i not in moved_set]
+            found = queries.job_statuses(conn, unmoved) if unmoved else {}
     except SubmitError as exc:
         raise BadInput(str(exc)) from None
     log.info("%s %d job(s) from the dashboard", action, len(moved), extra=fields(action=action))
-    flash(f"{action}: {len(moved)} of {len(ids)} job(s) moved")
-    default = url_for("job_page", job_ref=ids[0]) if len(ids) == 1 else url_for("search")
+    why = bulk.unmoved_ids(
+        action,
+        ids,
+        moved,
+        found,
+        include_cancelled=include_cancelled,
+        include_flag="a cancelled job's own page",
+    )
+    flash(f"{action}: {len(moved):,} of {len(ids):,} job(s) moved" + (f"; {why}" if why else ""))
     return _back(default)
+
+
+def _confirmed(count: int) -> bool:
+    """The confirm step's answer covers ``count`` jobs (more than it showed: ask again)."""
+    answer = request.form.get("confirm", "")
+    return answer.isdigit() and answer.isascii() and count <= int(answer)
