@@ -22,17 +22,14 @@ from __future__ import annotations
 
 import atexit
 import codecs
-import contextlib
 import contextvars
-import ipaddress
 import re
-import socket
 import ssl
 import threading
 import time
 import zlib
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from http.cookiejar import CookieJar, DefaultCookiePolicy
@@ -40,6 +37,13 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpcore
 import httpx
+
+from scrapefleet.common.deadline_transport import (
+    DeadlineBackend,
+    httpx_errors,
+    resolve_within,
+    system_addresses,
+)
 
 MAX_REDIRECTS = 10
 MAX_POOLS = 32  # distinct proxies (and direct) with a pool of their own
@@ -387,129 +391,19 @@ def close_shared_client() -> None:
 # -- the transport: a pool per proxy, every socket operation under the request's deadline -------
 
 
-def _left(timeout: float | None, error: type[Exception]) -> float | None:
-    deadline = _DEADLINE.get()
-    if deadline is None:
-        return timeout
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise error("the request's deadline passed")
-    return left if timeout is None else min(timeout, left)
+def _request_deadline() -> float | None:
+    return _DEADLINE.get()
 
 
-class DeadlineStream(httpcore.NetworkStream):
-    """A pooled connection: each operation is given at most what is left of the deadline of
-    the request using it now."""
-
-    def __init__(self, inner: httpcore.NetworkStream) -> None:
-        self._inner = inner
-
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._inner.read(max_bytes, _left(timeout, httpcore.ReadTimeout))
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._inner.write(buffer, _left(timeout, httpcore.WriteTimeout))
-
-    def close(self) -> None:
-        self._inner.close()
-
-    def start_tls(
-        self,
-        ssl_context: ssl.SSLContext,
-        server_hostname: str | None = None,
-        timeout: float | None = None,
-    ) -> httpcore.NetworkStream:
-        left = _left(timeout, httpcore.ConnectTimeout)
-        return DeadlineStream(self._inner.start_tls(ssl_context, server_hostname, left))
-
-    def get_extra_info(self, info: str) -> object:
-        return self._inner.get_extra_info(info)
-
-
-def _resolve(host: str, port: int) -> list[str]:
-    """The host's addresses, looked up in a helper thread so that the deadline bounds a hung
-    resolver too (the lookup itself is left to finish: getaddrinfo cannot be interrupted)."""
-    with contextlib.suppress(ValueError):
-        return [str(ipaddress.ip_address(host))]
-    answer: list[list[str] | BaseException] = []
-    done = threading.Event()
-
-    def lookup() -> None:
-        try:
-            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-            answer.append(list(dict.fromkeys(str(info[4][0]) for info in infos)))
-        except BaseException as exc:  # handed to the waiting thread
-            answer.append(exc)
-        finally:
-            done.set()
-
-    threading.Thread(target=lookup, name="http-get-dns", daemon=True).start()
-    if not done.wait(_left(None, httpcore.ConnectTimeout)):
-        raise httpcore.ConnectTimeout(f"resolving {host} did not finish before the deadline")
-    if isinstance(answer[0], BaseException):
-        raise httpcore.ConnectError(f"cannot resolve {host}: {answer[0]}")
-    return answer[0]
-
-
-class DeadlineBackend(httpcore.NetworkBackend):
-    """TCP connections whose DNS, connect and every later operation keep to the deadline."""
-
-    def __init__(self) -> None:
-        self._tcp = httpcore.SyncBackend()
-
-    def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.NetworkStream:
-        failed: Exception = httpcore.ConnectError(f"no address for {host}")
-        for address in _resolve(host, port):
-            budget = _left(timeout, httpcore.ConnectTimeout)
-            try:
-                stream = self._tcp.connect_tcp(address, port, budget, local_address, socket_options)
-            except httpcore.ConnectError as exc:  # refused: the next address may answer
-                failed = exc
-                continue
-            return DeadlineStream(stream)
-        raise failed
-
-    def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.NetworkStream:
-        raise httpcore.ConnectError("http_get connects over TCP only")
-
-
-# httpcore's errors as the httpx ones (what httpx's own transport does).
-_ERRORS: tuple[tuple[type[Exception], type[httpx.TransportError]], ...] = (
-    (httpcore.ConnectTimeout, httpx.ConnectTimeout),
-    (httpcore.ReadTimeout, httpx.ReadTimeout),
-    (httpcore.WriteTimeout, httpx.WriteTimeout),
-    (httpcore.PoolTimeout, httpx.PoolTimeout),
-    (httpcore.ConnectError, httpx.ConnectError),
-    (httpcore.ReadError, httpx.ReadError),
-    (httpcore.WriteError, httpx.WriteError),
-    (httpcore.ProxyError, httpx.ProxyError),
-    (httpcore.RemoteProtocolError, httpx.RemoteProtocolError),
-    (httpcore.LocalProtocolError, httpx.LocalProtocolError),
-    (httpcore.UnsupportedProtocol, httpx.UnsupportedProtocol),
-)
-
-
-@contextlib.contextmanager
-def _httpx_errors(request: httpx.Request) -> Iterator[None]:
+def _addresses(host: str, port: int) -> list[str]:
+    """The host's addresses, resolved within the request's deadline."""
     try:
-        yield
-    except Exception as exc:
-        for core_error, httpx_error in _ERRORS:
-            if isinstance(exc, core_error):
-                raise httpx_error(str(exc), request=request) from exc
-        raise
+        found = resolve_within(system_addresses, host, port, _DEADLINE.get())
+    except TimeoutError as exc:  # before OSError, which it is
+        raise httpcore.ConnectTimeout(str(exc)) from None
+    except (OSError, UnicodeError, ValueError) as exc:
+        raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from None
+    return [str(address) for address in found]
 
 
 def split_proxy(proxy: str) -> tuple[str, tuple[str, str] | None]:
@@ -539,7 +433,7 @@ class _ResponseStream(httpx.SyncByteStream):
         self._done = done
 
     def __iter__(self) -> Iterator[bytes]:
-        with _httpx_errors(self._request):
+        with httpx_errors(self._request):
             yield from self._response.iter_stream()
 
     def close(self) -> None:
@@ -568,7 +462,7 @@ class PoolingTransport(httpx.BaseTransport):
 
     def __init__(self, ssl_context: ssl.SSLContext) -> None:
         self._ssl_context = ssl_context
-        self._backend = DeadlineBackend()
+        self._backend = DeadlineBackend(_addresses, _request_deadline)
         self._pools: OrderedDict[str | None, _Pool] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -648,7 +542,7 @@ class PoolingTransport(httpx.BaseTransport):
         )
         entry = self._acquire(proxy)
         try:
-            with _httpx_errors(request):
+            with httpx_errors(request):
                 core_response = entry.pool.handle_request(core_request)
         except BaseException:
             self._release(entry)

@@ -247,16 +247,13 @@ class RunningConsumer:
             self.supervisor.close()
         try:
             with transaction(self.engine) as conn:
-                # Jobs assigned while we drained, then the host offline if we drained it.
+                # Jobs assigned while we drained, then the host offline if we drained it (an
+                # operator's drain stays, so that a restarted consumer does not take work).
                 store.requeue_host_queued(
                     conn, self.host, f"requeued: consumer on {self.host} stopped"
                 )
-                store.set_host_state(
-                    conn,
-                    self.host,
-                    HostState.OFFLINE,
-                    f"consumer stopped: {self.lifecycle.reason}",
-                    expected=[HostState.DRAINING],
+                store.offline_after_own_drain(
+                    conn, self.host, OWN_DRAIN_REASON, f"consumer stopped: {self.lifecycle.reason}"
                 )
         except Exception as exc:
             log.warning("could not mark host %s offline: %s", self.host, describe(exc))

@@ -20,9 +20,7 @@ from __future__ import annotations
 import functools
 import http
 import ipaddress
-import socket
 import ssl
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +28,12 @@ from dataclasses import dataclass
 import httpcore
 import httpx
 
+from scrapefleet.common.deadline_transport import (
+    DeadlineBackend,
+    httpx_errors,
+    resolve_within,
+    system_addresses,
+)
 from scrapefleet.producer.egress import IPAddress, Network, first_refusal
 
 ERROR_CHARS = 200  # of the one line kept in last_error
@@ -47,34 +51,15 @@ class PostResult:
 
 def system_resolve(host: str, port: int) -> list[IPAddress]:
     """Every address ``host`` resolves to, in the resolver's order, without repeats."""
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return list(dict.fromkeys(ipaddress.ip_address(info[4][0]) for info in infos))
+    return system_addresses(host, port)
 
 
 def resolve_by(resolve: Resolver, host: str, port: int, deadline: float) -> list[IPAddress]:
-    """``resolve(host, port)``, or TimeoutError once the deadline passes first (the lookup
-    is left to finish on its own: getaddrinfo cannot be interrupted)."""
+    """``resolve(host, port)``, or TimeoutError once the deadline passes first."""
     try:
         return [ipaddress.ip_address(host)]
     except ValueError:
-        pass
-    answer: list[Sequence[IPAddress] | BaseException] = []
-    done = threading.Event()
-
-    def lookup() -> None:
-        try:
-            answer.append(resolve(host, port))
-        except BaseException as exc:  # handed to the waiting thread
-            answer.append(exc)
-        finally:
-            done.set()
-
-    threading.Thread(target=lookup, name="webhook-dns", daemon=True).start()
-    if not done.wait(max(0.0, deadline - time.monotonic())):
-        raise TimeoutError
-    if isinstance(answer[0], BaseException):
-        raise answer[0]
-    return list(answer[0])
+        return resolve_within(resolve, host, port, deadline)
 
 
 @functools.cache
@@ -149,99 +134,6 @@ def _line(text: str) -> str:
 # -- the pinned, deadline-bound transport -------------------------------------------------------
 
 
-class DeadlineStream(httpcore.NetworkStream):
-    """A connection whose every operation gets at most what is left of one deadline."""
-
-    def __init__(self, inner: httpcore.NetworkStream, deadline: float) -> None:
-        self._inner = inner
-        self._deadline = deadline
-
-    def _left(self, timeout: float | None, error: type[Exception]) -> float:
-        left = self._deadline - time.monotonic()
-        if left <= 0:
-            raise error("the webhook deadline passed")
-        return left if timeout is None else min(timeout, left)
-
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._inner.read(max_bytes, self._left(timeout, httpcore.ReadTimeout))
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._inner.write(buffer, self._left(timeout, httpcore.WriteTimeout))
-
-    def close(self) -> None:
-        self._inner.close()
-
-    def start_tls(
-        self,
-        ssl_context: ssl.SSLContext,
-        server_hostname: str | None = None,
-        timeout: float | None = None,
-    ) -> httpcore.NetworkStream:
-        left = self._left(timeout, httpcore.ConnectTimeout)
-        return DeadlineStream(
-            self._inner.start_tls(ssl_context, server_hostname, left), self._deadline
-        )
-
-    def get_extra_info(self, info: str) -> object:
-        return self._inner.get_extra_info(info)
-
-
-class PinnedBackend(httpcore.NetworkBackend):
-    """Connects to the checked addresses, in order, whatever host name it is asked for."""
-
-    def __init__(self, addresses: Iterable[IPAddress], deadline: float) -> None:
-        self._addresses = list(addresses)
-        self._deadline = deadline
-        self._tcp = httpcore.SyncBackend()
-
-    def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.NetworkStream:
-        failed: Exception = httpcore.ConnectError("no address to connect to")
-        for address in self._addresses:
-            left = self._deadline - time.monotonic()
-            if left <= 0:
-                raise httpcore.ConnectTimeout("the webhook deadline passed")
-            budget = left if timeout is None else min(timeout, left)
-            try:
-                stream = self._tcp.connect_tcp(
-                    str(address), port, budget, local_address, socket_options
-                )
-            except httpcore.ConnectError as exc:  # refused: the next address may answer
-                failed = exc
-                continue
-            return DeadlineStream(stream, self._deadline)
-        raise failed
-
-    def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.NetworkStream:
-        raise httpcore.ConnectError("webhooks are sent over TCP only")
-
-
-# httpcore's errors as the httpx ones callers catch (what httpx's own transport does).
-_ERRORS: tuple[tuple[type[Exception], type[httpx.TransportError]], ...] = (
-    (httpcore.ConnectTimeout, httpx.ConnectTimeout),
-    (httpcore.ReadTimeout, httpx.ReadTimeout),
-    (httpcore.WriteTimeout, httpx.WriteTimeout),
-    (httpcore.PoolTimeout, httpx.PoolTimeout),
-    (httpcore.ConnectError, httpx.ConnectError),
-    (httpcore.ReadError, httpx.ReadError),
-    (httpcore.WriteError, httpx.WriteError),
-    (httpcore.RemoteProtocolError, httpx.RemoteProtocolError),
-    (httpcore.LocalProtocolError, httpx.LocalProtocolError),
-    (httpcore.UnsupportedProtocol, httpx.UnsupportedProtocol),
-)
-
-
 class PinnedTransport(httpx.BaseTransport):
     """An httpx transport for one request: one connection to the checked addresses, under
     one deadline, closed as soon as the status line and headers have arrived."""
@@ -249,11 +141,13 @@ class PinnedTransport(httpx.BaseTransport):
     def __init__(
         self, addresses: Iterable[IPAddress], deadline: float, ssl_context: ssl.SSLContext
     ) -> None:
+        pinned = list(addresses)
         self._pool = httpcore.ConnectionPool(
             ssl_context=ssl_context,
             max_connections=1,
             retries=0,
-            network_backend=PinnedBackend(addresses, deadline),
+            # The checked addresses, in order, whatever host name it is asked for.
+            network_backend=DeadlineBackend(lambda _host, _port: pinned, lambda: deadline),
         )
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
@@ -267,16 +161,11 @@ class PinnedTransport(httpx.BaseTransport):
             content=request.read(),
             extensions=request.extensions,
         )
-        try:
+        with httpx_errors(request):
             core_response = self._pool.handle_request(core_request)
             # The body is left unread: the status is the answer, and a body trickled a byte
             # at a time must not hold the delivery.
             core_response.close()
-        except Exception as exc:
-            for core_error, httpx_error in _ERRORS:
-                if isinstance(exc, core_error):
-                    raise httpx_error(str(exc), request=request) from exc
-            raise
         return httpx.Response(status_code=core_response.status, headers=core_response.headers)
 
     def close(self) -> None:

@@ -105,6 +105,7 @@ if TYPE_CHECKING:
         add_host,
         drain_host,
         enable_host,
+        offline_after_own_drain,
         reactivate_after_own_drain,
         register_consumer,
         remove_host,

@@ -23,6 +23,7 @@ __all__ = [
     "add_host",
     "drain_host",
     "enable_host",
+    "offline_after_own_drain",
     "reactivate_after_own_drain",
     "register_consumer",
     "remove_host",
@@ -131,6 +132,16 @@ def reactivate_after_own_drain(conn: Connection, name: str, own_reason: str) -> 
     return set_host_state(
         conn, name, HostState.ACTIVE, "consumer restarted", expected=[HostState.DRAINING]
     )
+
+
+def offline_after_own_drain(conn: Connection, name: str, own_reason: str, reason: str) -> bool:
+    """A consumer that drained its host for its own shutdown leaves it offline. A drain by an
+    operator (another reason) stays: the host must not take work when its consumer comes back.
+    Returns True when the host went offline."""
+    row = conn.execute(LOCK_HOST_SQL, {"name": name}).first()
+    if row is None or row.state != HostState.DRAINING or row.state_reason != own_reason:
+        return False
+    return set_host_state(conn, name, HostState.OFFLINE, reason, expected=[HostState.DRAINING])
 
 
 def drain_host(conn: Connection, name: str, reason: str = "drained by operator") -> list[int]:

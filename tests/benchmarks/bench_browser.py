@@ -1,11 +1,16 @@
 """fetch_page jobs through one consumer host, against a plain loop on one browser session.
 
     .venv/bin/python -m tests.benchmarks.bench_browser [--jobs 300] [--session-jobs 60]
+        [--page /item|/slow]
 
 Needs the browser stack (.ci/install-browser.sh) and PostgreSQL (SCRAPEFLEET_TEST_DATABASE_URL,
 else 127.0.0.1:5432, else an embedded pgserver), in a database of its own, dropped at the end.
 
-One run, the same pages (the local test site), capacity 6, a real Consumer with its own stack:
+One run, the same pages (the local test site), capacity 6, a real Consumer with its own stack.
+``--page /item`` (the default) is a small page served at once: the figures are the scheduler's
+and the browser's overhead per job. ``--page /slow`` answers after a second, as many real sites
+do: the figures are what a fleet waiting on the network gets.
+
 
 1. the default: warm sessions, a fresh user context per job, overlapped restarts every 20;
 2. every job with ``isolation: "session"`` (a new browser per job; the first 60 pages),
@@ -102,8 +107,8 @@ def settings_for(
     )
 
 
-def pages(site: LocalSite, count: int) -> list[str]:
-    return [site.url(f"/item?n={n}") for n in range(count)]
+def pages(site: LocalSite, count: int, path: str = "/item") -> list[str]:
+    return [site.url(f"{path}?n={n}") for n in range(count)]
 
 
 def run_consumer(
@@ -181,7 +186,7 @@ def plain_loop(settings: Settings, work: Path, urls: list[str]) -> float:
             quit_driver(driver)
 
 
-def draw(runs: list[Run], rates: dict[str, float], path: Path) -> None:
+def draw(runs: list[Run], rates: dict[str, float], path: Path, page: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -198,7 +203,7 @@ def draw(runs: list[Run], rates: dict[str, float], path: Path) -> None:
     memory.set_ylabel("PSS of the host's browser stacks (MB)")
     memory.grid(alpha=0.3)
     memory.legend()
-    fig.suptitle("One consumer host, capacity 6, the same local pages")
+    fig.suptitle(f"One consumer host, capacity 6, the same local pages ({page})")
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -215,7 +220,7 @@ def consumer_runs(args: argparse.Namespace, site: LocalSite, work: Path) -> list
     try:
         upgrade(url)
         engine = make_engine(url, pool_size=4)
-        urls = pages(site, args.jobs)
+        urls = pages(site, args.jobs, args.page)
         for label, every, count, payload in (
             ("default (contexts, overlapped restarts every 20)", 20, args.jobs, {}),
             (
@@ -242,16 +247,20 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=300)
     parser.add_argument("--capacity", type=int, default=6)
     parser.add_argument("--session-jobs", type=int, default=60)
+    parser.add_argument("--page", choices=("/item", "/slow"), default="/item")
     args = parser.parse_args()
 
     with LocalSite() as site, tempfile.TemporaryDirectory(prefix="sf-bench-") as tmp:
         work = Path(tmp)
-        urls = pages(site, args.jobs)
+        urls = pages(site, args.jobs, args.page)
         runs = consumer_runs(args, site, work)
         print("plain loop: one browser, one page after another", flush=True)
         loop_s = plain_loop(settings_for("postgresql://unused/none", work, 1, 0), work, urls)
 
-    print(f"\ncores: {os.cpu_count()}, load average at the end: {os.getloadavg()[0]:.1f}")
+    print(
+        f"\npage: {args.page}, cores: {os.cpu_count()},"
+        f" load average at the end: {os.getloadavg()[0]:.1f}"
+    )
     loop_rate = args.jobs / loop_s * 60
     rates = {run.label: run.jobs / run.elapsed_s * 60 for run in runs}
     rates["plain loop, one session"] = loop_rate
@@ -276,8 +285,9 @@ def main() -> None:
             f" ({(final - first) / first * 100 if first else float('nan'):+.0f}%) |"
         )
     print(f"| plain loop, one session | {args.jobs} | {loop_rate:.0f} | 1.00 | - | - | - |")
-    draw(runs, rates, PLOT)
-    print(f"plot: {PLOT}")
+    plot = PLOT if args.page == "/item" else PLOT.with_name(f"browser_bench_{args.page[1:]}.png")
+    draw(runs, rates, plot, args.page)
+    print(f"plot: {plot}")
 
 
 if __name__ == "__main__":

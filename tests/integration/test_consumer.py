@@ -326,6 +326,25 @@ def test_operator_drain_then_enable(engine: Engine, database_url: str, tmp_path:
         assert consumer.state == "active"
 
 
+def test_an_operator_drain_outlives_a_consumer_restart(
+    engine: Engine, database_url: str, tmp_path: Path
+) -> None:
+    settings = make_settings(tmp_path, database_url, capacity=2)
+    with consumer_thread(settings, database_url):
+        wait_started(engine, settings)
+        with engine.begin() as conn:
+            store.drain_host(conn, HOST)
+    # Stopped while drained by an operator: not offline, or its next start would take work.
+    assert (host_row(engine).state, host_row(engine).state_reason) == (
+        "draining",
+        "drained by operator",
+    )
+    with consumer_thread(settings, database_url) as (consumer, _):
+        held = queue_jobs(engine, [NewJob("noop")])
+        wait_status_rewrites(settings, 2)
+        assert consumer.state == "draining" and all_in(engine, held, "queued")
+
+
 def test_a_drain_past_its_bound_stops_cold_and_loses_no_job(
     engine: Engine, database_url: str, tmp_path: Path
 ) -> None:
