@@ -10,6 +10,7 @@ import difflib
 import ipaddress
 import json
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -39,6 +40,8 @@ NOT_SETTINGS = frozenset(
     }
 )
 NOT_SETTINGS_PREFIXES = ("SCRAPEFLEET_TEST_", "SCRAPEFLEET_BENCH_")
+_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+HOST_NAME = re.compile(rf"(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*\.?")
 
 
 class Settings(BaseSettings):
@@ -206,6 +209,11 @@ class Settings(BaseSettings):
         description="allow dashboard_address to be a non-loopback address (also"
         " --allow-remote); put TLS in front",
     )
+    dashboard_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="host names the dashboard answers to besides IP addresses and localhost"
+        " (a DNS-rebinding page's name is refused)",
+    )
 
     # Webhooks: POSTed by the producer when a job with a callback_url completes or fails.
     webhook_secret: SecretStr | None = Field(
@@ -304,7 +312,7 @@ class Settings(BaseSettings):
             raise ValueError("must be at least 16 characters")
         return value
 
-    @field_validator("actions", "webhook_allow_networks", mode="before")
+    @field_validator("actions", "webhook_allow_networks", "dashboard_hosts", mode="before")
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:
         # The README's own form, SCRAPEFLEET_ACTIONS=mypkg.scrapers:prices, is not JSON.
@@ -329,6 +337,14 @@ class Settings(BaseSettings):
             except ValueError:
                 raise ValueError(f"{item!r} is not an IP address or CIDR network") from None
         return value
+
+    @field_validator("dashboard_hosts")
+    @classmethod
+    def _host_names(cls, value: list[str]) -> list[str]:
+        for item in value:
+            if not HOST_NAME.fullmatch(item):
+                raise ValueError(f"{item!r} is not a host name (no scheme, port or path)")
+        return [item.lower().rstrip(".") for item in value]
 
     @field_validator("http_proxy")
     @classmethod

@@ -43,12 +43,14 @@ class JobAbandoned:
 @dataclass(frozen=True)
 class Tick:
     """The main loop's turn: jobs in flight, outcomes not yet written; of the browser jobs in
-    flight, those still on a stack that an overlapped restart retired."""
+    flight, those still on a stack that an overlapped restart retired; how many retired stacks
+    have no job left (one can be done while another still runs a long job)."""
 
     busy: int
     unwritten: int
     browser_busy: int
     retiring_busy: int = 0
+    retiring_done: int = 0
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,9 @@ or reads a clock.
   the restart budget is ``overlap_lead`` browser jobs away (the host's capacity) or, at the
   rate jobs are claimed, less than twice the last start's duration away; at the budget the
   claims switch to it and the old stack retires: its idle sessions end at once, its
-  in-flight jobs finish on it, then it is stopped and its processes checked gone. Browser jobs
+  in-flight jobs finish on it, then it is stopped and its processes checked gone. The next stack
+  may start while the one before is still retiring (three work directories); with two
+  retiring it waits for one to stop. Browser jobs
   cannot be claimed only while a next stack not yet up is awaited (Replacing); other jobs
   always can. Sessions across both stacks never exceed the capacity (the pools share permits).
   A next stack that fails to start makes that restart a draining one.
@@ -59,6 +61,9 @@ from scrapefleet.consumer.stack_events import JobReturned, StackStopped
 RELEASES_BEFORE_RESTART = 2  # browser jobs released in a row with a stack that looks healthy
 MIN_CHECK_S = 0.05  # never ask to be woken sooner than this
 FIRST_START_GUESS_S = 10.0  # how long a stack takes to start, until one has been measured
+# Work directories per host: the running stack, the next one starting, and one retiring (the
+# stack before, whose last jobs still run while its successor's lead has begun).
+STACK_DIRECTORIES = 3
 
 
 @dataclass(frozen=True)
@@ -142,6 +147,7 @@ class Retiring:
 
     since: datetime
     stopping: bool = False
+    stacks: int = 1  # how many: a job slower than a stack's lifetime keeps one retiring longer
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,7 @@ from scrapefleet.consumer.stack_events import (
     Tick,
 )
 from scrapefleet.consumer.stack_states import (
+    STACK_DIRECTORIES,
     AwaitingReboot,
     Closed,
     Draining,
@@ -94,8 +95,10 @@ def step(state: StackState, event: Event, now: datetime) -> tuple[StackState, Ac
             return replace(state, phase=Closed()), ((StopStack(),) if running else ())
         case OldStacksStopped() as retired:
             return _retired(state, retired, now)
-        case Tick(retiring_busy=0) if state.retiring is not None and not state.retiring.stopping:
-            # The retired stack's last job has returned: stop it, off the main loop.
+        case Tick(retiring_busy=busy, retiring_done=done) if (
+            (busy == 0 or done > 0) and state.retiring is not None and not state.retiring.stopping
+        ):
+            # A retired stack's last job has returned: stop it, off the main loop.
             retiring = replace(state.retiring, stopping=True)
             state, actions = step(replace(state, retiring=retiring), event, now)
             return state, (StopOldStacks(), *actions)
@@ -271,6 +274,13 @@ def _budget_near(state: StackState, since_restart: int, now: datetime) -> bool:
     return left * elapsed_s / since_restart <= 2 * state.start_s
 
 
+def _directory_free(state: StackState) -> bool:
+    """Is a work directory free for the next stack? The running stack holds one, each stack
+    still retiring one more (a retired stack's directory is reused once it has stopped)."""
+    retiring = state.retiring.stacks if state.retiring else 0
+    return 1 + retiring < STACK_DIRECTORIES
+
+
 def _start_next_if_near(
     state: StackState, since_restart: int, now: datetime
 ) -> tuple[StackState, Actions]:
@@ -280,7 +290,7 @@ def _start_next_if_near(
         and policy.restart_every > 0
         and isinstance(phase, Ready)
         and phase.next is NextStack.NONE
-        and state.retiring is None  # the next stack takes the retired one's directory
+        and _directory_free(state)
         and _budget_near(state, since_restart, now)
     ):
         return replace(state, phase=Ready(NextStack.STARTING, next_since=now)), (
@@ -303,7 +313,7 @@ def _restart(state: StackState, reason: str, now: datetime) -> tuple[StackState,
             return replace(state, phase=Replacing(reason, now, next_since=phase.next_since)), ()
         case NextStack.FAILED:
             return _begin(state, Kind.RESTART, f"{reason}; next stack failed: {phase.next_error}")
-    if state.retiring is not None:  # it starts once the last one retired is stopped
+    if not _directory_free(state):  # it starts once a retired one has stopped
         return replace(state, phase=Replacing(reason, now, started=False)), ()
     return replace(state, phase=Replacing(reason, now, next_since=now)), (StartNextStack(),)
 
@@ -313,7 +323,12 @@ def _switch(
 ) -> tuple[StackState, Actions]:
     """Jobs claimed from now on run on the next stack; the running one retires."""
     no_claim_s = round(max((now - since).total_seconds(), 0.0), 3)
-    retiring = state.retiring or Retiring(now)  # one still retiring is stopped with this one
+    # One still retiring is stopped with this one; its own wait counts from its switch.
+    retiring = (
+        replace(state.retiring, stacks=state.retiring.stacks + 1)
+        if state.retiring
+        else Retiring(now)
+    )
     state = replace(state, phase=Ready(), faults=Faults(), retiring=retiring, lifetime_since=now)
     return state, (
         SwitchStacks(),
@@ -333,9 +348,11 @@ def _retired(
         pids = list(stopped.leftover_pids)
         actions.append(Log(logging.ERROR, f"processes of a retired stack outlived it: {pids}"))
     if retired.remaining and retiring is not None:  # retired meanwhile: its jobs still run
-        return replace(state, retiring=replace(retiring, stopping=False)), tuple(actions)
-    state = replace(state, retiring=None)
-    if isinstance(state.phase, Replacing) and not state.phase.started:
+        retiring = replace(retiring, stopping=False, stacks=retired.remaining)
+        state = replace(state, retiring=retiring)
+    else:
+        state = replace(state, retiring=None)
+    if isinstance(state.phase, Replacing) and not state.phase.started and _directory_free(state):
         state = replace(state, phase=replace(state.phase, started=True, next_since=now))
         actions.append(StartNextStack())
     return state, tuple(actions)

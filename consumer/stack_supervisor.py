@@ -76,6 +76,7 @@ from scrapefleet.consumer.stack_events import (
 )
 from scrapefleet.consumer.stack_records import StackRecords, StoreRecords
 from scrapefleet.consumer.stack_states import (
+    STACK_DIRECTORIES,
     Policy,
     StackState,
     browser_status,
@@ -95,7 +96,8 @@ RebootRunner = Callable[[str], "str | None"]  # the command -> None once it ran,
 # (session maker, size, keepalive_s, shared permits, permit wait) -> one stack's sessions
 PoolMaker = Callable[[Callable[[], Any], int, float, SessionPermits, float], SessionPool]
 StackMaker = Callable[[Path], BrowserStack]  # work directory -> a stack (tests give fakes)
-STACK_DIR_NAMES = ("a", "b")  # a stack and the next one alternate between two directories
+# The running stack, the next one and one retiring rotate between these directories.
+STACK_DIR_NAMES = tuple("abcdefgh"[:STACK_DIRECTORIES])
 
 
 def session_pool(
@@ -259,6 +261,12 @@ class StackSupervisor:
         with self._lock:
             return sum(self._busy(pool) for _, pool in self._retiring)
 
+    @property
+    def retiring_done(self) -> int:
+        """Stacks an overlapped restart retired whose last job has returned."""
+        with self._lock:
+            return sum(1 for _, pool in self._retiring if self._busy(pool) == 0)
+
     def _busy(self, pool: SessionPool) -> int:
         """Leased from ``pool``, or claimed for it and not leased yet (under self._lock)."""
         waiting = sum(1 for claimed_on in self._claimed_on.values() if claimed_on is pool)
@@ -269,7 +277,7 @@ class StackSupervisor:
     def clean_leftovers(self) -> None:
         """At consumer start: end whatever a consumer killed with SIGKILL left of its stacks."""
         killed = self.stack.stop().killed
-        # The other directory's, and a stack of the single-directory layout of older versions.
+        # The other directories', and a stack of the single-directory layout of older versions.
         legacy = self.settings.state_dir / "stack" / self.host
         for work_dir in (*self._work_dirs[1:], legacy):
             killed += self._make_stack(work_dir).stop().killed
@@ -293,7 +301,7 @@ class StackSupervisor:
         if self._unwritten is not None:
             self._set_host_state(self._unwritten)
         browser_busy = busy if browser_busy is None else browser_busy
-        self._feed(Tick(busy, unwritten, browser_busy, self.retiring_busy))
+        self._feed(Tick(busy, unwritten, browser_busy, self.retiring_busy, self.retiring_done))
 
     @contextmanager
     def lease(self, job_id: int, isolation: Isolation) -> Iterator[Any]:
@@ -399,8 +407,11 @@ class StackSupervisor:
         return pool
 
     def _start_next(self) -> None:
-        """A thread: the next stack, in the work directory the running one does not use."""
-        work_dir = next(d for d in self._work_dirs if d != self.stack.work_dir)
+        """A thread: the next stack, in a work directory no running or retiring stack uses
+        (the state machine starts one only when a directory is free)."""
+        with self._lock:
+            taken = {self.stack.work_dir, *(stack.work_dir for stack, _ in self._retiring)}
+        work_dir = next(d for d in self._work_dirs if d not in taken)
         stack = self._make_stack(work_dir)
         started = self._started_stack(stack)
         if isinstance(started, str):

@@ -11,13 +11,30 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.remote.webdriver import WebDriver
 
 from scrapefleet.common.errors import StackError
 from scrapefleet.common.settings import Settings, load_settings
 from scrapefleet.consumer.browser_stack import BrowserStack, StackWebDriver, find_grid_jar
 from tests.browser.site import LocalSite
+from tests.waiting import scaled
 
 HERE = Path(__file__).parent
+# A local headless Chromium for the dashboard's pages (no Grid: the dashboard is not a job).
+DASHBOARD_CHROME_FLAGS = (
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+    "--window-size=1280,1000",
+)
+DASHBOARD_PAGE_LOAD_S = 10.0
 
 
 def missing_parts() -> list[str]:
@@ -139,3 +156,19 @@ def own_stack_dir(tmp_path: Path) -> Iterator[Path]:
     work = tmp_path / "stack"
     yield work
     shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def dashboard_browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
+    """One local Chromium per module of dashboard tests, with a profile of its own."""
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for flag in DASHBOARD_CHROME_FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
+    driver = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
+    try:
+        driver.set_page_load_timeout(scaled(DASHBOARD_PAGE_LOAD_S))
+        yield driver
+    finally:
+        driver.quit()

@@ -18,8 +18,6 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
@@ -48,33 +46,12 @@ SCREENSHOTS = (
     if os.environ.get("SCRAPEFLEET_DOCS_SCREENSHOTS") == "1"
     else Path(tempfile.gettempdir()) / f"scrapefleet-dashboard-screenshots-{os.getpid()}"
 )
-CHROME_FLAGS = (
-    "--headless=new",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-    "--window-size=1280,1000",
-)
 WAIT_S = 10.0
 
 
 @pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
-    options = webdriver.ChromeOptions()
-    options.binary_location = "/usr/bin/chromium"
-    for flag in CHROME_FLAGS:
-        options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
-    driver = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
-    try:
-        driver.set_page_load_timeout(WAIT_S)
-        yield driver
-    finally:
-        driver.quit()
+def browser(dashboard_browser: WebDriver) -> WebDriver:
+    return dashboard_browser
 
 
 @pytest.fixture

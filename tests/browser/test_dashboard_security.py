@@ -22,8 +22,6 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
@@ -36,7 +34,6 @@ from scrapefleet.common.ops.dashboard.sessions import COOKIE_NAME
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import NewJob
 from tests.browser.page_waits import wait_for_text
-from tests.browser.test_dashboard import CHROME_FLAGS
 from tests.integration.producer_helpers import add_hosts, producer_settings, submit
 from tests.waiting import scaled, wait_for
 
@@ -93,18 +90,8 @@ class AttackerSite:
 
 
 @pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
-    options = webdriver.ChromeOptions()
-    options.binary_location = "/usr/bin/chromium"
-    for flag in CHROME_FLAGS:
-        options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
-    driver = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
-    try:
-        driver.set_page_load_timeout(scaled(WAIT_S))
-        yield driver
-    finally:
-        driver.quit()
+def browser(dashboard_browser: WebDriver) -> WebDriver:
+    return dashboard_browser
 
 
 @pytest.fixture

@@ -16,12 +16,13 @@ from scrapefleet.common.ops.cli import cli
 from scrapefleet.common.ops.dashboard.app import create_app
 from scrapefleet.common.ops.dashboard.security import (
     Verdict,
+    host_allowed,
     is_loopback_literal,
     local_next,
     origin_verdict,
 )
 from scrapefleet.common.ops.dashboard.sessions import COOKIE_NAME, SessionStore
-from scrapefleet.common.settings import Settings
+from scrapefleet.common.settings import Settings, load_settings
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -110,6 +111,25 @@ def test_loopback_literals() -> None:
     for address in ("0.0.0.0", "::", "10.0.0.1", "192.168.1.2", "::ffff:10.0.0.1"):
         assert is_loopback_literal(address) is False, address
     assert is_loopback_literal("dash.example") is None
+
+
+@pytest.mark.parametrize(
+    ("host", "allowed"),
+    [
+        ("127.0.0.1:8080", True),
+        ("localhost:8080", True),
+        ("LOCALHOST.", True),
+        ("[::1]:8080", True),
+        ("10.0.0.7", True),
+        ("dash.example:443", True),  # listed
+        ("evil.example:8080", False),  # a rebinding page's own name
+        ("dash.example.evil.example", False),
+        ("", False),
+        (None, False),
+    ],
+)
+def test_host_names_a_rebinding_page_cannot_use(host: str | None, allowed: bool) -> None:
+    assert host_allowed(host, {"dash.example"}) is allowed
 
 
 def test_sessions_expire_when_idle_and_stay_bounded() -> None:
@@ -237,5 +257,22 @@ def test_forwarded_headers_count_only_behind_configured_proxies() -> None:
     assert direct.status_code == 403 and "own pages" in direct.get_data(as_text=True)
     # Behind one proxy its headers name our origin: the origin check passes, the form token
     # (a guess here) is what refuses.
-    proxied = _client(dashboard_proxies=1).post("/control/assignment", data=form, headers=headers)
+    proxied = _client(dashboard_proxies=1, dashboard_hosts="dash.example").post(
+        "/control/assignment", data=form, headers=headers
+    )
     assert proxied.status_code == 403 and "reload the page" in proxied.get_data(as_text=True)
+
+
+def test_a_page_under_another_host_name_is_refused() -> None:
+    client = _client()
+    refused = client.get("/login", headers={"Host": "evil.example:8080"})
+    assert refused.status_code == 400
+    assert refused.mimetype == "text/plain" and "dashboard_hosts" in refused.get_data(as_text=True)
+    assert client.get("/login", headers={"Host": "127.0.0.1:8080"}).status_code == 200
+    listed = _client(dashboard_hosts="Dash.Example").get("/login", headers={"Host": "dash.example"})
+    assert listed.status_code == 200
+
+
+def test_a_listed_host_must_be_a_bare_name() -> None:
+    with pytest.raises(SettingsError, match="dashboard_hosts"):
+        load_settings(None, dashboard_hosts="https://dash.example/")

@@ -454,16 +454,37 @@ def test_a_next_stack_that_fails_makes_the_restart_drain() -> None:
     assert of_type(actions, SetHostState)[0].to_state == "restarting"
 
 
-def test_the_next_stack_waits_for_the_retiring_one_which_uses_its_directory() -> None:
+def test_the_next_stack_starts_beside_one_retiring_stack() -> None:
     state = replace(ready(OVERLAP), retiring=Retiring(T0))
+    state, actions = feed(state, Claimed(6, since_restart=16, since_boot=16))
+    assert StartNextStack() in actions
+
+
+def test_with_two_stacks_retiring_the_next_waits_for_a_free_directory() -> None:
+    state = replace(ready(OVERLAP), retiring=Retiring(T0, stacks=2))
     state, actions = feed(state, Claimed(6, since_restart=16, since_boot=16))
     assert of_type(actions, StartNextStack) == []
     state, actions = feed(state, Claimed(4, since_restart=20, since_boot=20), now=at(1))
     assert isinstance(state.phase, Replacing) and not state.phase.started and actions == []
-    state, actions = feed(state, OldStacksStopped(StackStopped()), now=at(2))
+    # One of the two stops (the other still runs a long job): a directory is free.
+    stopped = OldStacksStopped(StackStopped(), remaining=1)
+    state, actions = feed(state, stopped, now=at(2))
     assert StartNextStack() in actions and state.phase == Replacing(
         state.phase.reason, at(1), started=True, next_since=at(2)
     )
+    assert state.retiring == Retiring(T0, stacks=1)
+
+
+def test_a_switch_with_a_stack_still_retiring_retires_both() -> None:
+    state = replace(ready(OVERLAP), retiring=Retiring(T0))
+    state, _ = feed(state, Claimed(6, since_restart=16, since_boot=16))
+    state, _ = feed(state, NextStackStarted(), now=at(3))
+    state, actions = feed(state, Claimed(4, since_restart=20, since_boot=20), now=at(4))
+    assert SwitchStacks() in actions and state.retiring == Retiring(T0, stacks=2)
+    # The older one's last job returned while the newer one still runs one: stop what is done.
+    busy = replace(IDLE_TICK, retiring_busy=1, retiring_done=1)
+    state, actions = feed(state, busy, now=at(5))
+    assert StopOldStacks() in actions
 
 
 def test_a_fast_claim_rate_starts_the_next_stack_earlier() -> None:

@@ -40,7 +40,7 @@ from scrapefleet.common.ops.dashboard.controls import (
     token_matches,
 )
 from scrapefleet.common.ops.dashboard.inputs import BadInput, parse_job_id, parse_search
-from scrapefleet.common.ops.dashboard.security import local_next
+from scrapefleet.common.ops.dashboard.security import host_allowed, local_next
 from scrapefleet.common.ops.dashboard.sessions import MemorySessionInterface, SessionStore
 from scrapefleet.common.producer_status import delivery_state, read_producer_status
 from scrapefleet.common.settings import Settings
@@ -89,6 +89,19 @@ def create_app(settings: Settings, engine: Engine) -> Flask:
             "statuses": JOB_STATUSES,
             "artifact_link": lambda stored: relative_artifact(settings.artifacts_dir, stored),
         }
+
+    allowed_hosts = frozenset(settings.dashboard_hosts)
+
+    @app.before_request
+    def refuse_unknown_host() -> Response | None:
+        if host_allowed(request.host, allowed_hosts):
+            return None
+        return Response(
+            f"host name {request.host[:100]!r} is not one this dashboard answers to:"
+            " add it to dashboard_hosts\n",
+            400,
+            mimetype="text/plain",
+        )
 
     @app.before_request
     def require_login() -> Redirect | None:

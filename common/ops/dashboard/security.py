@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import ipaddress
+from collections.abc import Collection
 from urllib.parse import urlsplit
 
 MAX_NEXT = 2000  # a longer "next" is not one of our own links
@@ -81,3 +82,28 @@ def is_loopback_literal(address: str) -> bool | None:
         return ipaddress.ip_address(text).is_loopback
     except ValueError:
         return None
+
+
+def host_allowed(host_header: str | None, names: Collection[str]) -> bool:
+    """May a request with this ``Host`` header be answered?
+
+    A page on an attacker's domain that resolves to this machine (DNS rebinding) reaches the
+    dashboard with the attacker's name in ``Host``, and the browser treats the answer as that
+    page's own. IP literals and "localhost" cannot be rebound, so they pass; any other name
+    must be one the operator listed (``dashboard_hosts``: a proxy's or a DNS name of ours).
+    """
+    if not host_header:
+        return False
+    text = host_header.strip().lower()
+    if text.startswith("["):  # [v6]:port
+        host = text[1 : text.find("]")] if "]" in text else ""
+    else:
+        host = text.rsplit(":", 1)[0] if text.count(":") == 1 else text
+    host = host.rstrip(".")
+    if host == "localhost":
+        return True
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        return host in names
