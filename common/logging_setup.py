@@ -17,7 +17,19 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 # The structured fields, in the order text lines show them.
-FIELDS = ("job", "host", "action", "attempt", "status", "delivery")
+FIELDS = (
+    "job",
+    "kind",
+    "host",
+    "action",
+    "attempt",
+    "outcome",
+    "duration_s",
+    "status",
+    "delivery",
+    "from_state",
+    "to_state",
+)
 _FIELD_PREFIX = "sf_"  # LogRecord attributes are shared with logging's own: keep ours apart
 
 
@@ -82,6 +94,7 @@ def configure_logging(level: str, log_format: str = "text", stream: TextIO | Non
     root.addHandler(handler)
     root.setLevel(level)
     # Libraries whose INFO lines are their own chatter, not our events: Werkzeug's access log,
-    # Alembic's plugin and migration steps, pgserver's start/stop command dumps.
-    for noisy in ("werkzeug", "alembic", "pgserver"):
+    # Alembic's plugin and migration steps, pgserver's start/stop command dumps, APScheduler's
+    # two lines per producer cycle ("Running job", "executed successfully": most of a day's log).
+    for noisy in ("werkzeug", "alembic", "pgserver", "apscheduler"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

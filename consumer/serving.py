@@ -23,6 +23,7 @@ from scrapefleet.common.lifecycle import DaemonState, Lifecycle
 from scrapefleet.common.store import ClaimedJob, Registration
 from scrapefleet.common.store.statuses import HostState
 from scrapefleet.consumer.artifact_janitor import ArtifactJanitor
+from scrapefleet.consumer.attempt_log import log_attempt
 from scrapefleet.consumer.config import ConsumerConfig
 from scrapefleet.consumer.recorder import OutcomeRecorder
 from scrapefleet.consumer.runner import DriverLease, Outcome, leases_from, run_job
@@ -403,7 +404,9 @@ class RunningConsumer:
         retried = (
             outcome.status == "failed" and outcome.retryable and job.attempt < job.max_attempts
         )
-        metrics.observe_job(job.kind, outcome.status, time.monotonic() - started, retried=retried)
+        duration_s = time.monotonic() - started
+        metrics.observe_job(job.kind, outcome.status, duration_s, retried=retried)
+        log_attempt(job, self.host, outcome.status, retried, duration_s)
         if self.supervisor is not None:
             self.supervisor.job_returned(
                 job.id, job.needs_browser, released=outcome.status == "released"

@@ -51,6 +51,7 @@ from scrapefleet.common.db import describe, is_connection_error, transaction, wr
 from scrapefleet.common.errors import DatabaseUnavailable, ProbeError
 from scrapefleet.common.host_status import HostStatus
 from scrapefleet.common.lifecycle import PRODUCER_DRAIN_TIMEOUT_S, DaemonState, Lifecycle
+from scrapefleet.common.logging_setup import fields
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store.fleet import ProducerIdentity
 from scrapefleet.common.store.statuses import HostState
@@ -310,12 +311,15 @@ class Producer:
                     else "probe succeeds again"
                 )
                 if store.set_host_state(conn, host.name, new_state, reason, expected=[host.state]):
-                    log.info(
-                        "host state host=%s from=%s to=%s reason=%s",
+                    # A host lost is what an operator must see; one back is good news.
+                    log.log(
+                        logging.INFO if new_state == HostState.ACTIVE else logging.WARNING,
+                        "host %s %s -> %s: %s",
                         host.name,
                         host.state,
                         new_state,
                         reason,
+                        extra=fields(host=host.name, from_state=host.state, to_state=new_state),
                     )
                     transitions.append((host.name, host.state, new_state))
         return tuple(transitions)

@@ -139,7 +139,7 @@ def test_lock_keys_never_overlap(engine: Engine, tmp_path: Path, make_producer: 
 
 
 def test_three_failed_probes_make_a_host_offline_and_success_brings_it_back(
-    engine: Engine, tmp_path: Path, make_producer: Any
+    engine: Engine, tmp_path: Path, make_producer: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     add_hosts(engine, {"h1": 6})
     producer = make_producer(probe_failures_offline=3)  # no status file: probes fail
@@ -147,8 +147,11 @@ def test_three_failed_probes_make_a_host_offline_and_success_brings_it_back(
     assert producer.run_cycle().transitions == ()
     assert producer.run_cycle().transitions == ()
     assert host_state(engine, "h1") == "active"
-    assert producer.run_cycle().transitions == (("h1", "active", "offline"),)
+    with caplog.at_level(logging.INFO, logger="scrapefleet.producer"):
+        assert producer.run_cycle().transitions == (("h1", "active", "offline"),)
     assert host_state(engine, "h1") == "offline"
+    [lost] = [r for r in caplog.records if "active -> offline" in r.getMessage()]
+    assert lost.levelno == logging.WARNING and lost.sf_host == "h1"  # type: ignore[attr-defined]
 
     publish_status(tmp_path, "h1")
     submit(engine, [NewJob("noop")])

@@ -1,0 +1,79 @@
+"""The log lines an operator reads in the journal: one per finished attempt with every field,
+and none of the scheduler library's per-cycle chatter."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from scrapefleet.common.logging_setup import configure_logging
+from scrapefleet.common.store import ClaimedJob
+from scrapefleet.consumer.attempt_log import log_attempt
+
+pytestmark = pytest.mark.timeout(10)
+
+JOB = ClaimedJob(id=42, kind="fetch_page", payload={}, attempt=2, max_attempts=3, lock_key=None)
+
+
+@pytest.fixture
+def output() -> Iterator[io.StringIO]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    stream = io.StringIO()
+    yield stream
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    for handler in handlers:
+        root.addHandler(handler)
+    root.setLevel(level)
+    logging.getLogger("apscheduler").setLevel(logging.NOTSET)
+
+
+def test_the_scheduler_librarys_per_run_lines_are_off(output: io.StringIO) -> None:
+    configure_logging("INFO", stream=output)
+    executor = logging.getLogger("apscheduler.executors.default")
+    executor.info('Running job "cycle" (scheduled at 2026-11-23 07:00:00+00:00)')
+    executor.info('Job "cycle" executed successfully')
+    executor.warning("Run time of job was missed by 0:00:03")
+    assert output.getvalue().count("\n") == 1 and "missed" in output.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("status", "retried", "outcome", "level"),
+    [
+        ("completed", False, "completed", "INFO"),
+        ("failed", True, "retry", "INFO"),
+        ("failed", False, "failed", "WARNING"),
+        ("released", False, "released", "WARNING"),
+    ],
+)
+def test_one_json_line_per_attempt_with_every_field(
+    output: io.StringIO, status: str, retried: bool, outcome: str, level: str
+) -> None:
+    configure_logging("INFO", "json", stream=output)
+    log_attempt(JOB, "h1", status, retried, 1.23456)
+    (line,) = output.getvalue().splitlines()
+    document = json.loads(line)
+    assert document["level"] == level
+    assert {k: document[k] for k in ("job", "kind", "host", "attempt", "outcome")} == {
+        "job": 42,
+        "kind": "fetch_page",
+        "host": "h1",
+        "attempt": 2,
+        "outcome": outcome,
+    }
+    assert document["duration_s"] == 1.235
+    assert document["msg"] == f"job 42 fetch_page attempt 2 {outcome} in 1.23 s"
+
+
+def test_text_lines_carry_the_same_fields(output: io.StringIO) -> None:
+    configure_logging("INFO", stream=output)
+    log_attempt(JOB, "h1", "completed", False, 0.5)
+    line = output.getvalue().strip()
+    assert line.endswith(
+        "job=42 kind=fetch_page host=h1 attempt=2 outcome=completed duration_s=0.5"
+    ), line
