@@ -263,6 +263,16 @@ class Settings(BaseSettings):
     xvfb_binary: Path = Field(default=Path("/usr/bin/Xvfb"))
     chromium_binary: Path = Field(default=Path("/usr/bin/chromium"))
     chromedriver_binary: Path = Field(default=Path("/usr/bin/chromedriver"))
+    browser_user: str | None = Field(
+        default=None,
+        min_length=1,
+        description="run Xvfb, the Grid and Chromium as this user (needs root or CAP_SETUID);"
+        " unset -> the consumer's own",
+    )
+    chromium_sandbox: bool | None = Field(
+        default=None,
+        description="unset -> on unless the browser runs as root; false -> --no-sandbox",
+    )
     page_load_timeout_s: float = Field(default=30.0, gt=0)
     script_timeout_s: float = Field(default=30.0, gt=0)
     stack_start_timeout_s: float = Field(default=60.0, gt=0, description="Grid /status ready")

@@ -39,6 +39,11 @@ from selenium.webdriver.remote.client_config import ClientConfig
 
 from scrapefleet.common.errors import StackError
 from scrapefleet.common.settings import Settings
+from scrapefleet.consumer.browser_user import (
+    BrowserUser,
+    needs_no_sandbox,
+    resolve_browser_user,
+)
 from scrapefleet.consumer.sessions import quit_driver
 from scrapefleet.consumer.stack_processes import (
     TOKEN_ENV,
@@ -51,7 +56,6 @@ from scrapefleet.consumer.stack_processes import (
 )
 
 CHROME_ARGS = (
-    "--no-sandbox",  # required when the consumer runs as root
     "--disable-dev-shm-usage",  # /dev/shm is small in containers; Chromium crashes on it
     "--disable-gpu",
     "--disable-background-networking",  # no calls home: hosts may be offline
@@ -220,6 +224,7 @@ class BrowserStack:
         self.display: int | None = display
         self.grid_port: int | None = grid_port
         self._marker = StackMarker(token, self.tmp_dir, self.work_dir)
+        self._user = BrowserUser(os.geteuid(), os.getegid(), None)  # resolved at start
         self._xvfb: subprocess.Popen[bytes] | None = None
         self._grid: subprocess.Popen[bytes] | None = None
         self._lock = threading.RLock()
@@ -240,8 +245,11 @@ class BrowserStack:
         with self._lock:
             if self._grid is not None:
                 return
+            self._user = resolve_browser_user(self.settings.browser_user)
             for folder in (self.home_dir, self.tmp_dir):
                 folder.mkdir(parents=True, exist_ok=True)
+                if self._user.switches:  # the browser's HOME and TMPDIR are its own
+                    os.chown(folder, self._user.uid, self._user.gid)
             jar = find_grid_jar(self.settings.grid_jar)
             try:
                 self._start_xvfb()
@@ -320,6 +328,8 @@ class BrowserStack:
         options.binary_location = str(self.settings.chromium_binary)
         for arg in CHROME_ARGS:
             options.add_argument(arg)
+        if needs_no_sandbox(self.settings.chromium_sandbox, self._user.uid):
+            options.add_argument("--no-sandbox")
         width, height = self.settings.screen_width_px, self.settings.screen_height_px
         options.add_argument(f"--window-size={width},{height}")
         # BiDi: a fresh user context per job in a warm session (consumer.sessions).
@@ -403,6 +413,7 @@ class BrowserStack:
                 stdout=subprocess.DEVNULL,
                 stderr=(self.work_dir / "xvfb.log").open("ab"),
                 start_new_session=True,  # our signals only, not the consumer's terminal's
+                **self._as_browser_user(),
             )
         except OSError as exc:
             os.close(read_fd)
@@ -421,6 +432,12 @@ class BrowserStack:
         if self._fixed_display is not None:
             raise StackError(f"Xvfb :{display} did not start: {tail(self.work_dir / 'xvfb.log')}")
         return False
+
+    def _as_browser_user(self) -> dict[str, Any]:
+        """Popen arguments that start a stack process as ``browser_user`` (none: as us)."""
+        if not self._user.switches:
+            return {}
+        return {"user": self._user.uid, "group": self._user.gid, "extra_groups": []}
 
     def _write_grid_config(self, port: int) -> None:
         settings = self.settings
@@ -484,6 +501,7 @@ stereotype = '{stereotype}'
                 stdout=self.grid_log.open("ab"),
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                **self._as_browser_user(),
             )
         except OSError as exc:
             raise StackError(f"cannot run the Grid: {exc}") from exc

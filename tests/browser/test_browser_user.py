@@ -1,0 +1,103 @@
+"""The browser runs as another user, sandboxed, and cannot read what the consumer holds.
+
+Real Xvfb, Grid and Chromium started by a root consumer with ``browser_user = "nobody"``.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from scrapefleet.common.errors import StackError
+from scrapefleet.common.settings import Settings
+from scrapefleet.consumer.browser_stack import BrowserStack, find_grid_jar
+from scrapefleet.consumer.browser_user import needs_no_sandbox
+from scrapefleet.consumer.sessions import quit_driver
+from tests.browser.site import LocalSite
+
+pytestmark = pytest.mark.timeout(120)
+
+BROWSER_USER = "nobody"
+SECRET = "database_url = 'postgresql://consumer:s3cret-of-the-consumer@db/scrapefleet'"
+
+
+def _skip_unless_root_and_nobody() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("switching the browser's user needs root (run the tests as root, as CI does)")
+    try:
+        pwd.getpwnam(BROWSER_USER)
+    except KeyError:
+        pytest.skip(f"no {BROWSER_USER!r} user on this machine")
+
+
+@pytest.fixture
+def world_readable_dir() -> Iterator[Path]:
+    """Under /tmp with mode 0755: pytest's own tmp dirs are private to root, and the jar must
+    be readable by the browser's user whatever the checkout's location."""
+    folder = Path(tempfile.mkdtemp(prefix="sf-browser-user-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_the_browser_runs_as_its_own_user_sandboxed_and_cannot_read_the_consumers_settings(
+    settings: Settings, site: LocalSite, world_readable_dir: Path
+) -> None:
+    _skip_unless_root_and_nobody()
+    jar = world_readable_dir / "selenium-server.jar"
+    shutil.copyfile(find_grid_jar(settings.grid_jar), jar)
+    jar.chmod(0o644)
+    consumer_settings = world_readable_dir / "consumer.toml"  # what the consumer keeps to itself
+    consumer_settings.write_text(SECRET + "\n")
+    consumer_settings.chmod(0o600)
+    as_nobody = settings.model_copy(update={"browser_user": BROWSER_USER, "grid_jar": jar})
+    nobody = pwd.getpwnam(BROWSER_USER).pw_uid
+
+    with BrowserStack(as_nobody, "sandboxed", 1, world_readable_dir / "stack") as stack:
+        driver = stack.new_driver()
+        try:
+            driver.get(site.url("/item"))
+            assert driver.title  # the page loaded, sandbox on
+            driver.get(consumer_settings.as_uri())
+            assert "s3cret" not in driver.page_source
+            processes = [(p.uids().real, p.name(), p.cmdline(), p.pid) for p in stack.processes()]
+            chromium = [(cmd, pid) for _, name, cmd, pid in processes if name.startswith("chrom")]
+            chromium = [(cmd, pid) for cmd, pid in chromium if "chromedriver" not in cmd[0]]
+            renderers = [pid for cmd, pid in chromium if "--type=renderer" in cmd]
+            seccomp = [_seccomp_mode(pid) for pid in renderers]
+        finally:
+            quit_driver(driver)
+
+    assert chromium, "no Chromium process seen"
+    assert {uid for uid, *_ in processes} == {nobody}, "a stack process runs as another user"
+    assert all("--no-sandbox" not in cmd for cmd, _ in chromium)
+    assert renderers and set(seccomp) == {2}, f"renderers not sandboxed: {seccomp}"
+
+
+def _seccomp_mode(pid: int) -> int:
+    """2: a seccomp-bpf filter confines the process (Chromium's sandbox)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Seccomp:"):
+            return int(line.split()[1])
+    return -1
+
+
+@pytest.mark.parametrize(
+    ("sandbox", "uid", "no_sandbox"),
+    [(None, 0, True), (None, 1000, False), (False, 1000, True), (True, 1000, False)],
+)
+def test_the_sandbox_is_on_unless_the_browser_is_root_or_it_is_turned_off(
+    sandbox: bool | None, uid: int, no_sandbox: bool
+) -> None:
+    assert needs_no_sandbox(sandbox, uid) is no_sandbox
+
+
+def test_a_sandbox_asked_for_a_root_browser_is_refused_with_the_reason() -> None:
+    with pytest.raises(StackError, match="set browser_user"):
+        needs_no_sandbox(True, 0)
