@@ -20,6 +20,7 @@ from scrapefleet.common.db import Listener, describe, transaction
 from scrapefleet.common.errors import DatabaseUnavailable, ScrapefleetError
 from scrapefleet.common.host_status import HOST_STATES, BrowserState
 from scrapefleet.common.lifecycle import DaemonState, Lifecycle
+from scrapefleet.common.logging_setup import fields
 from scrapefleet.common.store import ClaimedJob, Registration
 from scrapefleet.common.store.statuses import HostState
 from scrapefleet.consumer.artifact_janitor import ArtifactJanitor
@@ -419,7 +420,7 @@ class RunningConsumer:
             self.recorder.submit(job, outcome)
         else:
             log.warning(
-                "job %d attempt %d returned after it was given up (timeout or cold stop);"
+                "job %d attempt %d returned after it was given up (timeout, stop or cold stop);"
                 " outcome (%s) dropped",
                 job.id,
                 job.attempt,
@@ -450,6 +451,24 @@ class RunningConsumer:
             if self.supervisor is not None:  # its browser is killed, so its thread returns
                 self.supervisor.abandon(job.id, job.needs_browser)
 
+    def _give_up(self, job_ids: frozenset[int]) -> None:
+        """Jobs no longer ours in the database (an operator stopped them, or the producer
+        rescued them from a host it thought dead): end their attempts here. Their browser
+        session is ended so that their thread returns; their outcome is dropped."""
+        with self._lock:
+            gone = [self._in_flight.pop(i) for i in job_ids if i in self._in_flight]
+            self._stuck += len(gone)
+        for running in gone:
+            job = running.job
+            log.warning(
+                "job %d attempt %d is no longer this host's (stopped or rescued): ending it",
+                job.id,
+                job.attempt,
+                extra=fields(job=job.id, kind=job.kind, host=self.host, attempt=job.attempt),
+            )
+            if self.supervisor is not None:
+                self.supervisor.abandon(job.id, job.needs_browser)
+
     def _until_next_timeout(self) -> float:
         with self._lock:
             if not self._in_flight:
@@ -468,10 +487,12 @@ class RunningConsumer:
             ids = list(self._in_flight)
         try:
             with transaction(self.engine) as conn:
-                state = store.heartbeat(conn, self.host, ids)
+                beat = store.heartbeat(conn, self.host, ids)
         except Exception as exc:
             log.warning("heartbeat failed: %s", describe(exc))
         else:
+            self._give_up(beat.gone)
+            state = beat.host_state
             if state is None:
                 log.warning("host %s has no row in the database; not claiming", self.host)
                 state = HostState.DISABLED

@@ -77,7 +77,7 @@ def describe(which: JobFilter) -> str:
 
 def _hint(action: str, include_cancelled: bool, cancelled: int, include_flag: str) -> str:
     if action == CANCEL:
-        return "only pending or queued jobs are cancelled; a running job finishes"
+        return "only pending or queued jobs are cancelled; `jobs stop` ends a running one"
     hint = "only failed jobs are retried"
     if cancelled and not include_cancelled:
         hint += f"; {include_flag} retries cancelled ones too"
@@ -142,3 +142,13 @@ def unmoved_ids(
     hint = _hint(action, include_cancelled, cancelled, include_flag)
     unique = len(dict.fromkeys(ids))
     return f"{len(left)} of {unique} job(s) not {PAST[action]}: {'; '.join(parts)} ({hint})"
+
+
+def not_running(ids: Sequence[int], found: Mapping[int, str]) -> str:
+    """Why named jobs could not be stopped: unknown, or in which status."""
+    parts = [
+        f"job {i} {'does not exist' if i not in found else f'is {found[i]}, not processing'}"
+        for i in ids[:SHOWN_IDS]
+    ]
+    more = f" (and {len(ids) - SHOWN_IDS} more)" if len(ids) > SHOWN_IDS else ""
+    return "not stopped: " + "; ".join(parts) + more

@@ -334,6 +334,22 @@ def jobs_cancel(
     _bulk(ctx, bulk.CANCEL, JobFilter(ids, kind, host), yes=yes, dry_run=dry_run)
 
 
+@jobs.command("stop")
+@click.argument("ids", nargs=-1, type=int, required=True)
+@pass_ctx
+def jobs_stop(ctx: _Context, ids: tuple[int, ...]) -> None:
+    """Running jobs -> cancelled: each host ends its attempt at its next heartbeat (its browser
+    session ended, its result dropped). A named job that is not running is an error (exit 1)."""
+    with _one_line_errors(), transaction(ctx.client.engine) as conn:
+        stopped = store.stop_jobs(conn, list(ids))
+        left = [i for i in ids if i not in set(stopped)]
+        found = queries.job_statuses(conn, left) if left else {}
+    if stopped:
+        click.echo(f"stopped {len(stopped):,} job(s): {', '.join(map(str, stopped))}")
+    if left:
+        _fail(bulk.not_running(left, found), 1)
+
+
 # ---------------------------------------------------------------- hosts
 
 

@@ -118,10 +118,12 @@ if TYPE_CHECKING:
         RETRY_INCLUDING_CANCELLED_SQL,
         RETRY_SQL,
         SET_ASSIGNMENT_PAUSED_SQL,
+        STOP_SQL,
         cancel_jobs,
         retry_jobs,
         retry_sources,
         set_assignment_paused,
+        stop_jobs,
     )
     from scrapefleet.common.store.probes import (
         PROBE_FAILED_SQL,
@@ -133,6 +135,7 @@ if TYPE_CHECKING:
         Claim,
         ClaimedJob,
         DueWebhook,
+        Heartbeat,
         HostSpec,
         InsertResult,
         JobFilter,

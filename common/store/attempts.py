@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection
 
 from scrapefleet.common.constants import CHANNEL_FINISHED
 from scrapefleet.common.errors import NotFound
-from scrapefleet.common.store.records import Claim, ClaimedJob
+from scrapefleet.common.store.records import Claim, ClaimedJob, Heartbeat
 from scrapefleet.common.store.statuses import ATTEMPTS_EXHAUSTED_SQL, JobStatus
 
 __all__ = [
@@ -104,6 +104,7 @@ FAIL_ATTEMPT_SQL = sa.text(
 HEARTBEAT_JOBS_SQL = sa.text(
     "UPDATE jobs SET heartbeat_at = now()"
     f" WHERE id = ANY(:ids) AND status = '{_S.PROCESSING}' AND host = :host"
+    " RETURNING id"
 )
 HEARTBEAT_HOST_SQL = sa.text(
     "UPDATE hosts SET heartbeat_at = now() WHERE name = :host RETURNING state"
@@ -188,10 +189,13 @@ def fail_attempt(
     return None if status is None else str(status)
 
 
-def heartbeat(conn: Connection, host: str, job_ids: Sequence[int]) -> str | None:
-    """Mark this host's running jobs and the host itself alive; returns the host's state as the
-    database has it (an operator may have drained or disabled it)."""
+def heartbeat(conn: Connection, host: str, job_ids: Sequence[int]) -> Heartbeat:
+    """Mark this host's running jobs and the host itself alive. Returns the host's state as the
+    database has it (an operator may have drained or disabled it) and which of ``job_ids`` are
+    no longer this host's to run (stopped by an operator, rescued)."""
+    gone: frozenset[int] = frozenset()
     if job_ids:
-        conn.execute(HEARTBEAT_JOBS_SQL, {"ids": list(job_ids), "host": host})
+        alive = conn.execute(HEARTBEAT_JOBS_SQL, {"ids": list(job_ids), "host": host}).scalars()
+        gone = frozenset(job_ids) - frozenset(alive)
     state = conn.execute(HEARTBEAT_HOST_SQL, {"host": host}).scalar()
-    return None if state is None else str(state)
+    return Heartbeat(None if state is None else str(state), gone)

@@ -19,10 +19,12 @@ __all__ = [
     "RETRY_INCLUDING_CANCELLED_SQL",
     "RETRY_SQL",
     "SET_ASSIGNMENT_PAUSED_SQL",
+    "STOP_SQL",
     "cancel_jobs",
     "retry_jobs",
     "retry_sources",
     "set_assignment_paused",
+    "stop_jobs",
 ]
 
 # JobFilter.params(): a part given as NULL matches every job; never all three are NULL.
@@ -40,6 +42,14 @@ CANCEL_SQL = sa.text(
     " RETURNING id"
 )
 _RETRY_SOURCES = sources("retry_jobs", JobStatus.PENDING)
+# A running job: cancelled here; its consumer sees at its next heartbeat that the job is no
+# longer its own, ends the attempt's browser session and drops its late outcome.
+STOP_SQL = sa.text(
+    f"UPDATE jobs SET status = '{JobStatus.CANCELLED}', finished_at = now(),"
+    " last_error = 'stopped by operator'"
+    f" WHERE status IN {sql_list(sources('stop_jobs', JobStatus.CANCELLED))}"
+    " AND id = ANY(:ids) RETURNING id"
+)
 
 
 def retry_sources(include_cancelled: bool) -> tuple[JobStatus, ...]:
@@ -78,6 +88,12 @@ def cancel_jobs(conn: Connection, which: JobFilter) -> list[int]:
     params = which.params()
     set_audit_message(conn, "cancelled by operator")
     return sorted(conn.execute(CANCEL_SQL, params).scalars())
+
+
+def stop_jobs(conn: Connection, ids: list[int]) -> list[int]:
+    """processing -> cancelled, for the jobs named: their hosts end the attempts."""
+    set_audit_message(conn, "stopped by operator")
+    return sorted(conn.execute(STOP_SQL, {"ids": list(ids)}).scalars())
 
 
 def retry_jobs(conn: Connection, which: JobFilter, *, include_cancelled: bool = False) -> list[int]:

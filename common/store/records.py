@@ -13,6 +13,7 @@ __all__ = [
     "Claim",
     "ClaimedJob",
     "DueWebhook",
+    "Heartbeat",
     "HostSpec",
     "InsertResult",
     "JobFilter",
@@ -60,6 +61,12 @@ class ClaimedJob:
     max_attempts: int
     lock_key: str | None
     needs_browser: bool = False
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    host_state: str | None  # None: the host has no row
+    gone: frozenset[int]  # jobs heartbeated that are no longer this host's to run
 
 
 @dataclass(frozen=True)

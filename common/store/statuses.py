@@ -103,6 +103,7 @@ TRANSITIONS: tuple[Transition, ...] = (
     Transition(_J.QUEUED, _J.PENDING, _A.OPERATOR, "remove_host"),
     Transition(_J.PENDING, _J.CANCELLED, _A.OPERATOR, "cancel_jobs"),
     Transition(_J.QUEUED, _J.CANCELLED, _A.OPERATOR, "cancel_jobs"),
+    Transition(_J.PROCESSING, _J.CANCELLED, _A.OPERATOR, "stop_jobs"),  # its host ends it
     Transition(_J.FAILED, _J.PENDING, _A.OPERATOR, "retry_jobs"),
     Transition(_J.CANCELLED, _J.PENDING, _A.OPERATOR, "retry_jobs"),
     *(Transition(s, None, _A.PRODUCER, "archive_finished_jobs") for s in FINISHED),

@@ -63,9 +63,22 @@ def test_cancel_of_a_running_job_says_it_runs_and_fails(engine: Engine, database
     assert done.returncode == 1
     assert _one_error_line(done) == (
         f"1 of 1 job(s) not cancelled: job {running} is processing"
-        " (only pending or queued jobs are cancelled; a running job finishes)"
+        " (only pending or queued jobs are cancelled; `jobs stop` ends a running one)"
     )
     assert done.stdout == ""
+
+
+def test_stop_cancels_a_running_job_and_names_the_rest(engine: Engine, database_url: str) -> None:
+    _add_host(engine)
+    [running] = _jobs(engine, 1, "processing")
+    [pending] = _jobs(engine, 1)
+    done = run_cli(["jobs", "stop", str(running), str(pending), "987654"], database_url)
+    assert done.returncode == 1
+    assert done.stdout.strip() == f"stopped 1 job(s): {running}"
+    assert _one_error_line(done) == (
+        f"not stopped: job {pending} is pending, not processing; job 987654 does not exist"
+    )
+    assert _count(engine, "cancelled") == 1 and _count(engine, "pending") == 1
 
 
 def test_retry_of_a_completed_or_unknown_job_fails(engine: Engine, database_url: str) -> None:

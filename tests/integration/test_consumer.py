@@ -345,6 +345,27 @@ def test_an_operator_drain_outlives_a_consumer_restart(
         assert consumer.state == "draining" and all_in(engine, held, "queued")
 
 
+def test_a_stopped_job_is_ended_on_its_host_and_stays_cancelled(
+    engine: Engine, database_url: str, tmp_path: Path
+) -> None:
+    settings = make_settings(tmp_path, database_url, capacity=2)
+    with consumer_thread(settings, database_url) as (consumer, _):
+        wait_started(engine, settings)
+        stopped, other = queue_jobs(
+            engine, [NewJob("noop", {"sleep_s": 2.0}), NewJob("noop", {"sleep_s": 2.0})]
+        )
+        wait_for(lambda: all_in(engine, [stopped, other], "processing"), what="both running")
+        with engine.begin() as conn:
+            assert store.stop_jobs(conn, [stopped, other + 1000]) == [stopped]
+        # The next heartbeat gives it up: its thread is counted stuck until it returns.
+        wait_for(lambda: consumer.stuck == 1, what="the stopped attempt given up")
+        wait_for(lambda: all_in(engine, [other], "completed"), what="the other job completes")
+        wait_for(lambda: consumer.stuck == 0, what="the stopped attempt's thread returned")
+    row = job_row(engine, stopped)
+    assert (row.status, row.last_error) == ("cancelled", "stopped by operator")
+    assert transitions(engine, stopped)[-1] == ("processing", "cancelled")
+
+
 def test_a_drain_past_its_bound_stops_cold_and_loses_no_job(
     engine: Engine, database_url: str, tmp_path: Path
 ) -> None:

@@ -73,5 +73,5 @@ def test_a_running_job_is_not_cancelled_and_the_reason_is_its_status(engine: Eng
     line = bulk.unmoved_ids(bulk.CANCEL, [running, 424242], [], found)
     assert line == (
         f"2 of 2 job(s) not cancelled: job {running} is processing; job 424242 does not exist"
-        " (only pending or queued jobs are cancelled; a running job finishes)"
+        " (only pending or queued jobs are cancelled; `jobs stop` ends a running one)"
     )

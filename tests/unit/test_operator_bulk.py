@@ -49,7 +49,7 @@ def test_nothing_matched_names_the_reason() -> None:
     assert bulk.nothing_matched(bulk.CANCEL, JobFilter(kind="x"), {}) == "no job matches kind 'x'"
     running = bulk.nothing_matched(bulk.CANCEL, JobFilter(host="h1"), {"processing": 2})
     assert running.startswith("nothing to cancel: the 2 job(s) matching host 'h1' are 2 processing")
-    assert "a running job finishes" in running
+    assert "`jobs stop` ends a running one" in running
     cancelled = bulk.nothing_matched(
         bulk.RETRY, JobFilter(kind="noop"), {"cancelled": 50_000, "completed": 3}
     )

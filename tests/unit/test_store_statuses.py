@@ -115,9 +115,11 @@ def test_only_a_claim_starts_an_attempt_and_only_its_host_ends_one() -> None:
     assert into_processing == {"claim_jobs"}
     for transition in job_transitions():
         if transition.source == JobStatus.PROCESSING:
-            # Its consumer, or the producer's rescue of a consumer that went silent.
-            assert transition.actor is Actor.CONSUMER or transition.function == (
-                "rescue_stale_processing"
+            # Its consumer, the producer's rescue of a consumer that went silent, or an
+            # operator's stop (the host then gives the attempt up at its next heartbeat).
+            assert transition.actor is Actor.CONSUMER or transition.function in (
+                "rescue_stale_processing",
+                "stop_jobs",
             ), transition
 
 
