@@ -1,8 +1,9 @@
 """Prometheus metrics of both daemons, and the HTTP endpoint that serves them.
 
 Each daemon serves its own process's metrics on ``metrics_address:metrics_port`` (loopback by
-default; 0 = no endpoint). Instruments live in the default registry so the client library's
-process_* metrics come along.
+default; 0 = no endpoint): the producer's instruments live in ``PRODUCER_REGISTRY``, the
+consumer's in ``CONSUMER_REGISTRY``, each with the client library's process_* and python_*
+collectors, so that a consumer never exports the producer's series as zeros (nor the reverse).
 
 Two kinds of figures:
 - events counted where they happen (cycle durations, probe failures, webhook POSTs, job
@@ -21,11 +22,31 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    start_http_server,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from scrapefleet.common.tables import HOST_STATES, JOB_STATUSES
+
+
+def _daemon_registry() -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=True)
+    for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+        registry.register(collector)
+    return registry
+
+
+PRODUCER_REGISTRY = _daemon_registry()
+CONSUMER_REGISTRY = _daemon_registry()
 
 # ---------------------------------------------------------------- producer
 
@@ -34,33 +55,50 @@ ASSIGNMENT_CYCLE_SECONDS = Histogram(
     "Duration of one producer cycle (full: probes + rescue + assignment; wake: assignment)",
     ["cycle"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+    registry=PRODUCER_REGISTRY,
 )
 JOBS_ASSIGNED_PER_CYCLE = Histogram(
     "scrapefleet_assignment_cycle_jobs",
     "Jobs assigned by one producer cycle",
     buckets=(0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000),
+    registry=PRODUCER_REGISTRY,
 )
-JOBS_ASSIGNED = Counter("scrapefleet_jobs_assigned_total", "Jobs moved pending -> queued")
+JOBS_ASSIGNED = Counter(
+    "scrapefleet_jobs_assigned_total", "Jobs moved pending -> queued", registry=PRODUCER_REGISTRY
+)
 PROBE_ROUND_SECONDS = Histogram(
     "scrapefleet_probe_round_duration_seconds",
     "Duration of one probe round over every host (hosts are probed in parallel)",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+    registry=PRODUCER_REGISTRY,
 )
-PROBES = Counter("scrapefleet_probes_total", "Host probes", ["host"])
-PROBE_FAILURES = Counter("scrapefleet_probe_failures_total", "Host probes that failed", ["host"])
+PROBES = Counter("scrapefleet_probes_total", "Host probes", ["host"], registry=PRODUCER_REGISTRY)
+PROBE_FAILURES = Counter(
+    "scrapefleet_probe_failures_total",
+    "Host probes that failed",
+    ["host"],
+    registry=PRODUCER_REGISTRY,
+)
 WEBHOOK_DELIVERIES = Counter(
     "scrapefleet_webhook_deliveries_total",
     "Webhook POST attempts by outcome (delivered, failed = will retry, gave_up)",
     ["outcome"],
+    registry=PRODUCER_REGISTRY,
 )
 WEBHOOK_POST_SECONDS = Histogram(
-    "scrapefleet_webhook_post_duration_seconds", "Duration of one webhook POST"
+    "scrapefleet_webhook_post_duration_seconds",
+    "Duration of one webhook POST",
+    registry=PRODUCER_REGISTRY,
 )
 RETENTION_ARCHIVED_JOBS = Counter(
-    "scrapefleet_retention_archived_jobs_total", "Finished jobs moved to jobs_archive"
+    "scrapefleet_retention_archived_jobs_total",
+    "Finished jobs moved to jobs_archive",
+    registry=PRODUCER_REGISTRY,
 )
 RETENTION_DELETED_ARTIFACT_DIRS = Counter(
-    "scrapefleet_retention_deleted_artifact_dirs_total", "Job artifact folders deleted"
+    "scrapefleet_retention_deleted_artifact_dirs_total",
+    "Job artifact folders deleted",
+    registry=PRODUCER_REGISTRY,
 )
 
 # ---------------------------------------------------------------- consumer
@@ -70,14 +108,19 @@ JOB_DURATION_SECONDS = Histogram(
     "Duration of one job attempt on this host, by kind and outcome",
     ["kind", "outcome"],
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+    registry=CONSUMER_REGISTRY,
 )
 JOB_RETRIES = Counter(
-    "scrapefleet_job_retries_total", "Failed attempts that will be retried", ["kind"]
+    "scrapefleet_job_retries_total",
+    "Failed attempts that will be retried",
+    ["kind"],
+    registry=CONSUMER_REGISTRY,
 )
 BROWSER_MEMORY_BYTES = Gauge(
     "scrapefleet_browser_memory_bytes",
     "Proportional set size of this host's browser stack (Xvfb, Grid, Chromium)",
     ["host"],
+    registry=CONSUMER_REGISTRY,
 )
 
 
@@ -202,7 +245,7 @@ def _producer_families(figures: ProducerFigures) -> Iterator[Metric]:
 
 
 _FLEET = _FleetCollector()
-REGISTRY.register(_FLEET)
+PRODUCER_REGISTRY.register(_FLEET)
 
 
 def publish_fleet_snapshot(snapshot: FleetSnapshot) -> None:
@@ -215,8 +258,8 @@ def publish_fleet_snapshot(snapshot: FleetSnapshot) -> None:
 class MetricsServer:
     """``GET /metrics`` on its own thread; ``close()`` stops it."""
 
-    def __init__(self, address: str, port: int) -> None:
-        server, thread = start_http_server(port, addr=address)
+    def __init__(self, address: str, port: int, registry: CollectorRegistry) -> None:
+        server, thread = start_http_server(port, addr=address, registry=registry)
         self._server: WSGIServer = server
         self._thread = thread
         self.address = address
@@ -228,6 +271,6 @@ class MetricsServer:
         self._thread.join(5)
 
 
-def serve_metrics(address: str, port: int) -> MetricsServer | None:
-    """Start the endpoint when ``port`` is set (0 = metrics off)."""
-    return MetricsServer(address, port) if port else None
+def serve_metrics(address: str, port: int, registry: CollectorRegistry) -> MetricsServer | None:
+    """Start the endpoint for ``registry`` when ``port`` is set (0 = metrics off)."""
+    return MetricsServer(address, port, registry) if port else None

@@ -132,12 +132,14 @@ def run(
         settings=settings,
     )
     from scrapefleet.common.lifecycle import StopSignals
-    from scrapefleet.common.metrics import serve_metrics
+    from scrapefleet.common.metrics import CONSUMER_REGISTRY, serve_metrics
     from scrapefleet.consumer.daemon import Consumer  # after settings: a bad setting exits fast
 
     consumer = Consumer(settings, engine, name, drain_timeout_s=settings.drain_timeout_s)
     try:
-        metrics_server = serve_metrics(settings.metrics_address, settings.metrics_port)
+        metrics_server = serve_metrics(
+            settings.metrics_address, settings.metrics_port, CONSUMER_REGISTRY
+        )
     except OSError as exc:
         _fail(f"cannot serve metrics on port {settings.metrics_port}: {exc.strerror}", 2)
     try:

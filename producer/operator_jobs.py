@@ -17,7 +17,7 @@ from sqlalchemy.engine import Engine
 
 from scrapefleet.common import producer_status
 from scrapefleet.common.db import describe, wrapped_errors
-from scrapefleet.common.metrics import MetricsServer, serve_metrics
+from scrapefleet.common.metrics import PRODUCER_REGISTRY, MetricsServer, serve_metrics
 from scrapefleet.common.settings import Settings
 from scrapefleet.producer.fleet_metrics import refresh_fleet_metrics
 from scrapefleet.producer.retention import run_retention
@@ -36,7 +36,9 @@ class OperatorJobs:
 
     def start(self, scheduler: BaseScheduler) -> None:
         settings = self._settings
-        self.metrics_server = serve_metrics(settings.metrics_address, settings.metrics_port)
+        self.metrics_server = serve_metrics(
+            settings.metrics_address, settings.metrics_port, PRODUCER_REGISTRY
+        )
         if self.metrics_server is not None:
             log.info(
                 "metrics on http://%s:%d/metrics",

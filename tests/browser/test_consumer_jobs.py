@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from prometheus_client import REGISTRY
 from sqlalchemy.engine import Engine
 
+from scrapefleet.common.metrics import CONSUMER_REGISTRY
 from scrapefleet.common.store import NewJob
 from tests.browser.consumer_helpers import (
     consumer_settings,
@@ -59,7 +59,7 @@ def test_pages_that_load_fail_hang_and_crash(
         # the page go, at 120 s): no slot held.
         wait_for(lambda: consumer.stuck == 0, 30, "the hung job's thread to return")
         # The metrics endpoint's browser-memory gauge reads the live stack.
-        memory = REGISTRY.get_sample_value(
+        memory = CONSUMER_REGISTRY.get_sample_value(
             "scrapefleet_browser_memory_bytes", {"host": consumer.host}
         )
         assert memory is not None and memory > 50 * 2**20, f"browser memory gauge: {memory}"

@@ -6,7 +6,13 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from scrapefleet.common.metrics import FleetSnapshot, _FleetCollector, job_counts_with_zeros
+from scrapefleet.common.metrics import (
+    CONSUMER_REGISTRY,
+    PRODUCER_REGISTRY,
+    FleetSnapshot,
+    _FleetCollector,
+    job_counts_with_zeros,
+)
 from scrapefleet.common.tables import JOB_STATUSES
 
 pytestmark = pytest.mark.timeout(30)
@@ -41,3 +47,16 @@ def test_a_queue_that_empties_reads_zero_at_the_next_scrape() -> None:
     # A kind seen once keeps its series after its last job is archived: all of them at 0.
     collector.publish(FleetSnapshot(jobs={}))
     assert _jobs_samples(registry)[("completed", "noop")] == 0
+
+
+def _names(registry: CollectorRegistry) -> set[str]:
+    return {f.name for f in text_string_to_metric_families(generate_latest(registry).decode())}
+
+
+def test_each_daemon_exports_only_its_own_series() -> None:
+    producer, consumer = _names(PRODUCER_REGISTRY), _names(CONSUMER_REGISTRY)
+    assert "scrapefleet_jobs_assigned" in producer
+    assert "scrapefleet_job_duration_seconds" in consumer
+    assert not {n for n in consumer if "assign" in n or "probe" in n or "webhook" in n}
+    assert "scrapefleet_job_duration_seconds" not in producer
+    assert "process_cpu_seconds" in producer and "process_cpu_seconds" in consumer
