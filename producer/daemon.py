@@ -51,6 +51,7 @@ from scrapefleet.common.db import describe, is_connection_error, transaction, wr
 from scrapefleet.common.errors import DatabaseUnavailable, ProbeError
 from scrapefleet.common.host_status import HostStatus
 from scrapefleet.common.lifecycle import PRODUCER_DRAIN_TIMEOUT_S, DaemonState, Lifecycle
+from scrapefleet.common.sd_notify import Notifier
 from scrapefleet.common.logging_setup import fields
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store.fleet import ProducerIdentity
@@ -132,6 +133,7 @@ class Producer:
         self._closed = False
         self._paused = False  # as last read from fleet_control, to log changes once
         self.operator_jobs = OperatorJobs(engine, settings, lambda: self.is_leader)
+        self._systemd = Notifier()  # READY, WATCHDOG per full cycle, STOPPING: when systemd asks
         # Figures for tests, benchmarks and the debug log.
         self.last_cycle_duration_s = 0.0
         self.last_full_cycle_duration_s: float | None = None  # the leader's, for its row
@@ -173,6 +175,9 @@ class Producer:
             report = CycleReport(leader=self.is_leader, full=full, error=error)
         duration = time.perf_counter() - started
         report = replace(report, duration_s=duration)
+        if full:  # a cycle ended, however it went: the process is not hung
+            self._systemd.ready()
+            self._systemd.watchdog()
         self.cycles += 1
         self.last_cycle_duration_s = duration
         self.last_assigned = report.assigned
@@ -482,6 +487,7 @@ class Producer:
             if self.lifecycle.state is DaemonState.STOPPED:
                 return
             self.lifecycle.request_stop("stop requested")
+            self._systemd.stopping()
             # The warm part runs in its own thread so that a cold stop can leave it behind.
             finisher = threading.Thread(target=self._wind_down, name="producer-stop", daemon=True)
             finisher.start()
