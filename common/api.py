@@ -9,7 +9,7 @@ with Client("postgresql://...") as client:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any
@@ -17,13 +17,15 @@ from typing import Any
 from scrapefleet.common import queries, store
 from scrapefleet.common.actions import load_user_actions
 from scrapefleet.common.db import make_engine, transaction, wrapped_errors
-from scrapefleet.common.errors import SettingsError
+from scrapefleet.common.errors import JobFailed, SettingsError
+from scrapefleet.common.results import ResultFilter, iter_results, results_of
 from scrapefleet.common.settings import Settings, load_settings
 from scrapefleet.common.store import InsertResult, NewJob
 from scrapefleet.common.store.statuses import FINISHED
 from scrapefleet.common.submit_file import validate_job
 
-__all__ = ["FINISHED", "Client"]  # FINISHED: the statuses wait() ends on (the tools use it too)
+# FINISHED: the statuses wait() ends on (the tools use it too).
+__all__ = ["FINISHED", "Client", "JobFailed", "ResultFilter"]
 
 
 class Client:
@@ -91,6 +93,42 @@ class Client:
     def status_counts(self) -> dict[str, int]:
         with wrapped_errors(), self.engine.connect() as conn:
             return queries.status_counts(conn)
+
+    def results(self, which: ResultFilter | None = None) -> Iterator[dict[str, Any]]:
+        """Every job matching ``which`` (all of them by default), archived ones too, oldest
+        first, streamed: id, kind, status, host, attempts, times, payload, result, last_error."""
+        with wrapped_errors():
+            yield from iter_results(self.engine, which or ResultFilter())
+
+    def map(
+        self,
+        kind: str,
+        payloads: Iterable[dict[str, Any]],
+        timeout_s: float,
+        *,
+        poll_s: float = 0.2,
+    ) -> Iterator[dict[str, Any]]:
+        """Submit one job per payload (one transaction) and yield their results in submit
+        order, each as soon as it and those before it have finished, like a pool's map.
+        A job that failed or was cancelled raises JobFailed when its turn comes; TimeoutError
+        when ``timeout_s`` passes first."""
+        jobs = [validate_job({"kind": kind, "payload": p}) for p in payloads]
+        ids = self.submit_many(jobs).ids
+        deadline = time.monotonic() + timeout_s
+        done: dict[int, dict[str, Any]] = {}
+        for job_id in ids:
+            while job_id not in done:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"job {job_id} of {kind!r} unfinished after {timeout_s} s")
+                waiting = [i for i in ids if i not in done]
+                with wrapped_errors(), self.engine.connect() as conn:
+                    done.update(results_of(conn, waiting))
+                if job_id not in done:
+                    time.sleep(poll_s)
+            row = done.pop(job_id)
+            if row["status"] != "completed":
+                raise JobFailed(job_id, row["status"], row["last_error"])
+            yield row["result"]
 
     def wait(self, job_ids: Sequence[int], timeout_s: float, poll_s: float = 0.2) -> dict[int, str]:
         """Wait until every job has finished or the timeout passes; returns their statuses."""

@@ -31,3 +31,14 @@ class NotFound(ScrapefleetError):
 
 class StackError(ScrapefleetError):
     """The browser stack (Xvfb, Grid, Chromium) failed; not the job's fault."""
+
+
+class JobFailed(ScrapefleetError):
+    """A job waited for ended failed or cancelled (the Python API's ``Client.map``)."""
+
+    def __init__(self, job_id: int, status: str, error: str | None) -> None:
+        last = (error or "").strip().splitlines()
+        super().__init__(f"job {job_id} {status}: {last[-1] if last else 'no error recorded'}")
+        self.job_id = job_id
+        self.status = status
+        self.error = error

@@ -51,8 +51,8 @@ from scrapefleet.common.db import describe, is_connection_error, transaction, wr
 from scrapefleet.common.errors import DatabaseUnavailable, ProbeError
 from scrapefleet.common.host_status import HostStatus
 from scrapefleet.common.lifecycle import PRODUCER_DRAIN_TIMEOUT_S, DaemonState, Lifecycle
-from scrapefleet.common.sd_notify import Notifier
 from scrapefleet.common.logging_setup import fields
+from scrapefleet.common.sd_notify import Notifier
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store.fleet import ProducerIdentity
 from scrapefleet.common.store.statuses import HostState

@@ -33,7 +33,16 @@ from scrapefleet.common.logging_setup import configure_logging
 from scrapefleet.common.ops import bulk
 from scrapefleet.common.ops.dashboard.reads import webhook_deliveries
 from scrapefleet.common.ops.render import render_delivery, render_status
+from scrapefleet.common.ops.results_out import (
+    FORMATS,
+    jsonl_lines,
+    parse_since,
+    table_lines,
+    write_csv,
+    write_jsonl,
+)
 from scrapefleet.common.producer_status import NO_SECRET, read_producer_status
+from scrapefleet.common.results import ResultFilter, count_results, iter_results
 from scrapefleet.common.settings import Settings, load_settings
 from scrapefleet.common.store import HostSpec, JobFilter
 from scrapefleet.common.submit_file import detect_format, read_jobs
@@ -348,6 +357,96 @@ def jobs_stop(ctx: _Context, ids: tuple[int, ...]) -> None:
         click.echo(f"stopped {len(stopped):,} job(s): {', '.join(map(str, stopped))}")
     if left:
         _fail(bulk.not_running(left, found), 1)
+
+
+def _result_filter_options(func: F) -> F:
+    func = click.option(
+        "--status", "statuses", multiple=True, help="this status (repeat for more); default: all"
+    )(func)
+    func = click.option("--kind", help="jobs of this kind")(func)
+    func = click.option("--host", help="jobs last run on this host")(func)
+    return click.option(
+        "--since", help="finished (or created) since: 2h, 30m, 7d, or an ISO 8601 time"
+    )(func)
+
+
+def _result_filter(
+    statuses: tuple[str, ...],
+    kind: str | None,
+    host: str | None,
+    since: str | None,
+    limit: int | None = None,
+) -> ResultFilter:
+    when = parse_since(since) if since else None
+    return ResultFilter(tuple(statuses), kind, host, when, limit)
+
+
+@jobs.command("list")
+@_result_filter_options
+@click.option("--limit", type=click.IntRange(1), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="JSON lines (every column) instead")
+@pass_ctx
+def jobs_list(
+    ctx: _Context,
+    statuses: tuple[str, ...],
+    kind: str | None,
+    host: str | None,
+    since: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """The newest jobs matching the filters: a table, or JSON lines with --json. Matching
+    nothing is an error (exit 1)."""
+    with _one_line_errors(), wrapped_errors():
+        which = _result_filter(statuses, kind, host, since, limit)
+        rows = list(iter_results(ctx.client.engine, which))
+    if not rows:
+        _fail(f"no job matches ({which.describe()})", 1)
+    for line in jsonl_lines(rows) if as_json else table_lines(rows):
+        click.echo(line.rstrip("\n"))
+
+
+@cli.group()
+def results() -> None:
+    """Jobs and their results out, for other programs."""
+
+
+@results.command("export")
+@_result_filter_options
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="jsonl", show_default=True)
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="default: stdout"
+)
+@pass_ctx
+def results_export(
+    ctx: _Context,
+    statuses: tuple[str, ...],
+    kind: str | None,
+    host: str | None,
+    since: str | None,
+    fmt: str,
+    output: Path | None,
+) -> None:
+    """Every matching job, archived ones too, streamed as JSON lines or CSV (payload and result
+    as JSON). A progress bar on a terminal. Matching nothing is an error (exit 1)."""
+    with _one_line_errors(), wrapped_errors():
+        which = _result_filter(statuses, kind, host, since)
+        engine = ctx.client.engine
+        with engine.connect() as conn:
+            total = count_results(conn, which)
+        if total == 0:
+            _fail(f"no job matches ({which.describe()})", 1)
+        write = write_csv if fmt == "csv" else write_jsonl
+        target = str(output) if output else "-"
+        # atomic: a file appears whole or not at all (an export cut short leaves nothing).
+        with click.open_file(target, "w", encoding="utf-8", atomic=bool(output)) as out:
+            rows = iter_results(engine, which)
+            if sys.stderr.isatty():
+                with click.progressbar(length=total, label="exporting", file=sys.stderr) as bar:
+                    written = write(rows, out, lambda: bar.update(1))
+            else:
+                written = write(rows, out, lambda: None)
+    click.echo(f"exported {written:,} job(s) ({which.describe()})", err=True)
 
 
 # ---------------------------------------------------------------- hosts
