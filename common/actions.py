@@ -5,7 +5,10 @@ browser actions take ``(driver, params)``: a warm Selenium session of the host's
 current window is a fresh user context of the job's own (no cookie, storage or cache of an
 earlier job), or, with ``isolation="session"`` (the action's default, or the job's payload key
 ``isolation``), a browser started for the job alone. Both return a JSON-serialisable dict,
-stored as the job's result.
+stored as the job's result. A browser job's payload key ``browser`` (user agent, proxy,
+headers, cookies, window, locale, timezone, blocked resource types:
+scrapefleet.common.browser_options) is validated here and applied by the runner before the
+action runs; the action's params never see it.
 
     @register("prices", PricesParams, needs_browser=True)
     def prices(driver, params): ...
@@ -30,6 +33,12 @@ from scrapefleet.common.browser_isolation import (
     ISOLATION_KEY,
     Isolation,
     validate_isolation,
+)
+from scrapefleet.common.browser_options import (
+    BROWSER_KEY,
+    NO_OPTIONS,
+    BrowserOptions,
+    cookie_domains_filled,
 )
 from scrapefleet.common.errors import SettingsError, SubmitError, UnknownAction
 
@@ -56,6 +65,10 @@ class Action:
             self.isolation_of(payload)
             if ISOLATION_KEY not in self.params_model.model_fields:
                 payload = {k: v for k, v in payload.items() if k != ISOLATION_KEY}
+        if self.needs_browser and BROWSER_KEY in payload:
+            self.browser_options_of(payload)
+            if BROWSER_KEY not in self.params_model.model_fields:
+                payload = {k: v for k, v in payload.items() if k != BROWSER_KEY}
         try:
             return self.params_model.model_validate(payload)
         except ValidationError as exc:
@@ -72,6 +85,23 @@ class Action:
             return validate_isolation(payload[ISOLATION_KEY])
         except ValueError as exc:
             raise SubmitError(f"payload.{ISOLATION_KEY}: {exc}") from None
+
+    def browser_options_of(self, payload: Any) -> BrowserOptions:
+        """The job's own browser options (payload key ``browser``; none -> every option unset),
+        cookies without a domain given the payload url's host; SubmitError names the field."""
+        if not self.needs_browser or not isinstance(payload, dict) or BROWSER_KEY not in payload:
+            return NO_OPTIONS
+        try:
+            options = BrowserOptions.model_validate(payload[BROWSER_KEY])
+            return cookie_domains_filled(options, payload)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"])
+            where = f"{BROWSER_KEY}.{where}" if where else BROWSER_KEY
+            message = str(err["msg"]).removeprefix("Value error, ")
+            raise SubmitError(f"payload.{where}: {message}") from None
+        except ValueError as exc:
+            raise SubmitError(f"payload.{BROWSER_KEY}.{exc}") from None
 
 
 _REGISTRY: dict[str, Action] = {}

@@ -6,6 +6,8 @@
   job that needs a clean browser process).
 
 A job asks with the payload key ``isolation``; an action with ``register(..., isolation=)``.
+A job's browser options (payload key ``browser``: a proxy, a user agent, a locale...) never
+need ``"session"``: Chromium takes each of them per user context (consumer.browser_options).
 """
 
 from __future__ import annotations

@@ -193,6 +193,27 @@ def make_engine(
     )
 
 
+# Set on the database by `scrapefleet db grant` (ALTER DATABASE ... SET): the role that owns the
+# schema. Absent in the single-URL setup, where the one login role owns everything.
+OWNER_ROLE_PARAMETER = "scrapefleet.owner_role"
+OWNER_ROLE_SQL = sa.text(
+    "SELECT r.rolname FROM pg_roles r"
+    " WHERE r.rolname = current_setting(:parameter, true)"
+    "   AND pg_has_role(current_user, r.oid, 'MEMBER') AND r.rolname <> current_user"
+)
+
+
+def assume_owner_role(conn: Connection) -> str | None:
+    """For migrations: act as the schema's owner role when the database names one and this
+    login may act as it, so that every object a migration creates has that owner (and the
+    grants `db grant` gave on it hold). Returns the role taken, None when none is."""
+    owner = conn.execute(OWNER_ROLE_SQL, {"parameter": OWNER_ROLE_PARAMETER}).scalar()
+    if owner is None:
+        return None
+    conn.exec_driver_sql(f"SET ROLE {psycopg.sql.Identifier(owner).as_string(None)}")
+    return str(owner)
+
+
 def is_connection_error(exc: BaseException) -> bool:
     """True for errors that mean 'the database went away', as opposed to a bug or a conflict."""
     if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:

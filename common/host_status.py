@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import tempfile
 from dataclasses import asdict, dataclass
 from enum import StrEnum
@@ -91,6 +92,11 @@ _INT_FIELDS = {
     "version": 1_000,
 }
 _OPTIONAL_FIELDS = ("daemon", "browser", "browser_reason", "browser_retry_at")
+# The kernel's boot id is a UUID; a test or a host without one sends a short token instead.
+BOOT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
+MAX_HOST_CHARS = 255
+MAX_LOAD = 1e6
+MAX_UNIX_TIME = 2.0**33  # the year 2242: anything later is garbage (and past timestamptz)
 
 
 def parse_status(text: str) -> HostStatus:
@@ -118,13 +124,15 @@ def parse_status(text: str) -> HostStatus:
         value = raw[name]
         if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= most:
             raise ProbeError(f"status field {name!r} is not an integer from 0 to {most}")
-    for name in ("load_1m", "updated_at"):
-        if not _is_finite_number(raw[name]):
-            raise ProbeError(f"status field {name!r} is not a number")
+    for name, top in (("load_1m", MAX_LOAD), ("updated_at", MAX_UNIX_TIME)):
+        if not _is_finite_number(raw[name]) or not 0 <= raw[name] <= top:
+            raise ProbeError(f"status field {name!r} is not a number from 0 to {top:g}")
     if raw["state"] not in HOST_STATES:
         raise ProbeError(f"status field 'state' is {_clip(raw['state'])}, not a host state")
-    if not isinstance(raw["host"], str) or not isinstance(raw["boot_id"], str):
-        raise ProbeError("status fields 'host' and 'boot_id' must be strings")
+    if not isinstance(raw["host"], str) or not 0 < len(raw["host"]) <= MAX_HOST_CHARS:
+        raise ProbeError(f"status field 'host' is not a string of 1 to {MAX_HOST_CHARS} chars")
+    if not isinstance(raw["boot_id"], str) or not BOOT_ID.fullmatch(raw["boot_id"]):
+        raise ProbeError(f"status field 'boot_id' is {_clip(raw['boot_id'])}, not a boot id")
     daemon = raw.get("daemon")
     if daemon is not None and (not isinstance(daemon, str) or daemon not in DAEMON_STATES):
         raise ProbeError(f"status field 'daemon' is {_clip(daemon)}, not a daemon state")
@@ -149,8 +157,10 @@ def _check_browser_fields(raw: dict[str, Any]) -> None:
         raise ProbeError(
             f"status field 'browser_reason' is not a string of at most {MAX_REASON_CHARS} chars"
         )
-    if retry_at is not None and not _is_finite_number(retry_at):
-        raise ProbeError("status field 'browser_retry_at' is not a number")
+    if retry_at is not None and not (
+        _is_finite_number(retry_at) and 0 <= retry_at <= MAX_UNIX_TIME
+    ):
+        raise ProbeError("status field 'browser_retry_at' is not a unix time")
 
 
 def _is_finite_number(value: Any) -> bool:

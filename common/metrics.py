@@ -162,6 +162,7 @@ class FleetSnapshot:
     jobs: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (status, kind) -> n
     hosts: Mapping[str, HostFigures] = field(default_factory=dict)
     producer: ProducerFigures | None = None
+    oldest_pending_age_s: float = 0.0  # of a pending job due now; 0 when none waits
 
 
 def job_counts_with_zeros(
@@ -220,7 +221,12 @@ class _FleetCollector(Collector):
                 memory.add_metric([host], figures.memory_available_bytes)
             restarts.add_metric([host], figures.restarts)
             reboots.add_metric([host], figures.reboots)
-        yield from (jobs, state, memory, restarts, reboots)
+        oldest = GaugeMetricFamily(
+            "scrapefleet_oldest_pending_age_seconds",
+            "How long the oldest pending job due now has waited; 0 when none waits",
+        )
+        oldest.add_metric([], snapshot.oldest_pending_age_s)
+        yield from (jobs, state, memory, restarts, reboots, oldest)
         if snapshot.producer is not None:
             yield from _producer_families(snapshot.producer)
 

@@ -35,8 +35,10 @@ class HostRow:
 def hosts(conn: Connection) -> list[HostRow]:
     rows = conn.execute(
         sa.text(
-            "SELECT name, capacity, state, address, ssh_port, ssh_user, ssh_key_file,"
-            " known_hosts_file, probe_failures, memory_available_bytes FROM hosts ORDER BY name"
+            "SELECT h.name, h.capacity, h.state, a.address, coalesce(a.ssh_port, 22) AS ssh_port,"
+            " coalesce(a.ssh_user, 'scrapefleet') AS ssh_user, a.ssh_key_file,"
+            " a.known_hosts_file, h.probe_failures, h.memory_available_bytes"
+            " FROM hosts h LEFT JOIN host_access a ON a.host = h.name ORDER BY h.name"
         )
     )
     return [HostRow(**r._mapping) for r in rows]
@@ -134,7 +136,8 @@ def host_is_idle(conn: Connection, host: str) -> bool:
         conn.execute(
             sa.text(
                 f"SELECT NOT EXISTS (SELECT 1 FROM jobs WHERE host = :host AND {_IN_FLIGHT})"
-                f" AND NOT EXISTS (SELECT 1 FROM jobs WHERE {_PENDING})"
+                # A function (migration 0008): a consumer's own role sees no pending job.
+                " AND NOT any_pending_job()"
             ),
             {"host": host},
         ).scalar_one()

@@ -21,6 +21,11 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from pydantic_settings import SettingsError as EnvParseError
 
 from scrapefleet.common import constants as C
+from scrapefleet.common.browser_options import (
+    validate_browser_proxy,
+    validate_locale,
+    validate_timezone,
+)
 from scrapefleet.common.errors import SettingsError
 from scrapefleet.common.http_params import validate_proxy_url, validate_user_agent
 
@@ -149,6 +154,20 @@ class Settings(BaseSettings):
         default=None,
         description="http://, https:// or socks5:// URL (user:password@ allowed) every http_get"
         " goes through unless its job names a proxy; unset -> direct",
+    )
+    # Browser jobs (common/browser_options.py): the host's defaults; a job's ``browser`` wins.
+    browser_user_agent: str | None = Field(
+        default=None, description="browser jobs' User-Agent; unset -> Chromium's own"
+    )
+    browser_proxy: SecretStr | None = Field(
+        default=None,
+        description="http://, https:// or socks5:// URL browser jobs go through unless a job"
+        " names its own; unset -> direct",
+    )
+    browser_locale: str | None = Field(default=None, description="e.g. de-DE; unset -> en-US")
+    browser_timezone: str | None = Field(default=None, description="IANA name; unset -> host's")
+    browser_block: Annotated[list[Literal["images", "fonts", "media"]], NoDecode] = Field(
+        default_factory=list, description="resource types browser jobs do not load"
     )
     http_timeout_s: float = Field(
         default=30.0,
@@ -322,7 +341,9 @@ class Settings(BaseSettings):
             raise ValueError("must be at least 16 characters")
         return value
 
-    @field_validator("actions", "webhook_allow_networks", "dashboard_hosts", mode="before")
+    @field_validator(
+        "actions", "webhook_allow_networks", "dashboard_hosts", "browser_block", mode="before"
+    )
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:
         # The README's own form, SCRAPEFLEET_ACTIONS=mypkg.scrapers:prices, is not JSON.
@@ -363,6 +384,29 @@ class Settings(BaseSettings):
             return None
         validate_proxy_url(value.get_secret_value())
         return value
+
+    @field_validator("browser_proxy")
+    @classmethod
+    def _browser_proxy_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or value.get_secret_value() == "":
+            return None
+        validate_browser_proxy(value.get_secret_value())
+        return value
+
+    @field_validator("browser_user_agent")
+    @classmethod
+    def _browser_user_agent(cls, value: str | None) -> str | None:
+        return None if not value else validate_user_agent(value)
+
+    @field_validator("browser_locale")
+    @classmethod
+    def _browser_locale(cls, value: str | None) -> str | None:
+        return None if not value else validate_locale(value)
+
+    @field_validator("browser_timezone")
+    @classmethod
+    def _browser_timezone(cls, value: str | None) -> str | None:
+        return None if not value else validate_timezone(value)
 
     @field_validator("http_user_agent")
     @classmethod

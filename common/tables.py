@@ -56,6 +56,10 @@ jobs = sa.Table(
     sa.Column("callback_url", sa.Text),
     # From the job's action at submit: only a host whose browser stack takes them runs it.
     sa.Column("needs_browser", sa.Boolean, nullable=False, server_default=sa.false()),
+    # The host a job last left (set by the trigger jobs_remember_host when host becomes NULL,
+    # migration 0008): the row policy lets that host's role see the job it handed back, and
+    # only until another host takes it.
+    sa.Column("last_host", sa.Text),
     sa.CheckConstraint(_in("status", JOB_STATUSES), name="jobs_status_valid"),
     sa.CheckConstraint("max_attempts >= 1", name="jobs_max_attempts_positive"),
     sa.CheckConstraint("attempts >= 0", name="jobs_attempts_not_negative"),
@@ -111,12 +115,8 @@ hosts = sa.Table(
     sa.Column("state", sa.Text, nullable=False, server_default=statuses.HostState.ACTIVE.value),
     sa.Column("state_reason", sa.Text),
     sa.Column("state_changed_at", TS, nullable=False, server_default=sa.text("now()")),
-    # How the producer reaches it (NULL address = a local probe on the producer's machine).
-    sa.Column("address", sa.Text),
-    sa.Column("ssh_port", sa.Integer, nullable=False, server_default="22"),
-    sa.Column("ssh_user", sa.Text, nullable=False, server_default="scrapefleet"),
-    sa.Column("ssh_key_file", sa.Text),
-    sa.Column("known_hosts_file", sa.Text),
+    # How the producer reaches it lives in host_access (migration 0008): a consumer's role
+    # updates this row, and must not be able to point the producer elsewhere.
     # What the last probe and the consumer itself reported.
     sa.Column("boot_id", sa.Text),
     sa.Column("jobs_since_restart", sa.Integer, nullable=False, server_default="0"),
@@ -152,6 +152,9 @@ job_events = sa.Table(
     comment="One row per job status change (by trigger)",
 )
 sa.Index("job_events_job_id_idx", job_events.c.job_id)
+# "The last hour / day" of the outcome views (migration 0009): BRIN, since rows arrive in time
+# order and a BRIN index costs the inserts almost nothing.
+sa.Index("job_events_at_brin", job_events.c.at, postgresql_using="brin")
 
 host_events = sa.Table(
     "host_events",
@@ -247,4 +250,39 @@ producers = sa.Table(
     sa.Column("last_cycle_duration_s", sa.Float),
     sa.CheckConstraint("role IN ('leader', 'standby', 'stopped')", name="producers_role_valid"),
     comment="One row per producer process: role, version, last cycle (leader), last seen",
+)
+
+# ---------------------------------------------------------------- migration 0008: roles by duty
+
+# How the producer reaches a host (NULL address = a local probe on the producer's machine).
+# Its own table, with no grant to any consumer role: the producer trusts these fields (it
+# connects and authenticates by them), and a host's own row is writable by that host.
+host_access = sa.Table(
+    "host_access",
+    metadata,
+    # No foreign key: the trigger hosts_forget_access deletes the row with its host (and on
+    # TRUNCATE hosts), so a reset that names only hosts still works.
+    sa.Column("host", sa.Text, primary_key=True),
+    sa.Column("address", sa.Text),
+    sa.Column("ssh_port", sa.Integer, nullable=False, server_default="22"),
+    sa.Column("ssh_user", sa.Text, nullable=False, server_default="scrapefleet"),
+    sa.Column("ssh_key_file", sa.Text),
+    sa.Column("known_hosts_file", sa.Text),
+    comment="How the producer reaches each host (SSH); no consumer role may write it",
+)
+
+# Which database role has which duty: the row policies on jobs, hosts and host_events read it
+# (through db_role_sees_all / db_role_host), `scrapefleet db grant` writes it. A role listed
+# nowhere sees no row of those tables unless it owns them.
+db_roles = sa.Table(
+    "db_roles",
+    metadata,
+    sa.Column("role_name", sa.Text, primary_key=True),
+    sa.Column("duty", sa.Text, nullable=False),
+    sa.Column("host", sa.Text),
+    sa.CheckConstraint("duty IN ('producer', 'reporting', 'consumer')", name="db_roles_duty_valid"),
+    sa.CheckConstraint(
+        "(duty = 'consumer') = (host IS NOT NULL)", name="db_roles_host_iff_consumer"
+    ),
+    comment="Database roles by duty (scrapefleet db grant): whom the row policies let see what",
 )

@@ -1,8 +1,10 @@
-"""What an operator reads at 2am about a failed attempt: screenshot, page HTML, traceback.
+"""What an operator reads at 2am about a failed attempt: screenshot, page HTML, traceback and
+every request of the page (consumer.network_log).
 
-Files are ``<artifacts_dir>/<job_id>/attempt-<n>.png|.html|.txt``. Capturing must never be the
-cause of a second error: the browser may be dead or hung when we get here, so each part runs
-under a deadline and a part that cannot be had is written down in ``notes`` instead.
+Files are ``<artifacts_dir>/<job_id>/attempt-<n>.png|.html|.txt|.network.json``. Capturing
+must never be the cause of a second error: the browser may be dead or hung when we get here, so
+each part runs under a deadline and a part that cannot be had is written down in ``notes``
+instead.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
+
+from scrapefleet.consumer.network_log import network_log_of
 
 CAPTURE_PART_TIMEOUT_S = 15.0  # per part; a hung renderer must not hold the job's slot
 FULL_PAGE_MAX_HEIGHT_PX = 16_384  # beyond this Chromium's capture fails or eats memory
@@ -82,9 +86,16 @@ def capture_failure(
     traceback_text: str,
     part_timeout_s: float = CAPTURE_PART_TIMEOUT_S,
 ) -> dict[str, Any]:
-    """Save what can be saved; returns {"screenshot", "html", "traceback": path | None,
-    "notes": [why a part is missing]}. Never raises."""
-    result: dict[str, Any] = {"screenshot": None, "html": None, "traceback": None, "notes": []}
+    """Save what can be saved; returns {"screenshot", "html", "traceback", "network": path |
+    None, "notes": [why a part is missing]}. Never raises. ``network`` is None, without a
+    note, for a session that logs no requests (one without BiDi)."""
+    result: dict[str, Any] = {
+        "screenshot": None,
+        "html": None,
+        "traceback": None,
+        "network": None,
+        "notes": [],
+    }
     notes: list[str] = result["notes"]
     folder = Path(artifacts_dir) / str(job_id)
     stem = f"attempt-{attempt}"
@@ -104,6 +115,9 @@ def capture_failure(
 
     # The traceback first: it needs no browser and is the one part always worth having.
     save("traceback", ".txt", lambda: traceback_text.encode())
+    network = network_log_of(driver) if driver is not None else None
+    if network is not None:  # read from memory: needs no answer from the browser
+        save("network", ".network.json", lambda: network.as_json().encode())
     if driver is None:
         notes.append("screenshot not captured: no browser session")
         notes.append("html not captured: no browser session")

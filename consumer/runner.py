@@ -12,6 +12,9 @@ so every way a job can end is unit-testable here.
 Browser actions get their driver from ``lease(isolation)``, a context manager (the browser
 stack's session pool plugs its own in: consumer.sessions) held for the action and the failure
 capture; ``driver_factory`` (a new driver per job, quit after it) is the simpler form tests use.
+Inside the lease the job's browser options (its payload's ``browser`` over the host's
+``browser_defaults``) are applied and its requests logged (consumer.browser_options) before
+the action runs; a failure capture finds that log (consumer.network_log).
 ``capture_failure`` (optional) saves screenshots and HTML of a failed browser attempt and
 returns their paths.
 """
@@ -28,9 +31,11 @@ from typing import Any, Literal
 
 from scrapefleet.common.actions import get_action
 from scrapefleet.common.browser_isolation import Isolation
+from scrapefleet.common.browser_options import NO_OPTIONS, BrowserOptions
 from scrapefleet.common.errors import StackError, SubmitError, UnknownAction
 from scrapefleet.common.store import ClaimedJob
 from scrapefleet.consumer import selenium_actions  # noqa: F401  (registers the browser actions)
+from scrapefleet.consumer.browser_options import job_browser
 
 DriverFactory = Callable[[], Any]
 # isolation -> a context manager giving the job's driver; entering it raises when the host has
@@ -86,6 +91,7 @@ def run_job(
     lease: DriverLease | None = None,
     driver_factory: DriverFactory | None = None,
     capture_failure: CaptureFailure | None = None,
+    browser_defaults: BrowserOptions = NO_OPTIONS,
 ) -> Outcome:
     """Run ``job`` in the calling thread and return how it ended. Never raises."""
     if lease is None and driver_factory is not None:
@@ -94,10 +100,15 @@ def run_job(
         action = get_action(job.kind)
         params = action.validate(job.payload)
         isolation = action.isolation_of(job.payload)
+        options = action.browser_options_of(job.payload)
+        if action.needs_browser:
+            options = options.over(browser_defaults)
     except UnknownAction as exc:
         return Outcome.failed(f"UnknownAction: {exc}", retryable=False)
     except SubmitError as exc:
         return Outcome.failed(f"invalid payload for {job.kind!r}: {exc}", retryable=False)
+    except ValueError as exc:  # the job's options and the host's do not fit together
+        return Outcome.failed(f"invalid browser options for {job.kind!r}: {exc}", retryable=False)
 
     if not action.needs_browser:
         try:
@@ -119,6 +130,15 @@ def run_job(
             driver = held.enter_context(lease(isolation))
         except BaseException as exc:  # no session is the host's fault, not the job's
             return Outcome.released(f"released: no browser session: {type(exc).__name__}: {exc}")
+        try:
+            held.enter_context(job_browser(driver, options))
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                held.close()
+            if isinstance(exc, StackError):
+                return Outcome.released(f"released: {exc}")
+            # An option the browser refused: it refuses it the same way next time.
+            return Outcome.failed(traceback.format_exc(), retryable=False)
         try:
             returned = action.func(driver, params)
         except StackError as exc:

@@ -37,6 +37,7 @@ from scrapefleet.common.actions import register
 from scrapefleet.common.browser_params import FetchPageParams, FieldSpec, ScreenshotParams
 from scrapefleet.common.errors import ScrapefleetError, StackError
 from scrapefleet.consumer.artifacts import full_page_png
+from scrapefleet.consumer.network_log import network_log_of
 
 
 class ActionError(ScrapefleetError):
@@ -219,7 +220,9 @@ def extract_fields(driver: Any, fields: dict[str, FieldSpec]) -> dict[str, Any]:
 @register("fetch_page", FetchPageParams, needs_browser=True)
 def fetch_page(driver: Any, params: FetchPageParams) -> dict[str, Any]:
     """Two round trips without ``wait_for`` (the load, then one script reading everything);
-    with it, the HTTP status is checked before the wait, so an error page fails at once."""
+    with it, the HTTP status is checked before the wait, so an error page fails at once.
+    ``headers`` are the main document's response headers (names in lower case) from the job's
+    network log; None in a session that keeps none."""
     if params.wait_for:
         navigate(driver, params.url, allow_http_errors=params.allow_http_errors)
         wait_for_selector(driver, params.wait_for, params.wait_timeout_s)
@@ -230,10 +233,13 @@ def fetch_page(driver: Any, params: FetchPageParams) -> dict[str, Any]:
     status = page["status"]
     if not params.allow_http_errors and isinstance(status, int) and status >= 400:
         raise HttpError(f"loading {params.url}: HTTP {status}")
+    network = network_log_of(driver)
+    document = network.document(page["final_url"]) if network is not None else None
     return {
         "title": page["title"],
         "final_url": page["final_url"],
         "status": status,
+        "headers": document["headers"] if document else None,
         "timings": page["timings"],
         "fields": page["fields"],
     }

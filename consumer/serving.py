@@ -25,6 +25,7 @@ from scrapefleet.common.store import ClaimedJob, Registration
 from scrapefleet.common.store.statuses import HostState
 from scrapefleet.consumer.artifact_janitor import ArtifactJanitor
 from scrapefleet.consumer.attempt_log import log_attempt
+from scrapefleet.consumer.browser_options import host_defaults
 from scrapefleet.consumer.config import ConsumerConfig
 from scrapefleet.consumer.recorder import OutcomeRecorder
 from scrapefleet.consumer.runner import DriverLease, Outcome, leases_from, run_job
@@ -399,7 +400,12 @@ class RunningConsumer:
         elif self.config.driver_factory is not None:
             lease = leases_from(self.config.driver_factory)
         started = time.monotonic()
-        outcome = run_job(job, lease=lease, capture_failure=self.config.capture_failure)
+        outcome = run_job(
+            job,
+            lease=lease,
+            capture_failure=self.config.capture_failure,
+            browser_defaults=host_defaults(self.config.settings),
+        )
         # Duration by kind and outcome; a retryable failure with attempts left is a retry (the
         # recorder schedules it).
         retried = (

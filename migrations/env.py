@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import pool
 
-from scrapefleet.common.db import make_engine
+from scrapefleet.common.db import assume_owner_role, make_engine
 from scrapefleet.common.tables import metadata
 
 config = context.config
@@ -19,6 +19,8 @@ def run_migrations_online() -> None:
     with engine.connect() as connection:
         context.configure(connection=connection, target_metadata=metadata)
         with context.begin_transaction():
+            # Objects are created by the schema's owner role where `db grant` set one up.
+            assume_owner_role(connection)
             # Two `db upgrade` at once must not both run DDL.
             context.execute("SELECT pg_advisory_xact_lock(7231001)")
             context.run_migrations()

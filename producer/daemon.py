@@ -51,12 +51,11 @@ from scrapefleet.common.db import describe, is_connection_error, transaction, wr
 from scrapefleet.common.errors import DatabaseUnavailable, ProbeError
 from scrapefleet.common.host_status import HostStatus
 from scrapefleet.common.lifecycle import PRODUCER_DRAIN_TIMEOUT_S, DaemonState, Lifecycle
-from scrapefleet.common.logging_setup import fields
 from scrapefleet.common.sd_notify import Notifier
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store.fleet import ProducerIdentity
 from scrapefleet.common.store.statuses import HostState
-from scrapefleet.producer.health import next_host_state
+from scrapefleet.producer.host_health import record_host_health
 from scrapefleet.producer.leader import LeaderSession
 from scrapefleet.producer.operator_jobs import OperatorJobs
 from scrapefleet.producer.planner import host_slots, plan_assignments
@@ -288,45 +287,10 @@ class Producer:
                 result = results.get(host.name)
                 if result is None:
                     continue
-                metrics.PROBES.labels(host=host.name).inc()
-                if not isinstance(result, HostStatus):
-                    metrics.PROBE_FAILURES.labels(host=host.name).inc()
-                if isinstance(result, HostStatus):
-                    store.record_probe_success(conn, host.name, result)
-                    failures, reported = 0, result.state
-                else:
-                    failures = store.record_probe_failure(conn, host.name, str(result))
-                    reported = None
-                    level = logging.INFO if failures == 1 else logging.DEBUG
-                    log.log(
-                        level,
-                        "probe failed host=%s failures=%d reason=%s",
-                        host.name,
-                        failures,
-                        result,
-                    )
-                new_state = next_host_state(
-                    host.state, failures == 0, failures, reported, threshold
-                )
-                if new_state == host.state:
-                    continue
-                reason = (
-                    f"{failures} consecutive probe failures, last: {result}"
-                    if new_state == HostState.OFFLINE
-                    else "probe succeeds again"
-                )
-                if store.set_host_state(conn, host.name, new_state, reason, expected=[host.state]):
-                    # A host lost is what an operator must see; one back is good news.
-                    log.log(
-                        logging.INFO if new_state == HostState.ACTIVE else logging.WARNING,
-                        "host %s %s -> %s: %s",
-                        host.name,
-                        host.state,
-                        new_state,
-                        reason,
-                        extra=fields(host=host.name, from_state=host.state, to_state=new_state),
-                    )
-                    transitions.append((host.name, host.state, new_state))
+                # A savepoint per host: a value the database refuses costs that host alone.
+                moved = record_host_health(conn, host.name, host.state, result, threshold)
+                if moved is not None:
+                    transitions.append(moved)
         return tuple(transitions)
 
     def _rescue(self) -> tuple[int, int]:

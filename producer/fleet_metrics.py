@@ -13,6 +13,7 @@ from scrapefleet.common.metrics import (
     publish_fleet_snapshot,
 )
 from scrapefleet.common.producer_status import read_producer_status
+from scrapefleet.common.progress import read_progress
 
 
 def read_fleet_snapshot(engine: Engine) -> FleetSnapshot:
@@ -21,6 +22,7 @@ def read_fleet_snapshot(engine: Engine) -> FleetSnapshot:
         hosts = queries.hosts(conn)
         maintenance = queries.host_maintenance_counts(conn)
         producer = read_producer_status(conn)
+        oldest = read_progress(conn)["oldest_pending_age"]
     return FleetSnapshot(
         jobs=jobs,
         hosts={
@@ -35,6 +37,7 @@ def read_fleet_snapshot(engine: Engine) -> FleetSnapshot:
                 else None
             ),
         ),
+        oldest_pending_age_s=oldest.total_seconds() if oldest is not None else 0.0,
     )
 
 

@@ -32,6 +32,7 @@ from scrapefleet.common.errors import (
 from scrapefleet.common.logging_setup import configure_logging
 from scrapefleet.common.ops import bulk
 from scrapefleet.common.ops.dashboard.reads import webhook_deliveries
+from scrapefleet.common.ops.db_grant_command import db_grant
 from scrapefleet.common.ops.render import render_delivery, render_status
 from scrapefleet.common.ops.results_out import (
     FORMATS,
@@ -42,6 +43,7 @@ from scrapefleet.common.ops.results_out import (
     write_jsonl,
 )
 from scrapefleet.common.producer_status import NO_SECRET, read_producer_status
+from scrapefleet.common.progress import progress_json, read_progress, render_progress
 from scrapefleet.common.results import ResultFilter, count_results, iter_results
 from scrapefleet.common.settings import Settings, load_settings
 from scrapefleet.common.store import HostSpec, JobFilter
@@ -110,6 +112,9 @@ def db() -> None:
     """Database schema."""
 
 
+db.add_command(db_grant)
+
+
 @db.command("upgrade")
 @pass_ctx
 def db_upgrade(ctx: _Context) -> None:
@@ -161,10 +166,12 @@ def status(ctx: _Context, as_json: bool) -> None:
         hosts = queries.host_load(conn)
         pending_browser = queries.pending_browser_jobs(conn)
         producer = read_producer_status(conn)
+        progress = read_progress(conn)
     if as_json:
         document = {
             "producer": producer.to_json(),
             "jobs": counts,
+            "progress": progress_json(progress),
             "hosts": hosts,
             "pending_browser_jobs": pending_browser,
             "webhooks": {
@@ -174,7 +181,15 @@ def status(ctx: _Context, as_json: bool) -> None:
         }
         click.echo(json.dumps(document, default=str, indent=2))
         return
-    click.echo("\n".join([*producer.lines(), render_status(counts, hosts, pending_browser)]))
+    click.echo(
+        "\n".join(
+            [
+                *producer.lines(),
+                render_progress(progress),
+                render_status(counts, hosts, pending_browser),
+            ]
+        )
+    )
 
 
 # ---------------------------------------------------------------- jobs

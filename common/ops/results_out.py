@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any, TextIO
+from typing import IO, Any
 
 from scrapefleet.common.errors import SubmitError
 from scrapefleet.common.results import COLUMNS
@@ -49,7 +49,7 @@ def jsonl_lines(rows: Iterable[dict[str, Any]]) -> Iterator[str]:
         yield json.dumps({k: _plain(v) for k, v in row.items()}, default=str) + "\n"
 
 
-def write_jsonl(rows: Iterable[dict[str, Any]], out: TextIO, tick: Callable[[], None]) -> int:
+def write_jsonl(rows: Iterable[dict[str, Any]], out: IO[str], tick: Callable[[], None]) -> int:
     written = 0
     for line in jsonl_lines(rows):
         out.write(line)
@@ -58,7 +58,7 @@ def write_jsonl(rows: Iterable[dict[str, Any]], out: TextIO, tick: Callable[[], 
     return written
 
 
-def write_csv(rows: Iterable[dict[str, Any]], out: TextIO, tick: Callable[[], None]) -> int:
+def write_csv(rows: Iterable[dict[str, Any]], out: IO[str], tick: Callable[[], None]) -> int:
     """One row per job; payload and result as JSON text in their cells."""
     writer = csv.writer(out)
     writer.writerow(COLUMNS)

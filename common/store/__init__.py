@@ -20,6 +20,7 @@ One module per table or actor, each with its named statements at the top:
     webhooks       delivery state
     fleet          the producers' own rows: leader cycles, standby tries, stops
     retention      the move to jobs_archive
+    roles          which database role has which duty (db_roles)
     events         the audit message and host_events rows
 
 Every public name of those modules is importable from here (``store.insert_jobs``,
@@ -50,6 +51,7 @@ MODULES = (
     "webhooks",
     "fleet",
     "retention",
+    "roles",
     "events",
 )
 
@@ -161,6 +163,12 @@ if TYPE_CHECKING:
         ARCHIVE_BATCH_SQL,
         ARCHIVED_COLUMNS,
         archive_finished_jobs,
+    )
+    from scrapefleet.common.store.roles import (
+        FORGET_DB_ROLE_SQL,
+        REGISTER_DB_ROLE_SQL,
+        forget_db_role,
+        register_db_role,
     )
     from scrapefleet.common.store.submit import (
         CREATE_STAGING_SQL,

@@ -30,17 +30,25 @@ __all__ = [
     "set_host_state",
 ]
 
-# Create, or update the settings of a host that exists (so provisioning can re-run).
+# Create, or update the settings of a host that exists (so provisioning can re-run). How the
+# producer reaches it goes to host_access, which no consumer role may write.
 ADD_HOST_SQL = sa.text(
-    "INSERT INTO hosts AS h (name, capacity, address, ssh_port, ssh_user, ssh_key_file,"
-    " known_hosts_file)"
-    " VALUES (:name, :capacity, :address, :ssh_port, :ssh_user, :ssh_key_file,"
-    " :known_hosts_file)"
-    " ON CONFLICT (name) DO UPDATE SET capacity = EXCLUDED.capacity,"
-    " address = EXCLUDED.address, ssh_port = EXCLUDED.ssh_port,"
-    " ssh_user = EXCLUDED.ssh_user, ssh_key_file = EXCLUDED.ssh_key_file,"
-    " known_hosts_file = EXCLUDED.known_hosts_file"
+    "INSERT INTO hosts AS h (name, capacity) VALUES (:name, :capacity)"
+    " ON CONFLICT (name) DO UPDATE SET capacity = EXCLUDED.capacity"
     " RETURNING (xmax = 0) AS created"
+)
+SET_HOST_ACCESS_SQL = sa.text(
+    "INSERT INTO host_access (host, address, ssh_port, ssh_user, ssh_key_file, known_hosts_file)"
+    " VALUES (:name, :address, :ssh_port, :ssh_user, :ssh_key_file, :known_hosts_file)"
+    " ON CONFLICT (host) DO UPDATE SET address = EXCLUDED.address,"
+    " ssh_port = EXCLUDED.ssh_port, ssh_user = EXCLUDED.ssh_user,"
+    " ssh_key_file = EXCLUDED.ssh_key_file, known_hosts_file = EXCLUDED.known_hosts_file"
+)
+# A consumer creating its own row at its first start: no access row (a local probe until an
+# operator adds one), and nothing a consumer's role may not write.
+REGISTER_NEW_HOST_SQL = sa.text(
+    "INSERT INTO hosts (name, capacity) VALUES (:name, :capacity)"
+    " ON CONFLICT (name) DO NOTHING RETURNING name"
 )
 LOCK_HOST_SQL = sa.text(
     "SELECT state, state_reason, boot_id FROM hosts WHERE name = :name FOR UPDATE"
@@ -79,6 +87,7 @@ def add_host(conn: Connection, spec: HostSpec) -> bool:
     """Create the host, or update its settings if it exists (so provisioning can re-run).
     Returns True when it was created."""
     created = conn.execute(ADD_HOST_SQL, spec.__dict__).scalar_one()
+    conn.execute(SET_HOST_ACCESS_SQL, spec.__dict__)
     if created:
         record_host_event(conn, spec.name, "added", to_state=HostState.ACTIVE)
     return bool(created)
@@ -88,7 +97,9 @@ def register_consumer(conn: Connection, name: str, capacity: int, boot_id: str) 
     """A consumer starting up: create its host row if new. A new boot id resets the since-boot
     counter. Its state becomes active unless an operator drained or disabled it."""
     if conn.execute(LOCK_HOST_SQL, {"name": name}).first() is None:
-        add_host(conn, HostSpec(name=name, capacity=capacity))
+        params = {"name": name, "capacity": capacity}
+        if conn.execute(REGISTER_NEW_HOST_SQL, params).first() is not None:
+            record_host_event(conn, name, "added", to_state=HostState.ACTIVE)
     row = conn.execute(REGISTER_SQL, {"name": name, "boot_id": boot_id}).one()
     state = row.state
     if state not in _OPERATOR_CHOSEN:

@@ -4,6 +4,7 @@ forgery check; a retry brings back failed jobs only, unless a cancelled job's ow
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 
@@ -105,3 +106,14 @@ def test_a_retry_brings_back_a_cancelled_job_only_from_its_page(
     assert 'name="include_cancelled" value="1"' in notice  # the job's own retry button
     client.post("/control/jobs", data={**form, "include_cancelled": "1"}, headers=BEARER)
     assert _count(engine, "pending") == 1
+
+
+def test_the_journal_line_names_the_jobs_moved(
+    client: FlaskClient, engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    ids = _jobs(engine, 3, "failed")
+    form = {"action": "retry", "ids": [str(i) for i in ids]}
+    with caplog.at_level(logging.INFO, logger="scrapefleet.common.ops.dashboard"):
+        assert client.post("/control/jobs", data=form, headers=BEARER).status_code == 303
+    [line] = [r.getMessage() for r in caplog.records if "from the dashboard" in r.getMessage()]
+    assert line == f"retry 3 job(s) from the dashboard: {', '.join(map(str, ids))}"

@@ -115,3 +115,5 @@ def test_producer_metrics_match_the_database(
     assert value("scrapefleet_assignment_cycle_jobs_count") >= 1
     assert value("scrapefleet_probes_total", host="h1") >= 1
     assert value("scrapefleet_probe_round_duration_seconds_count") >= 1
+    # Jobs were pending (paused) since the test began: the oldest has waited that long.
+    assert 0 < value("scrapefleet_oldest_pending_age_seconds") < 120

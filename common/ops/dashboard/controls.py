@@ -232,7 +232,15 @@ def jobs() -> Response | tuple[str, int]:
             found = queries.job_statuses(conn, unmoved) if unmoved else {}
     except SubmitError as exc:
         raise BadInput(str(exc)) from None
-    log.info("%s %d job(s) from the dashboard", action, len(moved), extra=fields(action=action))
+    # The ids, so that the journal says which jobs an operator moved (the first 100 of a bulk).
+    shown = ", ".join(map(str, moved[:100])) + (" ..." if len(moved) > 100 else "")
+    log.info(
+        "%s %d job(s) from the dashboard: %s",
+        action,
+        len(moved),
+        shown,
+        extra=fields(action=action),
+    )
     why = bulk.unmoved_ids(
         action,
         ids,

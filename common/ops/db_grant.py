@@ -1,0 +1,325 @@
+"""`scrapefleet db grant`: database roles by duty, created or brought up to date in one go.
+
+    owner      NOLOGIN; owns the database, the schema's tables, views and functions. Migrations
+               act as it (SET ROLE, when the database names it in scrapefleet.owner_role).
+    producer   LOGIN, NOINHERIT: reads and writes every table (db_roles only reads); a member
+               of the owner only so that `db upgrade` may SET ROLE to it.
+    reporting  LOGIN: reads every table and view (the dashboard without controls, psql).
+    consumer   one LOGIN role per host (``<prefix>_consumer_<host>``): its own host row and
+               the jobs assigned to it (row-level security, migration 0008), its host_events,
+               nothing else; no grant on host_access, job_events, webhook_deliveries.
+
+Row-level security rather than SECURITY DEFINER functions for the consumer's statements: the
+store's statements stay as they are, and a statement added later is confined too. The policies
+read ``db_roles``, which this command fills. Every statement is idempotent, and all of them run
+in one transaction: a failure changes nothing. Passwords are sent as SCRAM verifiers only.
+
+The plan is built by pure functions (``base_plan``, ``consumer_plan``, ``drop_consumer_plan``)
+from what exists now, so a unit test can read it; ``apply`` runs it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import psycopg
+import psycopg.sql
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from scrapefleet.common import store
+from scrapefleet.common.db import OWNER_ROLE_PARAMETER, transaction
+from scrapefleet.common.errors import SettingsError
+from scrapefleet.common.scram import scram_sha256_verifier
+
+MAX_IDENTIFIER_BYTES = 63  # PostgreSQL's NAMEDATALEN - 1: a longer name is cut, silently
+_PREFIX = re.compile(r"[a-z_][a-z0-9_]*")
+
+# What a consumer writes in its own host row (claims count, heartbeats, registration, its own
+# state changes); never capacity, the probe's fields, or anything in host_access.
+CONSUMER_HOST_COLUMNS = (
+    "state",
+    "state_reason",
+    "state_changed_at",
+    "boot_id",
+    "heartbeat_at",
+    "jobs_since_restart",
+    "jobs_since_boot",
+    "jobs_total",
+)
+# What a consumer writes in the jobs assigned to it (claim, complete, fail, release, requeue);
+# never the payload, kind, priority, callback URL or limits an operator submitted.
+CONSUMER_JOB_COLUMNS = (
+    "status",
+    "host",
+    "attempts",
+    "releases",
+    "not_before",
+    "last_error",
+    "result",
+    "artifacts",
+    "queued_at",
+    "started_at",
+    "finished_at",
+    "heartbeat_at",
+)
+
+
+@dataclass(frozen=True)
+class RoleNames:
+    owner: str
+    producer: str
+    reporting: str
+    prefix: str
+
+    def consumer(self, host: str) -> str:
+        return _checked_name(f"{self.prefix}_consumer_{host}", f"consumer role for host {host!r}")
+
+
+def role_names(
+    prefix: str = "scrapefleet",
+    *,
+    owner: str | None = None,
+    producer: str | None = None,
+    reporting: str | None = None,
+) -> RoleNames:
+    """The roles' names: ``<prefix>_owner`` and so on unless given (an existing login, say)."""
+    if not _PREFIX.fullmatch(prefix):
+        raise SettingsError(f"--prefix {prefix!r}: lower-case letters, digits and '_' only")
+    return RoleNames(
+        owner=_checked_name(owner or f"{prefix}_owner", "--owner"),
+        producer=_checked_name(producer or f"{prefix}_producer", "--producer"),
+        reporting=_checked_name(reporting or f"{prefix}_reporting", "--reporting"),
+        prefix=prefix,
+    )
+
+
+def _checked_name(name: str, what: str) -> str:
+    if not name or len(name.encode()) > MAX_IDENTIFIER_BYTES:
+        raise SettingsError(f"{what}: role name {name!r} is empty or over 63 bytes")
+    return name
+
+
+def ident(name: str) -> str:
+    return psycopg.sql.Identifier(name).as_string(None)
+
+
+def literal(value: str) -> str:
+    return psycopg.sql.Literal(value).as_string(None)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """What the plan depends on, read from the server before it is made."""
+
+    database: str
+    schema: str
+    admin: str  # the login running the command
+    admin_is_superuser: bool
+    existing_roles: frozenset[str]
+    # (kind, qualified name) of every object of the schema whose owner is not the owner role;
+    # kind is TABLE, VIEW, SEQUENCE (not owned by a column) or FUNCTION (with its arguments).
+    foreign_owned: tuple[tuple[str, str], ...]
+
+
+def _create_or_alter(role: str, attributes: str, cluster: Cluster) -> str:
+    verb = "ALTER" if role in cluster.existing_roles else "CREATE"
+    return f"{verb} ROLE {ident(role)} {attributes}"
+
+
+def base_plan(names: RoleNames, cluster: Cluster) -> list[str]:
+    """The owner, producer and reporting roles, ownership, and the grants on the schema."""
+    db, schema = ident(cluster.database), ident(cluster.schema)
+    owner, producer, reporting = ident(names.owner), ident(names.producer), ident(names.reporting)
+    plan = [
+        _create_or_alter(names.owner, "NOLOGIN", cluster),
+        _create_or_alter(names.producer, "LOGIN NOINHERIT", cluster),
+        _create_or_alter(names.reporting, "LOGIN NOINHERIT", cluster),
+    ]
+    if not cluster.admin_is_superuser:  # to hand objects over to the owner, be a member of it
+        plan.append(f"GRANT {owner} TO {ident(cluster.admin)}")
+    plan += [
+        f"GRANT {owner} TO {producer}",  # NOINHERIT: only by SET ROLE, which `db upgrade` does
+        f"ALTER DATABASE {db} OWNER TO {owner}",
+        f"ALTER DATABASE {db} SET {OWNER_ROLE_PARAMETER} = {literal(names.owner)}",
+        *(f"ALTER {kind} {name} OWNER TO {owner}" for kind, name in cluster.foreign_owned),
+        f"REVOKE CREATE ON SCHEMA {schema} FROM PUBLIC",
+        f"REVOKE CREATE, TEMPORARY ON DATABASE {db} FROM PUBLIC",
+        f"GRANT CONNECT ON DATABASE {db} TO {producer}, {reporting}",
+        f"GRANT TEMPORARY ON DATABASE {db} TO {producer}",  # submit stages jobs in a temp table
+        f"GRANT USAGE ON SCHEMA {schema} TO {producer}, {reporting}",
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {producer}",
+        f"REVOKE INSERT, UPDATE, DELETE ON {schema}.db_roles FROM {producer}",
+        f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {schema} TO {producer}",
+        f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {reporting}",
+        # Tables a later migration creates (as the owner) get the same grants.
+        f"ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA {schema}"
+        f" GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO {producer}",
+        f"ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA {schema}"
+        f" GRANT USAGE, SELECT ON SEQUENCES TO {producer}",
+        f"ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA {schema}"
+        f" GRANT SELECT ON TABLES TO {reporting}",
+    ]
+    return plan
+
+
+def consumer_plan(
+    names: RoleNames, cluster: Cluster, host: str, password_verifier: str | None
+) -> list[str]:
+    """The host's login role and its grants; the password changes only when one is given."""
+    role = names.consumer(host)
+    db, schema, who = ident(cluster.database), ident(cluster.schema), ident(role)
+    attributes = "LOGIN NOINHERIT"
+    if password_verifier is not None:
+        attributes += f" PASSWORD {literal(password_verifier)}"
+    return [
+        _create_or_alter(role, attributes, cluster),
+        f"GRANT CONNECT ON DATABASE {db} TO {who}",
+        f"GRANT USAGE ON SCHEMA {schema} TO {who}",
+        f"GRANT SELECT, INSERT (name, capacity) ON {schema}.hosts TO {who}",
+        f"GRANT UPDATE ({', '.join(CONSUMER_HOST_COLUMNS)}) ON {schema}.hosts TO {who}",
+        f"GRANT SELECT ON {schema}.jobs TO {who}",
+        f"GRANT UPDATE ({', '.join(CONSUMER_JOB_COLUMNS)}) ON {schema}.jobs TO {who}",
+        f"GRANT INSERT ON {schema}.host_events TO {who}",
+    ]
+
+
+def drop_consumer_plan(names: RoleNames, cluster: Cluster, host: str) -> list[str]:
+    """Remove the host's role: its grants here, then the role itself (if it exists)."""
+    role = names.consumer(host)
+    if role not in cluster.existing_roles:
+        return []
+    return [
+        f"DROP OWNED BY {ident(role)}",  # its grants in this database (it owns nothing)
+        f"DROP ROLE {ident(role)}",
+    ]
+
+
+# Objects of the schema not owned by the owner role, with the words ALTER needs for each. A
+# sequence an identity or serial column owns follows its table; an extension's objects stay.
+_FOREIGN_OWNED_SQL = sa.text(
+    "SELECT CASE c.relkind WHEN 'v' THEN 'VIEW' WHEN 'm' THEN 'MATERIALIZED VIEW'"
+    "   WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END AS kind,"
+    "   format('%I.%I', n.nspname, c.relname) AS name"
+    " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+    " WHERE n.nspname = :schema AND c.relkind IN ('r', 'p', 'v', 'm', 'S')"
+    "   AND pg_get_userbyid(c.relowner) <> :owner"
+    "   AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass"
+    "     AND d.objid = c.oid AND d.deptype IN ('e', 'a', 'i'))"
+    " UNION ALL"
+    " SELECT 'FUNCTION', format('%I.%I(%s)', n.nspname, p.proname,"
+    "   pg_get_function_identity_arguments(p.oid))"
+    " FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+    " WHERE n.nspname = :schema AND pg_get_userbyid(p.proowner) <> :owner"
+    "   AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_proc'::regclass"
+    "     AND d.objid = p.oid AND d.deptype = 'e')"
+    " ORDER BY 1, 2"
+)
+_CLUSTER_SQL = sa.text(
+    "SELECT current_database() AS database, current_schema() AS schema,"
+    " current_user AS admin, (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)"
+    " AS superuser"
+)
+_ROLES_SQL = sa.text("SELECT rolname FROM pg_roles WHERE rolname = ANY(:names)")
+_HAS_ROLES_TABLE_SQL = sa.text("SELECT to_regclass('db_roles') IS NOT NULL")
+
+
+def read_cluster(conn: Connection, names: RoleNames, roles: Iterable[str]) -> Cluster:
+    if not conn.execute(_HAS_ROLES_TABLE_SQL).scalar_one():
+        raise SettingsError("the database has no db_roles table: run `scrapefleet db upgrade`")
+    here = conn.execute(_CLUSTER_SQL).one()
+    wanted = [names.owner, names.producer, names.reporting, *roles]
+    existing = frozenset(conn.execute(_ROLES_SQL, {"names": wanted}).scalars())
+    foreign = conn.execute(_FOREIGN_OWNED_SQL, {"schema": here.schema, "owner": names.owner})
+    return Cluster(
+        database=here.database,
+        schema=here.schema,
+        admin=here.admin,
+        admin_is_superuser=bool(here.superuser),
+        existing_roles=existing,
+        foreign_owned=tuple((r.kind, r.name) for r in foreign),
+    )
+
+
+# Everything the plan can change, as one digest: taken before and after, it tells whether a run
+# changed anything (Ansible's "changed"). A password is not in it (PostgreSQL shows none); the
+# command changes one only when given one.
+_STATE_SQL = sa.text(
+    "SELECT md5(coalesce(string_agg(item, E'\\n' ORDER BY item), '')) FROM ("
+    " SELECT format('role %s %s %s', rolname, rolcanlogin, rolinherit) AS item"
+    "   FROM pg_roles WHERE rolname = ANY(:names) OR rolname LIKE :consumers"
+    " UNION ALL SELECT format('member %s %s', roleid::regrole, member::regrole)"
+    "   FROM pg_auth_members WHERE roleid::regrole::text = ANY(:quoted)"
+    " UNION ALL SELECT format('rel %s %s %s', c.relname, pg_get_userbyid(c.relowner), c.relacl)"
+    "   FROM pg_class c WHERE c.relnamespace = to_regnamespace(:schema)"
+    " UNION ALL SELECT format('col %s %s %s', a.attrelid::regclass, a.attname, a.attacl)"
+    "   FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid"
+    "   WHERE c.relnamespace = to_regnamespace(:schema) AND a.attacl IS NOT NULL"
+    " UNION ALL SELECT format('fn %s %s', p.oid::regprocedure, pg_get_userbyid(p.proowner))"
+    "   FROM pg_proc p WHERE p.pronamespace = to_regnamespace(:schema)"
+    " UNION ALL SELECT format('default %s %s', defaclrole::regrole, defaclacl) FROM pg_default_acl"
+    " UNION ALL SELECT format('db %s %s', pg_get_userbyid(datdba), datacl)"
+    "   FROM pg_database WHERE datname = current_database()"
+    " UNION ALL SELECT format('setting %s', setconfig) FROM pg_db_role_setting"
+    "   WHERE setrole = 0 AND setdatabase ="
+    "     (SELECT oid FROM pg_database WHERE datname = current_database())"
+    " UNION ALL SELECT format('schema %s', nspacl) FROM pg_namespace WHERE nspname = :schema"
+    " UNION ALL SELECT format('duty %s %s %s', role_name, duty, host) FROM db_roles"
+    ") AS state"
+)
+
+
+def _state(conn: Connection, names: RoleNames, schema: str) -> str:
+    base = [names.owner, names.producer, names.reporting]
+    consumers = names.prefix.replace("_", "\\_") + "\\_consumer\\_%"
+    params = {
+        "names": base,
+        "consumers": consumers,
+        "quoted": [ident(n) for n in base] + base,
+        "schema": schema,
+    }
+    return str(conn.execute(_STATE_SQL, params).scalar_one())
+
+
+@dataclass(frozen=True)
+class GrantResult:
+    statements: list[str]  # as run, every password verifier shown as '***'
+    changed: bool  # whether the roles, grants or duties differ from before the run
+
+
+@dataclass(frozen=True)
+class GrantRequest:
+    names: RoleNames
+    consumers: dict[str, str | None]  # host -> its new password (None: keep the one it has)
+    drop_consumers: tuple[str, ...] = ()
+
+
+def apply(engine: Engine, request: GrantRequest) -> GrantResult:
+    """Bring the roles and grants up to date in one transaction."""
+    names = request.names
+    involved = [names.consumer(h) for h in (*request.consumers, *request.drop_consumers)]
+    shown: list[str] = []
+    with transaction(engine) as conn:
+        cluster = read_cluster(conn, names, involved)
+        before = _state(conn, names, cluster.schema)
+        plan = base_plan(names, cluster)
+        for host, password in request.consumers.items():
+            verifier = scram_sha256_verifier(password) if password is not None else None
+            plan += consumer_plan(names, cluster, host, verifier)
+        for host in request.drop_consumers:
+            plan += drop_consumer_plan(names, cluster, host)
+        for statement in plan:
+            conn.exec_driver_sql(statement)
+            shown.append(re.sub(r"PASSWORD '[^']*'", "PASSWORD '***'", statement))
+        # Who is who, for the row policies (in the same transaction as the roles).
+        store.register_db_role(conn, names.producer, "producer")
+        store.register_db_role(conn, names.reporting, "reporting")
+        for host in request.consumers:
+            store.register_db_role(conn, names.consumer(host), "consumer", host)
+        for host in request.drop_consumers:
+            store.forget_db_role(conn, names.consumer(host))
+        changed = _state(conn, names, cluster.schema) != before
+    passwords_set = any(p is not None for p in request.consumers.values())
+    return GrantResult(shown, changed or passwords_set)

@@ -1,0 +1,144 @@
+"""The 7am views against real PostgreSQL, fed by the store's own moves (claims, completions,
+failures, releases, rescues), and `scrapefleet status` saying the same in one line."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from scrapefleet.common import store
+from scrapefleet.common.progress import read_progress, read_rows, render_progress
+from scrapefleet.common.store import HostSpec, NewJob
+from tests.cli_helpers import run_cli
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _run_on(engine: Engine, host: str, kind: str, count: int) -> list[tuple[int, int]]:
+    """``count`` new jobs of ``kind`` assigned to and claimed by ``host``: (id, attempt)."""
+    with engine.begin() as conn:
+        ids = store.insert_jobs(conn, [NewJob(kind)] * count, default_max_attempts=3).ids
+        store.assign_jobs(conn, [(i, host) for i in ids])
+        claimed = store.claim_jobs(conn, host, count).jobs
+    return [(job.id, job.attempt) for job in claimed]
+
+
+def _fail(engine: Engine, host: str, jobs: list[tuple[int, int]], error: str) -> None:
+    with engine.begin() as conn:
+        for job_id, attempt in jobs:
+            store.fail_attempt(conn, host, job_id, attempt, error, retry_at=None)
+
+
+@pytest.fixture
+def fleet(engine: Engine) -> dict[str, Any]:
+    with engine.begin() as conn:
+        for name in ("h1", "h2"):
+            store.add_host(conn, HostSpec(name=name, capacity=6))
+    ok = _run_on(engine, "h1", "prices", 4)
+    with engine.begin() as conn:
+        store.complete_jobs(conn, "h1", [(i, a, {"ok": True}) for i, a in ok])
+    # Two failures that differ only by URL and number: one group.
+    bad = _run_on(engine, "h2", "prices", 2)
+    for n, job in enumerate(bad):
+        _fail(
+            engine,
+            "h2",
+            [job],
+            f"Traceback ...\nTimeoutError: https://shop.example/item/{n} 3{n} s",
+        )
+    other = _run_on(engine, "h2", "reviews", 1)
+    _fail(engine, "h2", other, "Traceback ...\nValueError: no price on the page")
+    [(released, attempt)] = _run_on(engine, "h1", "prices", 1)
+    with engine.begin() as conn:
+        store.release_job(conn, "h1", released, attempt, "released: browser stack failed")
+        store.insert_jobs(conn, [NewJob("prices")] * 5, default_max_attempts=3)
+        conn.execute(
+            sa.text(
+                "UPDATE jobs SET created_at = now() - interval '90 seconds'"
+                " WHERE status = 'pending'"
+            )
+        )
+    return {"ok": ok, "bad": bad, "other": other}
+
+
+def test_progress_counts_the_rate_and_the_eta(engine: Engine, fleet: dict[str, Any]) -> None:
+    with engine.connect() as conn:
+        row = read_progress(conn)
+    # 6 pending (5 new + the released one), 4 completed in the last 5 minutes.
+    assert (row["remaining"], row["pending"], row["processing"]) == (6, 6, 0)
+    assert float(row["completed_per_min_5m"]) == 0.8  # 4 in 5 minutes
+    assert row["eta"] == timedelta(seconds=6 * 300 / 4)
+    assert timedelta(seconds=89) < row["oldest_pending_age"] < timedelta(seconds=120)
+    line = render_progress(row)
+    assert line.startswith("progress: 6 left (pending 6, queued 0, running 0); 0.8/min over 5 min")
+    assert "ETA 7m30s" in line and "oldest pending waits 1m" in line
+
+
+def test_outcomes_per_host_and_kind_survive_the_jobs_moving_on(
+    engine: Engine, fleet: dict[str, Any]
+) -> None:
+    with engine.connect() as conn:
+        hosts = {r["host"]: r for r in read_rows(conn, "host_outcomes")}
+        kinds = {r["kind"]: r for r in read_rows(conn, "kind_outcomes")}
+    assert (hosts["h1"]["completed_1h"], hosts["h1"]["failed_1h"]) == (4, 0)
+    assert hosts["h1"]["released_1d"] == 1 and float(hosts["h1"]["failure_rate_1d"]) == 0
+    assert (hosts["h2"]["completed_1d"], hosts["h2"]["failed_1d"]) == (0, 3)
+    assert float(hosts["h2"]["failure_rate_1d"]) == 1
+    assert (kinds["prices"]["completed_1h"], kinds["prices"]["failed_1h"]) == (4, 2)
+    assert kinds["reviews"]["failed_1d"] == 1
+
+
+def test_failures_group_by_masked_message_with_an_example(
+    engine: Engine, fleet: dict[str, Any]
+) -> None:
+    with engine.connect() as conn:
+        groups = read_rows(conn, "failure_groups")
+    first = groups[0]
+    assert (first["kind"], first["error"], first["jobs"]) == (
+        "prices",
+        "TimeoutError: <url> <n> s",
+        2,
+    )
+    assert first["example_job"] in [i for i, _ in fleet["bad"]]
+    assert first["example_error"].startswith("TimeoutError: https://shop.example/item/")
+    assert [g["error"] for g in groups[1:]] == ["ValueError: no price on the page"]
+
+
+def test_status_says_it_in_one_line_and_in_json(
+    engine: Engine, database_url: str, fleet: dict[str, Any]
+) -> None:
+    text = run_cli(["status"], database_url)
+    assert text.returncode == 0, text.stderr
+    assert "progress: 6 left (pending 6, queued 0, running 0)" in text.stdout
+    document = json.loads(run_cli(["status", "--json"], database_url).stdout)
+    progress = document["progress"]
+    assert progress["remaining"] == 6 and progress["eta_s"] == 450.0
+    assert progress["oldest_pending_age_s"] >= 89
+
+
+def test_an_empty_fleet_has_nothing_left_and_no_eta(engine: Engine) -> None:
+    with engine.connect() as conn:
+        row = read_progress(conn)
+    assert row["remaining"] == 0 and row["oldest_pending_age"] is None
+    assert render_progress(row) == "progress: nothing left; 0.0/min over 5 min, 0.0/min over 1 h"
+    assert datetime.now(UTC)  # the views need no clock of ours: now() is the server's
+
+
+def test_recent_failures_links_the_network_log(engine: Engine, fleet: dict[str, Any]) -> None:
+    [(job_id, attempt)] = _run_on(engine, "h1", "prices", 1)
+    network = "/var/lib/scrapefleet/artifacts/9/attempt-1.network.json"
+    with engine.begin() as conn:
+        store.fail_attempt(
+            conn, "h1", job_id, attempt, "ValueError: x", retry_at=None,
+            artifacts={"network": network, "screenshot": "s.png"},
+        )  # fmt: skip
+        row = conn.execute(
+            sa.text("SELECT network_log, screenshot FROM recent_failures WHERE job_id = :id"),
+            {"id": job_id},
+        ).one()
+    assert (row.network_log, row.screenshot) == (network, "s.png")

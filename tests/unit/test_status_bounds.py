@@ -1,0 +1,49 @@
+"""Every field of a status document is bounded: nothing a host reports can be a value the
+producer's health write would have the database refuse (which would cost that host a probe)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+
+from scrapefleet.common.errors import ProbeError
+from scrapefleet.common.host_status import parse_status
+from tests.host_status_factory import status_for
+
+pytestmark = pytest.mark.timeout(10)
+
+
+def _document(**fields: Any) -> str:
+    return json.dumps({**json.loads(status_for("h1").to_json()), **fields})
+
+
+@pytest.mark.parametrize("boot_id", [str(uuid.uuid4()), "boot-1", "unknown", "a" * 64])
+def test_boot_ids_as_kernels_and_tests_write_them_parse(boot_id: str) -> None:
+    assert parse_status(_document(boot_id=boot_id)).boot_id == boot_id
+
+
+@pytest.mark.parametrize("boot_id", ["", "a" * 65, "a b", "../x", "-x", "é", 7, None])
+def test_anything_else_is_not_a_boot_id(boot_id: object) -> None:
+    with pytest.raises(ProbeError, match="'boot_id'"):
+        parse_status(_document(boot_id=boot_id))
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("host", ""),
+        ("host", "h" * 256),
+        ("load_1m", -1),
+        ("load_1m", 1e7),
+        ("updated_at", -1),
+        ("updated_at", 1e12),
+        ("browser_retry_at", 1e300),  # past timestamptz: refused by the database otherwise
+        ("browser_retry_at", -5),
+    ],
+)
+def test_out_of_range_values_are_refused(field: str, value: object) -> None:
+    with pytest.raises(ProbeError, match=f"'{field}'"):
+        parse_status(_document(**{field: value}))
