@@ -42,8 +42,8 @@ from scrapefleet.common.ops.results_out import (
     write_csv,
     write_jsonl,
 )
-from scrapefleet.common.producer_status import NO_SECRET, read_producer_status
-from scrapefleet.common.progress import progress_json, read_progress, render_progress
+from scrapefleet.common.ops.status_report import read_fleet_status
+from scrapefleet.common.producer_status import read_producer_status
 from scrapefleet.common.results import ResultFilter, count_results, iter_results
 from scrapefleet.common.settings import Settings, load_settings
 from scrapefleet.common.store import HostSpec, JobFilter
@@ -162,34 +162,8 @@ def submit(ctx: _Context, file: Any, fmt: str | None) -> None:
 def status(ctx: _Context, as_json: bool) -> None:
     """The producer (up, or down since when; the pause), jobs per status, load per host."""
     with _one_line_errors(), wrapped_errors(), ctx.client.engine.connect() as conn:
-        counts = queries.status_counts(conn)
-        hosts = queries.host_load(conn)
-        pending_browser = queries.pending_browser_jobs(conn)
-        producer = read_producer_status(conn)
-        progress = read_progress(conn)
-    if as_json:
-        document = {
-            "producer": producer.to_json(),
-            "jobs": counts,
-            "progress": progress_json(progress),
-            "hosts": hosts,
-            "pending_browser_jobs": pending_browser,
-            "webhooks": {
-                "unsent": producer.unsent_webhooks,
-                "not_sent_reason": NO_SECRET if producer.webhooks_blocked else None,
-            },
-        }
-        click.echo(json.dumps(document, default=str, indent=2))
-        return
-    click.echo(
-        "\n".join(
-            [
-                *producer.lines(),
-                render_progress(progress),
-                render_status(counts, hosts, pending_browser),
-            ]
-        )
-    )
+        fleet_status = read_fleet_status(conn)
+    click.echo(fleet_status.json() if as_json else fleet_status.text())
 
 
 # ---------------------------------------------------------------- jobs

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import sqlalchemy as sa
 from flask import Flask, Response, redirect, render_template, request, session, url_for
 from sqlalchemy.engine import Engine
 from werkzeug.exceptions import HTTPException
@@ -28,7 +29,7 @@ from werkzeug.wrappers import Response as Redirect
 from scrapefleet.common import queries
 from scrapefleet.common.clock import utcnow
 from scrapefleet.common.constants import DASHBOARD_PAGE_ROWS
-from scrapefleet.common.db import wrapped_errors
+from scrapefleet.common.db import describe, wrapped_errors
 from scrapefleet.common.errors import DatabaseUnavailable, NotFound, SettingsError
 from scrapefleet.common.ops.dashboard import charts, reads
 from scrapefleet.common.ops.dashboard.artifacts import relative_artifact, send_artifact
@@ -42,7 +43,9 @@ from scrapefleet.common.ops.dashboard.controls import (
 from scrapefleet.common.ops.dashboard.inputs import BadInput, parse_job_id, parse_search
 from scrapefleet.common.ops.dashboard.security import host_allowed, local_next
 from scrapefleet.common.ops.dashboard.sessions import MemorySessionInterface, SessionStore
+from scrapefleet.common.ops.status_report import read_fleet_status
 from scrapefleet.common.producer_status import delivery_state, read_producer_status
+from scrapefleet.common.progress import read_progress, render_progress
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.tables import JOB_STATUSES
 
@@ -55,7 +58,8 @@ CONTENT_SECURITY_POLICY = (
 )
 # Reachable without a login when dashboard_read_needs_token is set; the controls check the
 # token themselves.
-OPEN_ENDPOINTS = frozenset({"login", "controls.remember_token", "controls.forget_token"})
+OPEN_ENDPOINTS = frozenset({"login", "controls.remember_token", "controls.forget_token", "healthz"})
+REFRESH_CHOICES_S = (10, 30, 60)  # ?refresh=N: the page reloads itself, without JavaScript
 
 
 def create_app(settings: Settings, engine: Engine) -> Flask:
@@ -131,6 +135,7 @@ def create_app(settings: Settings, engine: Engine) -> Flask:
             producer = read_producer_status(conn)
             hosts = reads.hosts_overview(conn)
             failures = reads.recent_failures(conn, DASHBOARD_PAGE_ROWS)
+            progress = read_progress(conn)
             throughput = []
             for window in charts.WINDOWS:
                 since = charts.bucket_starts(window, now)[0]
@@ -148,8 +153,34 @@ def create_app(settings: Settings, engine: Engine) -> Flask:
             hosts=hosts,
             failures=failures,
             throughput=throughput,
+            progress_line=render_progress(progress).removeprefix("progress: "),
+            refresh=refresh_s(),
+            refresh_choices=REFRESH_CHOICES_S,
             now=now,
         )
+
+    def refresh_s() -> int | None:
+        asked = request.args.get("refresh", "")
+        return int(asked) if asked.isdigit() and int(asked) in REFRESH_CHOICES_S else None
+
+    @app.get("/api/status")
+    def api_status() -> Response:
+        """What `scrapefleet status --json` prints, for scripts and monitors."""
+        with wrapped_errors(), engine.connect() as conn:
+            document = read_fleet_status(conn).json()
+        return Response(document, mimetype="application/json")
+
+    @app.get("/healthz")
+    def healthz() -> Response:
+        """200 when the dashboard can read the database, 503 when not: for a load balancer.
+        Says nothing else, so it needs no login."""
+        try:
+            with engine.connect() as conn:
+                conn.execute(sa.text("SELECT 1"))
+        except Exception as exc:
+            log.warning("healthz: database unreachable: %s", describe(exc))
+            return Response("database unreachable\n", 503, mimetype="text/plain")
+        return Response("ok\n", 200, mimetype="text/plain")
 
     @app.get("/jobs")
     def search() -> tuple[str, int]:

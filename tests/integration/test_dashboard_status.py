@@ -1,0 +1,55 @@
+"""The dashboard's machine-readable answers and the overview's progress line, against real
+PostgreSQL: /api/status is `scrapefleet status --json`, /healthz says whether the database
+answers, and the overview reloads itself without JavaScript when asked."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from scrapefleet.common import store
+from scrapefleet.common.ops.dashboard.app import create_app
+from scrapefleet.common.settings import load_settings
+from scrapefleet.common.store import NewJob
+from tests.cli_helpers import run_cli
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _dashboard(engine: Engine, database_url: str) -> object:
+    return create_app(load_settings(None, database_url=database_url), engine).test_client()
+
+
+def test_api_status_is_the_clis_json(engine: Engine, database_url: str) -> None:
+    with engine.begin() as conn:
+        store.insert_jobs(conn, [NewJob("noop")] * 3, default_max_attempts=3)
+    answer = _dashboard(engine, database_url).get("/api/status")  # type: ignore[attr-defined]
+    assert answer.status_code == 200 and answer.mimetype == "application/json"
+    served = answer.get_json()
+    printed = json.loads(run_cli(["status", "--json"], database_url).stdout)
+    assert served["jobs"] == printed["jobs"] and served["jobs"]["pending"] == 3
+    assert served["progress"]["remaining"] == printed["progress"]["remaining"] == 3
+    assert set(served) == set(printed)
+
+
+def test_healthz_says_whether_the_database_answers(engine: Engine, database_url: str) -> None:
+    assert _dashboard(engine, database_url).get("/healthz").status_code == 200  # type: ignore[attr-defined]
+    dead = sa.create_engine("postgresql+psycopg://nobody@127.0.0.1:1/none")
+    down = create_app(load_settings(None, database_url=database_url), dead).test_client()
+    answer = down.get("/healthz")
+    assert answer.status_code == 503 and answer.get_data(as_text=True) == "database unreachable\n"
+
+
+def test_the_overview_shows_progress_and_reloads_itself_when_asked(
+    engine: Engine, database_url: str
+) -> None:
+    client = _dashboard(engine, database_url)
+    page = client.get("/").get_data(as_text=True)  # type: ignore[attr-defined]
+    assert '<p id="progress">nothing left;' in page and 'http-equiv="refresh"' not in page
+    reloading = client.get("/?refresh=30").get_data(as_text=True)  # type: ignore[attr-defined]
+    assert '<meta http-equiv="refresh" content="30">' in reloading
+    odd = client.get("/?refresh=1").get_data(as_text=True)  # type: ignore[attr-defined]
+    assert 'http-equiv="refresh"' not in odd  # only the offered intervals
