@@ -13,7 +13,7 @@ from sqlalchemy.engine import Engine
 from scrapefleet.common import store
 from scrapefleet.common.ops.dashboard.app import create_app
 from scrapefleet.common.settings import load_settings
-from scrapefleet.common.store import NewJob
+from scrapefleet.common.store import HostSpec, NewJob
 from tests.cli_helpers import run_cli
 
 pytestmark = pytest.mark.timeout(60)
@@ -53,3 +53,26 @@ def test_the_overview_shows_progress_and_reloads_itself_when_asked(
     assert '<meta http-equiv="refresh" content="30">' in reloading
     odd = client.get("/?refresh=1").get_data(as_text=True)  # type: ignore[attr-defined]
     assert 'http-equiv="refresh"' not in odd  # only the offered intervals
+
+
+def test_a_host_page_has_its_history_failure_rate_and_reason(
+    engine: Engine, database_url: str
+) -> None:
+    with engine.begin() as conn:
+        store.add_host(conn, HostSpec(name="h1", capacity=2))
+        ids = store.insert_jobs(conn, [NewJob("noop")] * 2, default_max_attempts=1).ids
+        store.assign_jobs(conn, [(i, "h1") for i in ids])
+        (ok, bad) = store.claim_jobs(conn, "h1", 2).jobs
+        store.complete_job(conn, "h1", ok.id, ok.attempt, {"ok": True})
+        store.fail_attempt(conn, "h1", bad.id, bad.attempt, "ValueError: no price", retry_at=None)
+        store.reset_restart_counter(conn, "h1", {"duration_s": 1.5})
+        store.drain_host(conn, "h1", "disk nearly full")
+    client = _dashboard(engine, database_url)
+    page = client.get("/hosts/h1").get_data(as_text=True)  # type: ignore[attr-defined]
+    assert 'id="host-state">draining' in page and "disk nearly full" in page
+    assert "Failure rate over the day: 50.0%" in page
+    assert "restart" in page and "ValueError: no price" in page
+    assert f'href="/jobs/{bad.id}"' in page
+    overview = client.get("/").get_data(as_text=True)  # type: ignore[attr-defined]
+    assert 'href="/hosts/h1"' in overview
+    assert client.get("/hosts/nosuch").status_code == 404  # type: ignore[attr-defined]

@@ -217,6 +217,19 @@ def create_app(settings: Settings, engine: Engine) -> Flask:
             blocked=lambda delivery: delivery_state(delivery, secret_set),
         ), 200
 
+    @app.get("/hosts/<name>")
+    def host_page(name: str) -> tuple[str, int]:
+        page = read(reads.host_page, name, DASHBOARD_PAGE_ROWS)
+        if page is None:
+            return message(f"no host named {name!r}", 404)
+        return render_template(
+            "host.html",
+            h=page["host"],
+            o=page["outcomes"],
+            events=page["events"],
+            failures=page["failures"],
+        ), 200
+
     @app.get("/artifacts/<path:relative>")
     def artifact(relative: str) -> Response:
         return send_artifact(settings.artifacts_dir, relative)

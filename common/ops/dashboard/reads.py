@@ -95,3 +95,39 @@ def webhook_deliveries(conn: Connection, job_id: int) -> list[dict[str, Any]]:
         {"id": job_id},
     )
     return [dict(r._mapping) for r in rows]
+
+
+def host_page(conn: Connection, name: str, events: int) -> dict[str, Any] | None:
+    """One host for its page: its row and load, its attempts' outcomes over the last hour and
+    day, its last ``events`` host events (state changes, restarts, reboots) and the failures
+    of the jobs it ran last. None when there is no such host."""
+    host = conn.execute(
+        sa.text(
+            "SELECT l.*, h.memory_available_bytes, h.last_seen_at, h.probe_failures,"
+            " h.last_probe_error, h.jobs_total, h.boot_id, h.state_changed_at"
+            " FROM host_load l JOIN hosts h ON h.name = l.host WHERE l.host = :name"
+        ),
+        {"name": name},
+    ).first()
+    if host is None:
+        return None
+    outcomes = conn.execute(
+        sa.text("SELECT * FROM host_outcomes WHERE host = :name"), {"name": name}
+    ).first()
+    history = conn.execute(
+        sa.text(
+            "SELECT at, event, from_state, to_state, message, details FROM host_events"
+            " WHERE host = :name ORDER BY at DESC, id DESC LIMIT :n"
+        ),
+        {"name": name, "n": events},
+    )
+    failures = conn.execute(
+        sa.text("SELECT * FROM recent_failures WHERE host = :name LIMIT :n"),
+        {"name": name, "n": events},
+    )
+    return {
+        "host": dict(host._mapping),
+        "outcomes": dict(outcomes._mapping) if outcomes else None,
+        "events": [dict(r._mapping) for r in history],
+        "failures": [dict(r._mapping) for r in failures],
+    }
