@@ -31,10 +31,26 @@ from tests.waiting import wait_for
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(400)]
 
 CAPACITY = 3
+CHROMIUM = "/usr/lib/chromium/chromium"  # what Debian's /usr/bin/chromium wrapper runs
+
+
+def _is_browser(process: psutil.Process) -> bool:
+    """A session's Chromium: its browser process (the others carry --type=...). Counted from
+    the processes rather than the Grids' /status, which may list a session a moment after it
+    was deleted (under load, long enough to see one ended and its successor at once)."""
+    try:
+        cmdline = process.cmdline()
+    except psutil.Error:  # gone meanwhile
+        return False
+    return (
+        bool(cmdline)
+        and Path(cmdline[0]).name == Path(CHROMIUM).name
+        and not any(arg.startswith("--type=") for arg in cmdline)
+    )
 
 
 class StackWatch:
-    """From a thread, every 50 ms: the Grid sessions of all the host's stacks together (the
+    """From a thread, every 50 ms: the Chromium browsers of all the host's stacks together (the
     most seen at once), and every process of the first stack (to check none outlives it)."""
 
     def __init__(self, consumer: Consumer) -> None:
@@ -54,10 +70,11 @@ class StackWatch:
             sessions = 0
             for stack in supervisor.stacks():
                 try:
-                    sessions += len(grid_session_ids(stack))
+                    grid_session_ids(stack)  # answers: the stack is up
                     self.stacks_seen.add(stack.work_dir)
-                except Exception:  # a Grid starting or stopping: no sessions there
-                    continue
+                except Exception:  # a Grid starting or stopping
+                    pass
+                sessions += sum(1 for p in stack.processes() if _is_browser(p))
             self.most_sessions = max(self.most_sessions, sessions)
             if self.first is None:
                 self.first = supervisor.stack
@@ -87,8 +104,11 @@ def test_an_overlapped_restart_stays_within_capacity_and_leaves_nothing_of_the_o
         wait_for(lambda: finished(engine, ids), 240, "every job to finish")
         first = watch.first
 
-    assert watch.most_sessions <= CAPACITY, f"{watch.most_sessions} sessions at once"
-    assert len(watch.stacks_seen) == 3  # the a, b and c work directories, in turn
+    assert 2 <= watch.most_sessions <= CAPACITY, f"{watch.most_sessions} sessions at once"
+    # A next stack takes a directory no running or retiring stack holds: b, then a or c
+    # (a again when the first stack was already stopped).
+    assert len(watch.stacks_seen) >= 2
+    assert {p.name for p in watch.stacks_seen} <= {"a", "b", "c"}
     assert first is not None and watch.first_processes, "no process of the first stack seen"
     survivors = [p for p in watch.first_processes.values() if not is_gone(p)]
     assert survivors == [], f"processes of the first stack outlived it: {survivors}"
