@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from scrapefleet.common.errors import ProbeError
-from scrapefleet.common.host_status import HostStatus, read_status
+from scrapefleet.common.host_status import HostStatus, read_status, status_path
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,14 @@ class LocalProbe:
         now = time.time()
         for target in targets:
             try:
+                path = status_path(self.state_dir, target.name)
+                if not path.exists():
+                    # The usual mistake on one machine: the consumer writes under a state_dir
+                    # of its own, which the producer never reads.
+                    raise ProbeError(
+                        f"no status file at {path}: is its consumer running, with this"
+                        f" producer's state_dir ({self.state_dir})?"
+                    )
                 status = read_status(self.state_dir, target.name)
                 age = now - status.updated_at
                 if age > self.stale_after_s:
