@@ -411,7 +411,10 @@ class StackSupervisor:
         (the state machine starts one only when a directory is free)."""
         with self._lock:
             taken = {self.stack.work_dir, *(stack.work_dir for stack, _ in self._retiring)}
-        work_dir = next(d for d in self._work_dirs if d not in taken)
+        work_dir = next((d for d in self._work_dirs if d not in taken), None)
+        if work_dir is None:  # the state machine counts them too: should never happen
+            self._feed(NextStackFailed("no free stack work directory"))
+            return
         stack = self._make_stack(work_dir)
         started = self._started_stack(stack)
         if isinstance(started, str):
