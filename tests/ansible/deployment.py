@@ -37,8 +37,16 @@ WHEELHOUSE = REPO / "build" / "wheelhouse"
 GRID_NPM_PREFIX = REPO / ".ci" / "node"
 DB_PASSWORD = "s3cret'pw%"  # a quote and a percent sign: escaping is part of the test
 WEBHOOK_SECRET = "whsec-do-not-print-4d9f1c"
+# The consumers' own database role's password (roles by duty, the database role's grants.yml).
+CONSUMER_DB_PASSWORD = "c0nsumer'pw%"
 # What no playbook output may show (--diff included): the secrets, as given and as rendered.
-SECRETS = [DB_PASSWORD, quote(DB_PASSWORD, safe=""), WEBHOOK_SECRET]
+SECRETS = [
+    DB_PASSWORD,
+    quote(DB_PASSWORD, safe=""),
+    CONSUMER_DB_PASSWORD,
+    quote(CONSUMER_DB_PASSWORD, safe=""),
+    WEBHOOK_SECRET,
+]
 PACKAGE_SOURCES = ["pyproject.toml", "README.md", "common", "producer", "consumer", "migrations"]
 
 
@@ -163,8 +171,15 @@ class Deployment:
             "scrapefleet_grid_npm_prefix": str(GRID_NPM_PREFIX),
             "scrapefleet_producer_interval_s": 0.5,
             "scrapefleet_capacity": 4,
+            # Each consumer logs in as its own database role (SECURITY.md).
+            "scrapefleet_db_roles_by_duty": True,
         }
         consumers = [h.name for h in (*self.consumers, self.down)]
+        consumer_vars = {
+            "scrapefleet_consumer_db_password": CONSUMER_DB_PASSWORD,
+            "scrapefleet_db_user": "scrapefleet_consumer_{{ scrapefleet_host_name }}",
+            "scrapefleet_db_password": "{{ scrapefleet_consumer_db_password }}",
+        }
         return {
             "all": {
                 "vars": common,
@@ -172,7 +187,7 @@ class Deployment:
                 "children": {
                     "database": {"hosts": {self.db.name: None}},
                     "producer": {"hosts": {self.db.name: None}},
-                    "consumers": {"hosts": dict.fromkeys(consumers)},
+                    "consumers": {"hosts": dict.fromkeys(consumers), "vars": consumer_vars},
                 },
             }
         }
@@ -194,6 +209,7 @@ class Deployment:
             "scrapefleet_user": user,
             "scrapefleet_home": str(host.dir / "home"),
             "scrapefleet_venv": str(host.dir / "venv"),
+            "scrapefleet_db_admin_venv": str(host.dir / "admin-venv"),  # the database host's
             "scrapefleet_config_dir": str(host.dir / "etc"),
             "scrapefleet_state_dir": str(host.dir / "state"),
             "scrapefleet_artifacts_dir": str(host.dir / "artifacts"),

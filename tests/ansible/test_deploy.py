@@ -49,6 +49,8 @@ def test_diff_output_shows_no_secret(deployment: Deployment) -> None:
     for host in deployment.consumers:
         consumer = (host.dir / "etc" / "consumer.toml").read_text()
         assert "webhook_secret" not in consumer and SECRETS[-1] not in consumer
+        # Each consumer logs in as its own database role, never with the producer's password.
+        assert f"scrapefleet_consumer_{host.name}:" in consumer and SECRETS[1] not in consumer
         assert (host.dir / "etc" / "consumer.toml").stat().st_mode & 0o777 == 0o640
 
 
