@@ -14,14 +14,11 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
-from sqlalchemy.engine import Connection
 
-from scrapefleet.common import queries, store
-from scrapefleet.common.api import Client
-from scrapefleet.common.db import transaction, wrapped_errors
+from scrapefleet.common import store
 from scrapefleet.common.errors import (
     DatabaseUnavailable,
     NotFound,
@@ -29,11 +26,9 @@ from scrapefleet.common.errors import (
     ScrapefleetError,
     SettingsError,
 )
+from scrapefleet.common.lazy_import import lazy_module
 from scrapefleet.common.logging_setup import configure_logging
-from scrapefleet.common.ops import bulk
-from scrapefleet.common.ops.dashboard.reads import webhook_deliveries
 from scrapefleet.common.ops.db_grant_command import db_grant
-from scrapefleet.common.ops.render import render_delivery, render_status
 from scrapefleet.common.ops.results_out import (
     FORMATS,
     jsonl_lines,
@@ -42,12 +37,32 @@ from scrapefleet.common.ops.results_out import (
     write_csv,
     write_jsonl,
 )
-from scrapefleet.common.ops.status_report import read_fleet_status
-from scrapefleet.common.producer_status import read_producer_status
-from scrapefleet.common.results import ResultFilter, count_results, iter_results
-from scrapefleet.common.settings import Settings, load_settings
-from scrapefleet.common.store import HostSpec, JobFilter
-from scrapefleet.common.submit_file import detect_format, read_jobs
+
+# Loaded on first use: `scrapefleet --help` needs none of them (common.lazy_import).
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+
+    from scrapefleet.common import api, producer_status, queries, settings, submit_file
+    from scrapefleet.common import db as database
+    from scrapefleet.common import results as job_results
+    from scrapefleet.common.api import Client
+    from scrapefleet.common.ops import bulk, render, status_report
+    from scrapefleet.common.ops.dashboard import reads as dashboard_reads
+    from scrapefleet.common.results import ResultFilter
+    from scrapefleet.common.settings import Settings
+    from scrapefleet.common.store import JobFilter
+else:
+    api = lazy_module("scrapefleet.common.api")
+    database = lazy_module("scrapefleet.common.db")
+    producer_status = lazy_module("scrapefleet.common.producer_status")
+    queries = lazy_module("scrapefleet.common.queries")
+    job_results = lazy_module("scrapefleet.common.results")
+    settings = lazy_module("scrapefleet.common.settings")
+    submit_file = lazy_module("scrapefleet.common.submit_file")
+    bulk = lazy_module("scrapefleet.common.ops.bulk")
+    render = lazy_module("scrapefleet.common.ops.render")
+    status_report = lazy_module("scrapefleet.common.ops.status_report")
+    dashboard_reads = lazy_module("scrapefleet.common.ops.dashboard.reads")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -74,7 +89,7 @@ class _Context:
     @property
     def settings(self) -> Settings:
         if self._settings is None:
-            self._settings = load_settings(self.config)
+            self._settings = settings.load_settings(self.config)
         return self._settings
 
     def database_url(self) -> str:
@@ -85,7 +100,7 @@ class _Context:
     @property
     def client(self) -> Client:
         if self._client is None:
-            self._client = Client(self.database_url(), self.settings)
+            self._client = api.Client(self.database_url(), self.settings)
         return self._client
 
 
@@ -142,9 +157,9 @@ def submit(ctx: _Context, file: Any, fmt: str | None) -> None:
     with _one_line_errors():
         client = ctx.client  # settings and user actions first: they validate the lines
         name = getattr(file, "name", None)
-        fmt = detect_format(name if isinstance(name, str) else None, fmt)
+        fmt = submit_file.detect_format(name if isinstance(name, str) else None, fmt)
         shown = name if isinstance(name, str) and name not in ("-", "<stdin>") else "stdin"
-        jobs = read_jobs(file, fmt, shown)
+        jobs = submit_file.read_jobs(file, fmt, shown)
         with click.progressbar(length=len(jobs), label="inserting", file=sys.stderr) as bar:
             result = client.submit_many(jobs, progress=bar.update)
         skipped = f", {result.skipped_duplicates} skipped (dedupe key in use)"
@@ -161,8 +176,8 @@ def submit(ctx: _Context, file: Any, fmt: str | None) -> None:
 @pass_ctx
 def status(ctx: _Context, as_json: bool) -> None:
     """The producer (up, or down since when; the pause), jobs per status, load per host."""
-    with _one_line_errors(), wrapped_errors(), ctx.client.engine.connect() as conn:
-        fleet_status = read_fleet_status(conn)
+    with _one_line_errors(), database.wrapped_errors(), ctx.client.engine.connect() as conn:
+        fleet_status = status_report.read_fleet_status(conn)
     click.echo(fleet_status.json() if as_json else fleet_status.text())
 
 
@@ -179,11 +194,13 @@ def jobs() -> None:
 @pass_ctx
 def jobs_show(ctx: _Context, job_id: int) -> None:
     """A job's row, its audit trail and its failure artifacts."""
-    with _one_line_errors(), wrapped_errors(), ctx.client.engine.connect() as conn:
+    with _one_line_errors(), database.wrapped_errors(), ctx.client.engine.connect() as conn:
         row = queries.job(conn, job_id)
         events = queries.job_events(conn, job_id)
-        webhooks = webhook_deliveries(conn, job_id)
-        secret_set = read_producer_status(conn).webhook_secret_set if webhooks else None
+        webhooks = dashboard_reads.webhook_deliveries(conn, job_id)
+        secret_set = (
+            producer_status.read_producer_status(conn).webhook_secret_set if webhooks else None
+        )
     error = row.pop("last_error")
     artifacts = row.pop("artifacts") or {}
     for key, value in row.items():
@@ -201,7 +218,7 @@ def jobs_show(ctx: _Context, job_id: int) -> None:
     if webhooks:
         click.echo("\nwebhooks:")
         for w in webhooks:
-            click.echo(f"  {w['status']} -> {w['url']}: {render_delivery(w, secret_set)}")
+            click.echo(f"  {w['status']} -> {w['url']}: {render.render_delivery(w, secret_set)}")
     if error:
         click.echo(f"\nlast error:\n{error}")
 
@@ -256,7 +273,7 @@ def _bulk(
         which.params()  # no filter at all is refused before anything is read
         engine = ctx.client.engine
         statuses = bulk.movable(action, include_cancelled)
-        with wrapped_errors(), engine.connect() as conn:
+        with database.wrapped_errors(), engine.connect() as conn:
             by_status = queries.jobs_matching_by_status(conn, which)
             count = bulk.would_move(by_status, statuses)
             if count == 0:
@@ -276,7 +293,7 @@ def _bulk(
             f"{action} {count:,} job(s) ({bulk.describe(which)})?", default=False, err=True
         ):
             _fail(f"nothing {past}: not confirmed", 1)
-        with transaction(engine) as conn:
+        with database.transaction(engine) as conn:
             if action == bulk.RETRY:
                 moved = store.retry_jobs(conn, which, include_cancelled=include_cancelled)
             else:
@@ -311,7 +328,7 @@ def jobs_retry(
     """Failed jobs -> pending again, with fresh attempts (cancelled ones with
     --include-cancelled). Over 100 jobs asks first (--yes: don't). Matching nothing, or a named
     job that cannot be retried, is an error (exit 1)."""
-    which = JobFilter(ids, kind, host)
+    which = store.JobFilter(ids, kind, host)
     _bulk(ctx, bulk.RETRY, which, yes=yes, dry_run=dry_run, include_cancelled=include_cancelled)
 
 
@@ -329,7 +346,7 @@ def jobs_cancel(
     """Pending or queued jobs -> cancelled (running ones finish). Over 100 jobs asks first
     (--yes: don't). Matching nothing, or a named job that cannot be cancelled, is an error
     (exit 1)."""
-    _bulk(ctx, bulk.CANCEL, JobFilter(ids, kind, host), yes=yes, dry_run=dry_run)
+    _bulk(ctx, bulk.CANCEL, store.JobFilter(ids, kind, host), yes=yes, dry_run=dry_run)
 
 
 @jobs.command("stop")
@@ -338,7 +355,7 @@ def jobs_cancel(
 def jobs_stop(ctx: _Context, ids: tuple[int, ...]) -> None:
     """Running jobs -> cancelled: each host ends its attempt at its next heartbeat (its browser
     session ended, its result dropped). A named job that is not running is an error (exit 1)."""
-    with _one_line_errors(), transaction(ctx.client.engine) as conn:
+    with _one_line_errors(), database.transaction(ctx.client.engine) as conn:
         stopped = store.stop_jobs(conn, list(ids))
         left = [i for i in ids if i not in set(stopped)]
         found = queries.job_statuses(conn, left) if left else {}
@@ -367,7 +384,7 @@ def _result_filter(
     limit: int | None = None,
 ) -> ResultFilter:
     when = parse_since(since) if since else None
-    return ResultFilter(tuple(statuses), kind, host, when, limit)
+    return job_results.ResultFilter(tuple(statuses), kind, host, when, limit)
 
 
 @jobs.command("list")
@@ -386,9 +403,9 @@ def jobs_list(
 ) -> None:
     """The newest jobs matching the filters: a table, or JSON lines with --json. Matching
     nothing is an error (exit 1)."""
-    with _one_line_errors(), wrapped_errors():
+    with _one_line_errors(), database.wrapped_errors():
         which = _result_filter(statuses, kind, host, since, limit)
-        rows = list(iter_results(ctx.client.engine, which))
+        rows = list(job_results.iter_results(ctx.client.engine, which))
     if not rows:
         _fail(f"no job matches ({which.describe()})", 1)
     for line in jsonl_lines(rows) if as_json else table_lines(rows):
@@ -418,18 +435,18 @@ def results_export(
 ) -> None:
     """Every matching job, archived ones too, streamed as JSON lines or CSV (payload and result
     as JSON). A progress bar on a terminal. Matching nothing is an error (exit 1)."""
-    with _one_line_errors(), wrapped_errors():
+    with _one_line_errors(), database.wrapped_errors():
         which = _result_filter(statuses, kind, host, since)
         engine = ctx.client.engine
         with engine.connect() as conn:
-            total = count_results(conn, which)
+            total = job_results.count_results(conn, which)
         if total == 0:
             _fail(f"no job matches ({which.describe()})", 1)
         write = write_csv if fmt == "csv" else write_jsonl
         target = str(output) if output else "-"
         # atomic: a file appears whole or not at all (an export cut short leaves nothing).
         with click.open_file(target, "w", encoding="utf-8", atomic=bool(output)) as out:
-            rows = iter_results(engine, which)
+            rows = job_results.iter_results(engine, which)
             if sys.stderr.isatty():
                 with click.progressbar(length=total, label="exporting", file=sys.stderr) as bar:
                     written = write(rows, out, lambda: bar.update(1))
@@ -461,8 +478,10 @@ def hosts_add(
     """Add a host (or update its settings)."""
     with _one_line_errors():
         user = ssh_user or ctx.settings.ssh_user
-        spec = HostSpec(name=name, capacity=capacity or ctx.settings.capacity, ssh_user=user, **ssh)
-        with transaction(ctx.client.engine) as conn:
+        spec = store.HostSpec(
+            name=name, capacity=capacity or ctx.settings.capacity, ssh_user=user, **ssh
+        )
+        with database.transaction(ctx.client.engine) as conn:
             created = store.add_host(conn, spec)
     click.echo(f"host {name} {'added' if created else 'updated'} (capacity {spec.capacity})")
 
@@ -479,7 +498,7 @@ def hosts_check(ctx: _Context, name: str) -> None:
     for noisy in ("scrapefleet.producer", "paramiko"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
     with _one_line_errors():
-        with wrapped_errors(), ctx.client.engine.connect() as conn:
+        with database.wrapped_errors(), ctx.client.engine.connect() as conn:
             target = probe_target(queries.host(conn, name), ctx.settings)
         probe = RoutingProbe(ctx.settings)
         try:
@@ -497,9 +516,9 @@ def hosts_check(ctx: _Context, name: str) -> None:
 @pass_ctx
 def hosts_list(ctx: _Context) -> None:
     """Every host with its state and load."""
-    with _one_line_errors(), wrapped_errors(), ctx.client.engine.connect() as conn:
+    with _one_line_errors(), database.wrapped_errors(), ctx.client.engine.connect() as conn:
         rows = queries.host_load(conn)
-    click.echo(render_status({}, rows).split("\n", 1)[1])
+    click.echo(render.render_status({}, rows).split("\n", 1)[1])
 
 
 @hosts.command("drain")
@@ -507,7 +526,7 @@ def hosts_list(ctx: _Context) -> None:
 @pass_ctx
 def hosts_drain(ctx: _Context, name: str) -> None:
     """Stop giving NAME work; its queued jobs go to other hosts, running ones finish."""
-    with _one_line_errors(), transaction(ctx.client.engine) as conn:
+    with _one_line_errors(), database.transaction(ctx.client.engine) as conn:
         requeued = store.drain_host(conn, name)
     click.echo(f"host {name} draining; {len(requeued)} queued job(s) handed back")
 
@@ -517,7 +536,7 @@ def hosts_drain(ctx: _Context, name: str) -> None:
 @pass_ctx
 def hosts_enable(ctx: _Context, name: str) -> None:
     """Let NAME take work again."""
-    with _one_line_errors(), transaction(ctx.client.engine) as conn:
+    with _one_line_errors(), database.transaction(ctx.client.engine) as conn:
         store.enable_host(conn, name)
     click.echo(f"host {name} active")
 
@@ -527,7 +546,7 @@ def hosts_enable(ctx: _Context, name: str) -> None:
 @pass_ctx
 def hosts_remove(ctx: _Context, name: str) -> None:
     """Remove NAME (it must run nothing: drain it first)."""
-    with _one_line_errors(), transaction(ctx.client.engine) as conn:
+    with _one_line_errors(), database.transaction(ctx.client.engine) as conn:
         store.remove_host(conn, name)
     click.echo(f"host {name} removed")
 
@@ -584,7 +603,7 @@ def fleet() -> None:
 @pass_ctx
 def fleet_pause(ctx: _Context, reason: str | None) -> None:
     """Stop assigning new jobs anywhere (running ones finish); the producer sees it next cycle."""
-    with _one_line_errors(), transaction(ctx.client.engine) as conn:
+    with _one_line_errors(), database.transaction(ctx.client.engine) as conn:
         store.set_assignment_paused(conn, True, "cli", reason)
     click.echo("assignment paused")
 
@@ -593,7 +612,7 @@ def fleet_pause(ctx: _Context, reason: str | None) -> None:
 @pass_ctx
 def fleet_resume(ctx: _Context) -> None:
     """Assign jobs again."""
-    with _one_line_errors(), transaction(ctx.client.engine) as conn:
+    with _one_line_errors(), database.transaction(ctx.client.engine) as conn:
         store.set_assignment_paused(conn, False, "cli", None)
     click.echo("assignment resumed")
 

@@ -20,9 +20,7 @@ from typing import Any
 
 import click
 
-from scrapefleet.common.db import make_engine
 from scrapefleet.common.errors import DatabaseUnavailable, ScrapefleetError, SettingsError
-from scrapefleet.common.ops.db_grant import GrantRequest, apply, role_names
 
 
 def read_password(file: Path | None, env: str | None, prompt_for: str | None) -> str | None:
@@ -75,6 +73,10 @@ def db_grant(
     quiet: bool,
 ) -> None:
     """Create or update the database roles by duty and their grants (idempotent)."""
+    # Here, not at the top: the admin CLI loads this module to list its commands.
+    from scrapefleet.common.db import make_engine
+    from scrapefleet.common.ops.db_grant import GrantRequest, apply, role_names
+
     try:
         names = role_names(prefix, owner=owner, producer=producer, reporting=reporting)
         consumers: dict[str, str | None] = {}

@@ -14,7 +14,6 @@ from datetime import UTC, datetime, timedelta
 from typing import IO, Any
 
 from scrapefleet.common.errors import SubmitError
-from scrapefleet.common.results import COLUMNS
 
 FORMATS = ("jsonl", "csv")
 _RELATIVE = re.compile(r"(\d+)\s*([smhd])")
@@ -60,6 +59,8 @@ def write_jsonl(rows: Iterable[dict[str, Any]], out: IO[str], tick: Callable[[],
 
 def write_csv(rows: Iterable[dict[str, Any]], out: IO[str], tick: Callable[[], None]) -> int:
     """One row per job; payload and result as JSON text in their cells."""
+    from scrapefleet.common.results import COLUMNS  # here: the CLI imports this module at start
+
     writer = csv.writer(out)
     writer.writerow(COLUMNS)
     written = 0
