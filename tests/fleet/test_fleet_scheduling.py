@@ -22,6 +22,7 @@ from scrapefleet.common.local.embedded_db import EmbeddedPostgres
 from scrapefleet.common.migrate import upgrade
 from tests.fleet.harness import Fleet
 from tests.fleet.scheduling import BIN, CAPACITY, SchedulingFleet
+from tests.host_status_factory import status_for
 from tests.waiting import scaled, wait_for
 
 pytestmark = [pytest.mark.fleet, pytest.mark.timeout(60)]
@@ -277,3 +278,20 @@ def test_garbage_or_silent_status_is_a_probe_failure_producer_keeps_assigning(
     assert set(cluster.completed_by_host(ids)) == {"h3"}
     assert producer.cycles > cycles_before and producer.is_leader
     assert cluster.host_row("h3").state == "active"
+
+
+def test_a_poisoned_status_costs_its_host_alone(cluster: SchedulingFleet) -> None:
+    """A well-formed status whose values no database column holds (a compromised host's
+    answer): that host's probe fails with the field named; the others stay active and get
+    every job, each completed once."""
+    poisoned = status_for("h1", memory_available_bytes=2**63, running=2**31).to_json()
+    assert "'" not in poisoned  # quoted whole for the forced command below
+    cluster.fleet.hosts["h1"].set_forced_command(f"echo '{poisoned}'")
+    wait_for(lambda: host_state(cluster, "h1", "offline"), OFFLINE_WITHIN_S, "h1 offline")
+    assert "is not an integer from 0 to" in cluster.host_row("h1").last_probe_error
+
+    ids = cluster.submit(12, sleep_s=0.1)
+    wait_for(lambda: cluster.all_completed(ids), JOBS_DONE_WITHIN_S, "all jobs completed")
+    cluster.assert_each_completed_once(ids)
+    assert set(cluster.completed_by_host(ids)) <= {"h2", "h3"}
+    assert {cluster.host_row(n).state for n in ("h2", "h3")} == {"active"}
