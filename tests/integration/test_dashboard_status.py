@@ -76,3 +76,26 @@ def test_a_host_page_has_its_history_failure_rate_and_reason(
     overview = client.get("/").get_data(as_text=True)  # type: ignore[attr-defined]
     assert 'href="/hosts/h1"' in overview
     assert client.get("/hosts/nosuch").status_code == 404  # type: ignore[attr-defined]
+
+
+def test_job_search_pages_by_id_with_the_total_and_a_since_filter(
+    engine: Engine, database_url: str
+) -> None:
+    with engine.begin() as conn:
+        ids = store.insert_jobs(conn, [NewJob("noop")] * 120, default_max_attempts=3).ids
+        conn.execute(
+            sa.text("UPDATE jobs SET created_at = now() - interval '3 days' WHERE id <= :id"),
+            {"id": ids[19]},
+        )
+    client = _dashboard(engine, database_url)
+    first = client.get("/jobs?kind=noop").get_data(as_text=True)  # type: ignore[attr-defined]
+    assert "120 matching job(s), newest first" in first
+    assert f"ids {ids[-1]} to {ids[-50]} shown" in first
+    second = client.get(f"/jobs?kind=noop&before={ids[-50]}").get_data(as_text=True)  # type: ignore[attr-defined]
+    assert f"ids {ids[-51]} to {ids[-100]} shown" in second and 'id="older"' in second
+    last = client.get(f"/jobs?kind=noop&before={ids[-100]}").get_data(as_text=True)  # type: ignore[attr-defined]
+    assert f"ids {ids[19]} to {ids[0]} shown" in last and 'id="older"' not in last
+    recent = client.get("/jobs?kind=noop&since=2d").get_data(as_text=True)  # type: ignore[attr-defined]
+    assert "100 matching job(s)" in recent
+    bad = client.get("/jobs?since=yesterday")  # type: ignore[attr-defined]
+    assert bad.status_code == 400 and "since &#39;yesterday&#39;" in bad.get_data(as_text=True)

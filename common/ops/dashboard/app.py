@@ -189,8 +189,18 @@ def create_app(settings: Settings, engine: Engine) -> Flask:
         except BadInput as exc:
             return render_template("search.html", error=str(exc), rows=[], args=request.args), 400
         rows = read(reads.search_jobs, criteria, DASHBOARD_PAGE_ROWS)
+        total = read(reads.count_jobs, criteria)
+        # The next page starts below this one's last id; only when this page is full.
+        older = rows[-1]["id"] if len(rows) == DASHBOARD_PAGE_ROWS else None
         return render_template(
-            "search.html", rows=rows, criteria=criteria, args=request.args, error=None
+            "search.html",
+            rows=rows,
+            criteria=criteria,
+            args=request.args,
+            error=None,
+            total=f"{reads.COUNT_CAP:,}+" if total > reads.COUNT_CAP else f"{total:,}",
+            older=older,
+            page_args={k: v for k, v in request.args.items() if k != "before"},
         ), 200
 
     @app.get("/jobs/<job_ref>")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from scrapefleet.common.errors import SubmitError
 from scrapefleet.common.ops.dashboard.reads import JobSearch
+from scrapefleet.common.ops.results_out import parse_since
 from scrapefleet.common.tables import JOB_STATUSES
 
 MAX_BIGINT = 2**63 - 1
@@ -37,16 +39,25 @@ def _text_field(name: str, value: str | None) -> str | None:
 
 
 def parse_search(args: Mapping[str, str]) -> JobSearch:
-    """The search form's fields: id, kind, status, host (all optional)."""
+    """The search form's fields: id, kind, status, host, since (2h, 7d or a time), and the
+    page (``before``: the last id of the page before); all optional."""
     raw_id = (args.get("id") or "").strip()
     status = _text_field("status", args.get("status"))
     if status is not None and status not in JOB_STATUSES:
         raise BadInput(f"status must be one of {', '.join(JOB_STATUSES)}, not {status!r}")
+    raw_since = _text_field("since", args.get("since"))
+    raw_before = (args.get("before") or "").strip()
+    try:
+        since = parse_since(raw_since) if raw_since else None
+    except SubmitError as exc:
+        raise BadInput(str(exc).replace("--since", "since")) from None
     return JobSearch(
         job_id=parse_job_id(raw_id) if raw_id else None,
         kind=_text_field("kind", args.get("kind")),
         status=status,
         host=_text_field("host", args.get("host")),
+        since=since,
+        before=parse_job_id(raw_before) if raw_before else None,
     )
 
 

@@ -18,6 +18,8 @@ class JobSearch:
     kind: str | None = None
     status: str | None = None
     host: str | None = None
+    since: datetime | None = None  # finished (or, unfinished, created) at or after
+    before: int | None = None  # the page: jobs with a smaller id (newest first)
 
     @property
     def empty(self) -> bool:
@@ -57,9 +59,12 @@ def finished_counts(conn: Connection, since: datetime, step_s: int) -> dict[tupl
     return {(r.bucket, r.status): r.n for r in rows}
 
 
-def search_jobs(conn: Connection, search: JobSearch, limit: int) -> list[dict[str, Any]]:
+COUNT_CAP = 100_000  # a count past this says "100,000+" rather than scan the whole table
+
+
+def _search_filter(search: JobSearch) -> tuple[str, dict[str, Any]]:
     where: list[str] = []
-    params: dict[str, Any] = {"limit": limit}
+    params: dict[str, Any] = {}
     for column, value in (
         ("id", search.job_id),
         ("kind", search.kind),
@@ -69,16 +74,39 @@ def search_jobs(conn: Connection, search: JobSearch, limit: int) -> list[dict[st
         if value is not None:
             where.append(f"{column} = :{column}")
             params[column] = value
-    clause = f"WHERE {' AND '.join(where)}" if where else ""
+    if search.since is not None:
+        where.append("coalesce(finished_at, created_at) >= :since")
+        params["since"] = search.since
+    return (f"WHERE {' AND '.join(where)}" if where else ""), params
+
+
+def search_jobs(conn: Connection, search: JobSearch, limit: int) -> list[dict[str, Any]]:
+    """One page of matching jobs, newest first: those below ``search.before`` (keyset paging,
+    as cheap on the last page as on the first)."""
+    clause, params = _search_filter(search)
+    if search.before is not None:
+        clause = f"{clause} AND id < :before" if clause else "WHERE id < :before"
+        params["before"] = search.before
     rows = conn.execute(
         sa.text(
             "SELECT id, kind, status, host, attempts, max_attempts, priority, created_at,"
             " finished_at, (regexp_match(last_error, '([^\\n]+)\\s*$'))[1] AS error"
             f" FROM jobs {clause} ORDER BY id DESC LIMIT :limit"
         ),
-        params,
+        {**params, "limit": limit},
     )
     return [dict(r._mapping) for r in rows]
+
+
+def count_jobs(conn: Connection, search: JobSearch) -> int:
+    """How many jobs match (every page), counted up to COUNT_CAP + 1."""
+    clause, params = _search_filter(search)
+    return int(
+        conn.execute(
+            sa.text(f"SELECT count(*) FROM (SELECT 1 FROM jobs {clause} LIMIT :cap) AS m"),
+            {**params, "cap": COUNT_CAP + 1},
+        ).scalar_one()
+    )
 
 
 def archived_job(conn: Connection, job_id: int) -> dict[str, Any] | None:
