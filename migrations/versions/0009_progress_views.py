@@ -58,29 +58,28 @@ FAILURE_RATE = (
     " / nullif(count(*) FILTER (WHERE {o} IN ('completed', 'failed')), 0), 3) AS failure_rate_1d"
 )
 
-HOST_OUTCOMES = f"""
-CREATE VIEW host_outcomes AS
-SELECT e.host,
+
+def _outcomes_view(name: str, key: str, source: str) -> str:
+    """A view of the attempts ended in the last hour and day, by outcome, per ``key``."""
+    return f"""
+CREATE VIEW {name} AS
+SELECT {key},
     {_counts("1 hour", "1h")},
     {_counts("1 day", "1d")},
     {FAILURE_RATE.format(o=OUTCOME.strip())}
-FROM job_events e
+FROM {source}
 WHERE {ENDED}
-GROUP BY e.host
+GROUP BY {key}
 """
 
-KIND_OUTCOMES = f"""
-CREATE VIEW kind_outcomes AS
-SELECT j.kind,
-    {_counts("1 hour", "1h")},
-    {_counts("1 day", "1d")},
-    {FAILURE_RATE.format(o=OUTCOME.strip())}
-FROM job_events e
-JOIN (SELECT id, kind FROM jobs UNION ALL SELECT id, kind FROM jobs_archive) AS j
-    ON j.id = e.job_id
-WHERE {ENDED}
-GROUP BY j.kind
-"""
+
+HOST_OUTCOMES = _outcomes_view("host_outcomes", "e.host", "job_events e")
+KIND_OUTCOMES = _outcomes_view(
+    "kind_outcomes",
+    "j.kind",
+    "job_events e JOIN (SELECT id, kind FROM jobs UNION ALL SELECT id, kind FROM jobs_archive)"
+    " AS j ON j.id = e.job_id",
+)
 
 # The error's last non-blank line (a traceback's says what went wrong), then masked.
 LAST_LINE = r"coalesce((regexp_match(j.last_error, '([^\n]*\S[^\n]*)\s*$'))[1], '(no error)')"

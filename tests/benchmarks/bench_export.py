@@ -20,14 +20,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import psycopg
 
-from scrapefleet.common.db import libpq_url, sqlalchemy_url
-from scrapefleet.common.migrate import upgrade
-from tests.benchmarks.bench_browser import server_url
+from scrapefleet.common.db import libpq_url
+from tests.throwaway_db import throwaway_database
 
 BIN = Path(sys.executable).parent
 FILL_SQL = """
@@ -59,13 +57,7 @@ def main() -> None:
     parser.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
     args = parser.parse_args()
 
-    server = server_url()
-    name = f"scrapefleet_bench_export_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    admin = psycopg.connect(libpq_url(server), autocommit=True)
-    admin.execute(f'CREATE DATABASE "{name}"')
-    url = sqlalchemy_url(server).set(database=name).render_as_string(hide_password=False)
-    try:
-        upgrade(url)
+    with throwaway_database("SCRAPEFLEET_TEST_DATABASE_URL", "scrapefleet_bench_export") as url:
         started = time.monotonic()
         with psycopg.connect(libpq_url(url), autocommit=True) as conn:
             conn.execute("ALTER TABLE jobs DISABLE TRIGGER USER")  # no audit rows for a fixture
@@ -95,9 +87,6 @@ def main() -> None:
             f" ({args.rows / elapsed:,.0f} rows/s), {size / 1e6:,.0f} MB written,"
             f" peak RSS of the CLI {usage.ru_maxrss / 1024:.0f} MB"
         )
-    finally:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
 
 
 if __name__ == "__main__":
