@@ -5,6 +5,7 @@ answers, and the overview reloads itself without JavaScript when asked."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
@@ -99,3 +100,19 @@ def test_job_search_pages_by_id_with_the_total_and_a_since_filter(
     assert "100 matching job(s)" in recent
     bad = client.get("/jobs?since=yesterday")  # type: ignore[attr-defined]
     assert bad.status_code == 400 and "since &#39;yesterday&#39;" in bad.get_data(as_text=True)
+
+
+def test_times_read_as_ages_with_the_absolute_time_on_hover(
+    engine: Engine, database_url: str
+) -> None:
+    with engine.begin() as conn:
+        (job_id,) = store.insert_jobs(conn, [NewJob("noop")], default_max_attempts=3).ids
+        created = conn.execute(
+            sa.text("SELECT created_at FROM jobs WHERE id = :id"), {"id": job_id}
+        ).scalar_one()
+    later = created + timedelta(minutes=7, seconds=30)
+    settings = load_settings(None, database_url=database_url)
+    client = create_app(settings, engine, clock=lambda: later).test_client()
+    page = client.get("/jobs?kind=noop").get_data(as_text=True)
+    stamp = created.strftime("%Y-%m-%d %H:%M:%S")
+    assert f'title="{stamp}' in page and ">7 min ago</time>" in page

@@ -17,6 +17,8 @@ client talking to the dashboard directly could otherwise claim any origin or add
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -32,6 +34,7 @@ from scrapefleet.common.constants import DASHBOARD_PAGE_ROWS
 from scrapefleet.common.db import describe, wrapped_errors
 from scrapefleet.common.errors import DatabaseUnavailable, NotFound, SettingsError
 from scrapefleet.common.ops.dashboard import charts, reads
+from scrapefleet.common.ops.dashboard.ages import relative_age
 from scrapefleet.common.ops.dashboard.artifacts import relative_artifact, send_artifact
 from scrapefleet.common.ops.dashboard.controls import (
     UNLOCKED,
@@ -62,7 +65,7 @@ OPEN_ENDPOINTS = frozenset({"login", "controls.remember_token", "controls.forget
 REFRESH_CHOICES_S = (10, 30, 60)  # ?refresh=N: the page reloads itself, without JavaScript
 
 
-def create_app(settings: Settings, engine: Engine) -> Flask:
+def create_app(settings: Settings, engine: Engine, clock: Callable[[], datetime] = utcnow) -> Flask:
     if settings.dashboard_read_needs_token and settings.dashboard_token is None:
         raise SettingsError("dashboard_read_needs_token is set but dashboard_token is not")
     app = Flask(__name__)
@@ -78,6 +81,7 @@ def create_app(settings: Settings, engine: Engine) -> Flask:
     # A bulk control's hidden fields: each listed job id becomes an ("ids", id) pair.
     app.add_template_filter(lambda job_id: ("ids", job_id), "tuple_ids")
     app.add_template_global(csrf_token, "csrf_token")
+    app.add_template_global(lambda value: relative_age(value, clock()), "ago")
     # The page's own address for a form's "next": the prefix a proxy mounts us under included.
     app.add_template_global(lambda: request.script_root + request.full_path, "here")
 
@@ -128,7 +132,7 @@ def create_app(settings: Settings, engine: Engine) -> Flask:
 
     @app.get("/")
     def overview() -> str:
-        now = utcnow()
+        now = clock()
         with wrapped_errors(), engine.connect() as conn:
             counts = queries.status_counts(conn)
             control = queries.fleet_control(conn)
