@@ -26,11 +26,18 @@ import psycopg.sql
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 
-from scrapefleet.common.errors import DatabaseUnavailable, SettingsError
+from scrapefleet.common.errors import DatabaseUnavailable, SchemaOutOfDate, SettingsError
 from scrapefleet.common.settings import Settings, load_settings
 
 log = logging.getLogger(__name__)
 
+# A statement naming a table, column or function the database lacks: an unmigrated schema
+# (the package was upgraded first), not a bug to show as a traceback.
+MISSING_OBJECT_ERRORS = (
+    psycopg.errors.UndefinedTable,
+    psycopg.errors.UndefinedColumn,
+    psycopg.errors.UndefinedFunction,
+)
 CONNECT_TIMEOUT_S = 5  # a server that does not answer a connection attempt at all
 
 # Migrations may rewrite a big table, and wait behind the daemons' transactions for its lock
@@ -238,6 +245,11 @@ def wrapped_errors() -> Iterator[None]:
     except sa.exc.DBAPIError as exc:
         if is_connection_error(exc):
             raise DatabaseUnavailable(f"database unavailable: {describe(exc)}") from exc
+        if isinstance(exc.orig, MISSING_OBJECT_ERRORS):
+            raise SchemaOutOfDate(
+                f"{describe(exc)}: the database's schema is older than this scrapefleet"
+                " (or was never created); run `scrapefleet db upgrade`"
+            ) from exc
         raise
 
 

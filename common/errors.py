@@ -13,6 +13,10 @@ class DatabaseUnavailable(ScrapefleetError):
     """The database cannot be reached (connection refused, dropped, timed out)."""
 
 
+class SchemaOutOfDate(ScrapefleetError):
+    """A table, column or function this code uses is missing: the schema needs `db upgrade`."""
+
+
 class SubmitError(ScrapefleetError):
     """A job cannot be submitted: unknown kind, payload that does not validate, bad line."""
 
