@@ -1,5 +1,6 @@
 #!/bin/sh
-# Installs what the fleet tests (tests/fleet) need: sshd, ssh-keygen and ip.
+# Installs what the fleet tests (tests/fleet) need: sshd, ssh-keygen and ip; and pgbouncer,
+# which the pooler test (tests/integration/test_pgbouncer.py) starts on its own port.
 # Idempotent: runs `apt-get update` and `apt-get install` only when something is missing.
 set -eu
 
@@ -7,6 +8,7 @@ missing=""
 [ -x /usr/sbin/sshd ] || missing="$missing openssh-server"
 command -v ssh-keygen >/dev/null 2>&1 || missing="$missing openssh-client"
 command -v ip >/dev/null 2>&1 || missing="$missing iproute2"
+[ -x /usr/sbin/pgbouncer ] || missing="$missing pgbouncer"
 
 if [ -z "$missing" ]; then
     echo "fleet prerequisites present"
@@ -17,7 +19,7 @@ SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 echo "installing:$missing"
 $SUDO apt-get update -qq
-# The tests start their own sshd instances; the package's own service is not needed.
+# The tests start their own sshd and pgbouncer instances; the packages' services are not needed.
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
 # sshd refuses to start without its privilege-separation directory.
 $SUDO mkdir -p /run/sshd

@@ -5,10 +5,10 @@ browser actions take ``(driver, params)``: a warm Selenium session of the host's
 current window is a fresh user context of the job's own (no cookie, storage or cache of an
 earlier job), or, with ``isolation="session"`` (the action's default, or the job's payload key
 ``isolation``), a browser started for the job alone. Both return a JSON-serialisable dict,
-stored as the job's result. A browser job's payload key ``browser`` (user agent, proxy,
-headers, cookies, window, locale, timezone, blocked resource types:
-scrapefleet.common.browser_options) is validated here and applied by the runner before the
-action runs; the action's params never see it.
+stored as the job's result, or a ``Spawned`` (common.spawn): a result and follow-up jobs.
+A browser job's payload key ``browser`` (user agent, proxy, headers, cookies, window, locale,
+timezone, blocked resource types: scrapefleet.common.browser_options) is validated here and
+applied by the runner before the action runs; the action's params never see it.
 
     @register("prices", PricesParams, needs_browser=True)
     def prices(driver, params): ...
@@ -16,6 +16,11 @@ action runs; the action's params never see it.
 User actions are loaded from 'module:function' paths named in the ``actions`` setting; importing
 the module runs its ``@register`` decorators. A plain function not decorated is registered under
 its attribute name with free-form params.
+
+An action says what kind of failure it met by raising ``Permanent`` (do not retry),
+``RateLimited(reason, retry_after_s=None)`` (retry after the site's wait) or ``Blocked(reason)``
+(the site refused us: back to pending without using an attempt); anything else it raises is a
+transient failure, retried with backoff (common.error_classes).
 """
 
 from __future__ import annotations
@@ -40,7 +45,20 @@ from scrapefleet.common.browser_options import (
     BrowserOptions,
     cookie_domains_filled,
 )
+from scrapefleet.common.error_classes import Blocked, Permanent, RateLimited
 from scrapefleet.common.errors import SettingsError, SubmitError, UnknownAction
+
+__all__ = [
+    "Action",
+    "Blocked",
+    "FreeParams",
+    "Permanent",
+    "RateLimited",
+    "action_names",
+    "get_action",
+    "load_user_actions",
+    "register",
+]
 
 
 class FreeParams(BaseModel):
@@ -52,7 +70,7 @@ class FreeParams(BaseModel):
 @dataclass(frozen=True)
 class Action:
     name: str
-    func: Callable[..., dict[str, Any]]
+    func: Callable[..., Any]
     params_model: type[BaseModel]
     needs_browser: bool = False
     isolation: Isolation = DEFAULT_ISOLATION  # a browser action's own default
@@ -109,7 +127,11 @@ _LOCK = threading.Lock()
 _BUILTINS_LOADED = False
 # The browser actions' params are declared in the library; their Selenium implementations are
 # registered when the consumer imports scrapefleet.consumer.selenium_actions.
-BUILTIN_MODULES = ("scrapefleet.common.builtin_actions", "scrapefleet.common.browser_params")
+BUILTIN_MODULES = (
+    "scrapefleet.common.builtin_actions",
+    "scrapefleet.common.crawl_action",
+    "scrapefleet.common.browser_params",
+)
 
 
 def register(
@@ -118,10 +140,10 @@ def register(
     *,
     needs_browser: bool = False,
     isolation: Isolation = DEFAULT_ISOLATION,
-) -> Callable[[Callable[..., dict[str, Any]]], Callable[..., dict[str, Any]]]:
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     isolation = validate_isolation(isolation)
 
-    def decorate(func: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
         with _LOCK:
             _REGISTRY[name] = Action(name, func, params_model, needs_browser, isolation)
         func.__scrapefleet_action__ = name  # type: ignore[attr-defined]

@@ -59,6 +59,7 @@ class Client:
         dedupe_key: str | None = None,
         lock_key: str | None = None,
         callback_url: str | None = None,
+        rate_key: str | None = None,
     ) -> int | None:
         """Submit one job; returns its id, or None when its dedupe key is already in use.
         ``callback_url`` (http or https) gets a signed POST when the job completes or fails."""
@@ -72,19 +73,28 @@ class Client:
                 "dedupe_key": dedupe_key,
                 "lock_key": lock_key,
                 "callback_url": callback_url,
+                "rate_key": rate_key,
             }
         )
         ids = self.submit_many([job]).ids
         return ids[0] if ids else None
 
     def submit_many(
-        self, jobs: Sequence[NewJob], progress: Callable[[int], None] | None = None
+        self,
+        jobs: Sequence[NewJob],
+        progress: Callable[[int], None] | None = None,
+        *,
+        host: str | None = None,
     ) -> InsertResult:
-        """Insert already-validated jobs in one transaction: all of them or none."""
+        """Insert already-validated jobs in one transaction: all of them or none. ``host``:
+        queued on that host at once, for its consumer only (NotFound if there is none)."""
         with transaction(self.engine) as conn:
-            return store.insert_jobs(
+            result = store.insert_jobs(
                 conn, jobs, default_max_attempts=self.settings.max_attempts, progress=progress
             )
+            if host is not None:
+                store.pin_jobs_to_host(conn, result.ids, host)
+            return result
 
     def job(self, job_id: int) -> dict[str, Any]:
         with wrapped_errors(), self.engine.connect() as conn:

@@ -38,6 +38,7 @@ from scrapefleet.common.http_params import (
     validate_proxy_url,
     validate_user_agent,
 )
+from scrapefleet.common.profiles import validate_profile_choice
 
 BROWSER_KEY = "browser"  # the payload key a browser job may set
 BlockType = Literal["images", "fonts", "media"]
@@ -149,6 +150,8 @@ class BrowserOptions(BaseModel):
     locale: str | None = None
     timezone: str | None = None
     block: list[BlockType] = Field(default_factory=list, description="resource types not loaded")
+    # A persistent identity (scrapefleet.common.profiles): a name, or a pool to pick one from.
+    profile: str | list[str] | None = Field(default=None, description="name or list of names")
 
     _headers = field_validator("headers")(validate_headers)
 
@@ -158,6 +161,11 @@ class BrowserOptions(BaseModel):
         if value is None:  # unset: the host's default, if any
             return None
         return _CHECKS[str(info.field_name)](value)
+
+    @field_validator("profile", mode="before")
+    @classmethod
+    def _profile(cls, value: object) -> str | list[str] | None:
+        return validate_profile_choice(value)
 
     @field_validator("block")
     @classmethod

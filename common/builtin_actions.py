@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -15,6 +15,9 @@ from scrapefleet.common.http_params import (
     validate_proxy_url,
     validate_user_agent,
 )
+
+if TYPE_CHECKING:
+    from scrapefleet.common import http_client
 
 
 class NoopParams(BaseModel):
@@ -61,8 +64,8 @@ class HttpGetParams(BaseModel):
     _user_agent = field_validator("user_agent")(validate_user_agent)
 
 
-@register("http_get", HttpGetParams)
-def http_get(params: HttpGetParams) -> dict[str, Any]:
+def fetch_page(params: HttpGetParams) -> http_client.Fetched:
+    """GET ``params.url`` as its job asks, the host's http_* settings filling the rest."""
     # Imported here: submitting jobs validates params only and needs neither httpx nor the
     # consumer's settings.
     from scrapefleet.common import http_client
@@ -70,7 +73,7 @@ def http_get(params: HttpGetParams) -> dict[str, Any]:
 
     settings = load_settings()
     host_proxy = settings.http_proxy.get_secret_value() if settings.http_proxy else None
-    fetched = http_client.fetch(
+    return http_client.fetch(
         params.url,
         timeout_s=params.timeout_s or settings.http_timeout_s,
         max_body_bytes=settings.http_max_body_bytes,
@@ -80,6 +83,13 @@ def http_get(params: HttpGetParams) -> dict[str, Any]:
         cookies=params.cookies,
         fail_on_status=params.fail_on_status,
     )
+
+
+@register("http_get", HttpGetParams)
+def http_get(params: HttpGetParams) -> dict[str, Any]:
+    from scrapefleet.common import http_client
+
+    fetched = fetch_page(params)
     content_type = fetched.headers.get("content-type")
     title = http_client.parse_title(fetched.body, content_type) if fetched.decoded else None
     return {

@@ -27,6 +27,15 @@ PRODUCER_STALE_INTERVALS: Final = 3
 PRODUCER_STALE_MIN_S: Final = 10.0
 PRODUCER_ROWS_KEEP_S: Final = 7 * 86400.0  # producers rows unseen this long are deleted
 
+# Rate limits (common.rate_limits): per_minute counts attempts started in this trailing window.
+RATE_WINDOW_S: Final = 60.0
+# The window's use is read again this often; in between, the producer adds what it assigned.
+RATE_WINDOW_REFRESH_S: Final = 1.0
+# Keys (and kinds) read on their own for their little budget, at most this many a cycle.
+RATE_TIGHT_MAX: Final = 100
+RATE_FACTOR_MIN: Final = 1 / 16  # a key pushed back on is slowed to at most this of its limits
+RATE_FACTOR_RECOVERY: Final = 1.25  # each completion on a slowed key scales its factor back up
+
 # Consumer.
 CONSUMER_POLL_S: Final = 1.0  # claim poll when no NOTIFY arrives
 HEARTBEAT_S: Final = 5.0  # host and running-job heartbeat period
@@ -80,3 +89,12 @@ RETENTION_BATCH_ROWS: Final = 1000  # jobs moved per transaction (short locks on
 # Times a job may be handed back by failing hosts (crash, rescue, stack fault) before it fails:
 # a release never uses an attempt, but a job that takes every host down must end somewhere.
 MAX_RELEASES_PER_JOB: Final = 5
+# Error classes (common.error_classes): a blocked attempt is handed back the same way, at most
+# this many times; a Retry-After is honoured up to this long.
+MAX_BLOCKS_PER_JOB: Final = 3
+RETRY_AFTER_MAX_S: Final = 3600.0
+RETRY_AFTER_LIMIT_S: Final = 7 * 86400.0  # the most retry_after_max_s may be set to
+
+# Profiles (common.profiles).
+PROFILE_BLOCK_COOLDOWN_S: Final = 1800.0  # a blocked profile rests this long before its next job
+PROFILE_DIR_FREE_WAIT_S: Final = 15.0  # for the last browser on a profile's directory to exit

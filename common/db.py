@@ -26,6 +26,7 @@ import psycopg.sql
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 
+from scrapefleet.common.db_pooler import pooled_connect_args, uses_pooler
 from scrapefleet.common.errors import DatabaseUnavailable, SchemaOutOfDate, SettingsError
 from scrapefleet.common.settings import Settings, load_settings
 
@@ -151,6 +152,7 @@ def with_connection_defaults(
     settings: Settings | None = None,
     *,
     server: Mapping[str, int] | None = None,
+    session_options: bool = True,
 ) -> URL:
     """``url`` with our connection parameters and server settings added where it names none.
 
@@ -158,13 +160,16 @@ def with_connection_defaults(
     the producer's lock session); the URL still wins over them. The user's ``options`` (from
     the URL, else libpq's PGOPTIONS, which an ``options`` parameter would otherwise silence)
     come after ours, so the server reads theirs last as well. Applying this twice changes
-    nothing.
+    nothing. Without ``session_options`` (a transaction pooler, which refuses them) only our
+    end's parameters are added.
     """
     parsed = sqlalchemy_url(url)
     settings = settings if settings is not None else ambient_settings()
     query: dict[str, str | tuple[str, ...]] = dict(parsed.query)
     for name, value in client_params(settings).items():
         query.setdefault(name, value)
+    if not session_options:
+        return parsed.set(query=query)
     given = query.get("options")
     if given is None:
         given = os.environ.get("PGOPTIONS", "")
@@ -190,13 +195,16 @@ def make_engine(
     application_name: str = "scrapefleet",
     settings: Settings | None = None,
 ) -> Engine:
-    """A pooled engine; ``settings`` (default: from the environment) gives the timeouts."""
+    """A pooled engine; ``settings`` (default: from the environment) gives the timeouts, and
+    whether ``url`` is a transaction pooler (common.db_pooler)."""
+    settings = settings if settings is not None else ambient_settings()
+    pooled = uses_pooler(settings)
     return sa.create_engine(
-        with_connection_defaults(url, settings),
+        with_connection_defaults(url, settings, session_options=not pooled),
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_pre_ping=True,
-        connect_args={"application_name": application_name},
+        connect_args={"application_name": application_name, **pooled_connect_args(settings)},
     )
 
 

@@ -38,12 +38,15 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import httpcore
 import httpx
 
+from scrapefleet.common.clock import utcnow
+from scrapefleet.common.constants import RETRY_AFTER_LIMIT_S
 from scrapefleet.common.deadline_transport import (
     DeadlineBackend,
     httpx_errors,
     resolve_within,
     system_addresses,
 )
+from scrapefleet.common.error_classes import HttpStatusError, Permanent, parse_retry_after
 
 MAX_REDIRECTS = 10
 MAX_POOLS = 32  # distinct proxies (and direct) with a pool of their own
@@ -77,8 +80,13 @@ class Fetched:
     decoded: bool  # False: a content encoding this client does not decode
 
 
-class HTTPStatusFailure(RuntimeError):
-    """A status >= 400 with ``fail_on_status``: raised before the body is read."""
+class HTTPStatusFailure(HttpStatusError, RuntimeError):
+    """A status >= 400 with ``fail_on_status``: raised before the body is read, classified by
+    its status (common.error_classes), a 429's or 503's Retry-After with it."""
+
+
+class InvalidRequestUrl(Permanent, RuntimeError):
+    """A URL httpx cannot request (malformed, or a scheme it does not speak): it never will."""
 
 
 # -- one request ---------------------------------------------------------------------------------
@@ -116,7 +124,9 @@ def fetch(
         raise TimeoutError(f"no complete answer from {url} within {timeout_s} s") from exc
     except httpx.ProxyError as exc:
         raise RuntimeError(f"proxy failed for {url}: {exc}") from exc
-    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
+        raise InvalidRequestUrl(f"{type(exc).__name__} fetching {url}: {exc}") from exc
+    except httpx.HTTPError as exc:
         raise RuntimeError(f"{type(exc).__name__} fetching {url}: {exc}") from exc
     finally:
         _DEADLINE.reset(token)
@@ -153,7 +163,15 @@ def _fetch(
             next_request = response.next_request
             if next_request is None:
                 if fail_on_status and response.status_code >= 400:
-                    raise HTTPStatusFailure(f"HTTP {response.status_code} from {url}")
+                    raise HTTPStatusFailure(
+                        f"HTTP {response.status_code} from {url}",
+                        response.status_code,
+                        parse_retry_after(
+                            response.headers.get("retry-after"),
+                            utcnow(),
+                            cap_s=RETRY_AFTER_LIMIT_S,
+                        ),
+                    )
                 body, truncated, decoded = _read_body(response, max_body_bytes, deadline)
                 return Fetched(
                     status=response.status_code,

@@ -97,7 +97,7 @@ def job(conn: Connection, job_id: int) -> dict[str, Any]:
 def job_events(conn: Connection, job_id: int) -> list[dict[str, Any]]:
     rows = conn.execute(
         sa.text(
-            "SELECT at, from_status, to_status, host, message FROM job_events"
+            "SELECT at, from_status, to_status, host, message, error_class FROM job_events"
             " WHERE job_id = :id ORDER BY id"
         ),
         {"id": job_id},

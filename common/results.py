@@ -16,6 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from scrapefleet.common.error_classes import ERROR_CLASSES
 from scrapefleet.common.errors import SubmitError
 from scrapefleet.common.tables import JOB_STATUSES
 
@@ -32,6 +33,10 @@ COLUMNS = (
     "payload",
     "result",
     "last_error",
+    "error_class",
+    "profile",
+    "crawl_id",
+    "depth",
 )
 _SELECT = ", ".join(COLUMNS)
 _WHERE = (
@@ -39,6 +44,9 @@ _WHERE = (
     " AND (CAST(:kind AS text) IS NULL OR kind = :kind)"
     " AND (CAST(:host AS text) IS NULL OR host = :host)"
     " AND (CAST(:since AS timestamptz) IS NULL OR coalesce(finished_at, created_at) >= :since)"
+    " AND (CAST(:profile AS text) IS NULL OR profile = :profile)"
+    " AND (CAST(:crawl AS bigint) IS NULL OR crawl_id = :crawl)"
+    " AND (CAST(:error_class AS text) IS NULL OR error_class = :error_class)"
 )
 
 
@@ -49,11 +57,18 @@ class ResultFilter:
     host: str | None = None
     since: datetime | None = None  # finished (or, unfinished, created) at or after
     limit: int | None = None
+    profile: str | None = None  # jobs that ran (or will run) in this profile
+    crawl: int | None = None  # the pages of this crawl (its root job's id)
+    error_class: str | None = None  # jobs whose last failed attempt had this class
 
     def __post_init__(self) -> None:
         unknown = [s for s in self.statuses if s not in JOB_STATUSES]
         if unknown:
             raise SubmitError(f"status {unknown[0]!r} is not one of {', '.join(JOB_STATUSES)}")
+        if self.error_class is not None and self.error_class not in ERROR_CLASSES:
+            raise SubmitError(
+                f"error class {self.error_class!r} is not one of {', '.join(ERROR_CLASSES)}"
+            )
         if self.limit is not None and self.limit < 1:
             raise SubmitError(f"limit must be at least 1, not {self.limit}")
         if self.since is not None and self.since.tzinfo is None:
@@ -65,6 +80,9 @@ class ResultFilter:
             "kind": self.kind,
             "host": self.host,
             "since": self.since,
+            "profile": self.profile,
+            "crawl": self.crawl,
+            "error_class": self.error_class,
         }
 
     def describe(self) -> str:
@@ -73,6 +91,9 @@ class ResultFilter:
             f"kind {self.kind!r}" if self.kind else "",
             f"host {self.host!r}" if self.host else "",
             f"since {self.since.isoformat()}" if self.since else "",
+            f"profile {self.profile!r}" if self.profile else "",
+            f"crawl {self.crawl}" if self.crawl is not None else "",
+            f"error class {self.error_class}" if self.error_class else "",
         ]
         return ", ".join(p for p in parts if p) or "every job"
 

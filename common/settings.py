@@ -28,6 +28,7 @@ from scrapefleet.common.browser_options import (
 )
 from scrapefleet.common.errors import SettingsError
 from scrapefleet.common.http_params import validate_proxy_url, validate_user_agent
+from scrapefleet.common.rate_limits import RateLimit, check_rate_key
 
 CONFIG_ENV = "SCRAPEFLEET_CONFIG"
 ENV_PREFIX = "SCRAPEFLEET_"
@@ -58,6 +59,16 @@ class Settings(BaseSettings):
     # Where everything lives.
     database_url: str | None = Field(
         default=None, description="PostgreSQL URL; unset -> the demo starts an embedded server"
+    )
+    database_pooler: Literal["none", "pgbouncer"] = Field(
+        default="none",
+        description="pgbouncer: database_url is a PgBouncer in transaction pooling (consumers"
+        " only): no prepared statements, no session settings sent",
+    )
+    listen_database_url: str | None = Field(
+        default=None,
+        description="a direct PostgreSQL URL for the consumer's one LISTEN connection when"
+        " database_url is a pooler; unset -> no LISTEN, the claim poll (consumer_poll_s) only",
     )
     state_dir: Path = Field(default=Path("/var/lib/scrapefleet"), description="status files")
     artifacts_dir: Path = Field(default=Path("/var/lib/scrapefleet/artifacts"))
@@ -132,6 +143,18 @@ class Settings(BaseSettings):
         default=0.15, ge=0, le=1, description="a host with less memory free gets no new job"
     )
     wake_debounce_s: float = Field(default=C.PRODUCER_WAKE_DEBOUNCE_S, ge=0)
+    # Politeness (common.rate_limits), enforced fleet-wide by the producer.
+    rate_limits: dict[str, RateLimit] = Field(
+        default_factory=dict,
+        description="per rate key: {concurrency = N, per_minute = N}, e.g. example.org ="
+        " {concurrency = 2, per_minute = 30}",
+    )
+    rate_limit_default: RateLimit | None = Field(
+        default=None, description="the limits of every rate key not in rate_limits; unset -> none"
+    )
+    kind_limits: dict[str, RateLimit] = Field(
+        default_factory=dict, description="per kind, the same way: a fleet-wide cap per action"
+    )
 
     # Consumer.
     host_name: str | None = Field(
@@ -169,6 +192,16 @@ class Settings(BaseSettings):
     browser_block: Annotated[list[Literal["images", "fonts", "media"]], NoDecode] = Field(
         default_factory=list, description="resource types browser jobs do not load"
     )
+    # Profiles (common/profiles.py): persistent user-data-dirs, one per profile, on its host.
+    profiles_dir: Path | None = Field(
+        default=None, description="where profiles' user-data-dirs live; unset -> state_dir/profiles"
+    )
+    profile_block_cooldown_s: float = Field(
+        default=C.PROFILE_BLOCK_COOLDOWN_S,
+        ge=0,
+        le=30 * 86400,
+        description="a profile whose job was blocked gets no job for this long",
+    )
     http_timeout_s: float = Field(
         default=30.0,
         gt=0,
@@ -186,6 +219,30 @@ class Settings(BaseSettings):
     max_attempts: int = Field(default=C.DEFAULT_MAX_ATTEMPTS, ge=1, le=100)
     backoff_base_s: float = Field(default=C.BACKOFF_BASE_S, ge=0)
     backoff_max_s: float = Field(default=C.BACKOFF_MAX_S, ge=0)
+    # Error classes (common.error_classes).
+    retry_after_max_s: float = Field(
+        default=C.RETRY_AFTER_MAX_S,
+        ge=0,
+        le=C.RETRY_AFTER_LIMIT_S,
+        description="a rate-limited attempt's Retry-After is honoured up to this long",
+    )
+    max_blocks_per_job: int = Field(
+        default=C.MAX_BLOCKS_PER_JOB,
+        ge=1,
+        le=100,
+        description="a job blocked this many times fails (class blocked); each block before"
+        " sends it back to pending without using an attempt",
+    )
+    # How fetch_page knows a block page (consumer.block_detection); any one match is a block.
+    block_statuses: Annotated[list[int], NoDecode] = Field(
+        default_factory=list, description="HTTP statuses of a block page, e.g. 403,429"
+    )
+    block_selector: str | None = Field(
+        default=None, description="CSS selector present only on a block page"
+    )
+    block_title_pattern: str | None = Field(
+        default=None, description="regular expression searched in a block page's title"
+    )
 
     log_level: str = Field(default="INFO")
     log_format: Literal["text", "json"] = Field(
@@ -324,7 +381,7 @@ class Settings(BaseSettings):
         default=C.STACK_RETRY_MAX_S, gt=0, description="the longest wait between stack retries"
     )
 
-    @field_validator("database_url")
+    @field_validator("database_url", "listen_database_url")
     @classmethod
     def _postgres_only(cls, value: str | None) -> str | None:
         if value is not None and not value.startswith(("postgresql", "postgres://")):
@@ -342,7 +399,12 @@ class Settings(BaseSettings):
         return value
 
     @field_validator(
-        "actions", "webhook_allow_networks", "dashboard_hosts", "browser_block", mode="before"
+        "actions",
+        "webhook_allow_networks",
+        "dashboard_hosts",
+        "browser_block",
+        "block_statuses",
+        mode="before",
     )
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:
@@ -376,6 +438,34 @@ class Settings(BaseSettings):
             if not HOST_NAME.fullmatch(item):
                 raise ValueError(f"{item!r} is not a host name (no scheme, port or path)")
         return [item.lower().rstrip(".") for item in value]
+
+    @field_validator("block_statuses")
+    @classmethod
+    def _http_statuses(cls, value: list[int]) -> list[int]:
+        for status in value:
+            if not 100 <= status <= 599:
+                raise ValueError(f"{status} is not an HTTP status (100 to 599)")
+        return value
+
+    @field_validator("block_selector")
+    @classmethod
+    def _css_selector(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        if len(value) > 1024 or any(ord(c) < 32 for c in value):
+            raise ValueError("must be one line of at most 1024 characters")
+        return value.strip()
+
+    @field_validator("block_title_pattern")
+    @classmethod
+    def _title_pattern(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression ({exc})") from None
+        return value
 
     @field_validator("http_proxy")
     @classmethod
@@ -412,6 +502,13 @@ class Settings(BaseSettings):
     @classmethod
     def _user_agent(cls, value: str) -> str:
         return validate_user_agent(value)
+
+    @field_validator("rate_limits")
+    @classmethod
+    def _rate_keys(cls, value: dict[str, RateLimit]) -> dict[str, RateLimit]:
+        for key in value:
+            check_rate_key(key)
+        return value
 
     @field_validator("log_level")
     @classmethod

@@ -2,7 +2,7 @@
 
 JSON lines: one object per line, keys as in ``JobLine``; blank lines are skipped.
 CSV: a header row; columns ``kind``, ``priority``, ``max_attempts``, ``not_before``,
-``dedupe_key``, ``lock_key``, ``callback_url``, ``payload`` (a JSON object), and
+``dedupe_key``, ``lock_key``, ``rate_key``, ``callback_url``, ``payload`` (a JSON object), and
 ``payload.<name>`` columns for flat params (``payload.url``), whose cells are parsed as JSON
 when they can be (so 3 is a number and true a boolean) and kept as text otherwise.
 Empty cells mean "not given".
@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from scrapefleet.common.actions import get_action
 from scrapefleet.common.errors import SubmitError
+from scrapefleet.common.rate_limits import check_rate_key
 from scrapefleet.common.store import NewJob
 
 
@@ -33,6 +34,7 @@ class JobLine(BaseModel):
     not_before: datetime | None = None
     dedupe_key: str | None = Field(default=None, min_length=1)
     lock_key: str | None = Field(default=None, min_length=1)
+    rate_key: str | None = None
     callback_url: str | None = Field(default=None, max_length=2000)
 
     @field_validator("callback_url")
@@ -46,6 +48,11 @@ class JobLine(BaseModel):
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("must be an http:// or https:// URL with a host")
         return value
+
+    @field_validator("rate_key")
+    @classmethod
+    def _rate_key(cls, value: str | None) -> str | None:
+        return None if value is None else check_rate_key(value)
 
     @field_validator("not_before")
     @classmethod

@@ -12,6 +12,8 @@ from collections.abc import Iterable
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
+from scrapefleet.common.error_classes import ERROR_CLASSES
+from scrapefleet.common.profiles import PROFILE_NAME_SQL
 from scrapefleet.common.store import statuses
 
 # The statuses as plain strings, from the store's enums (their one spelling).
@@ -60,7 +62,26 @@ jobs = sa.Table(
     # migration 0008): the row policy lets that host's role see the job it handed back, and
     # only until another host takes it.
     sa.Column("last_host", sa.Text),
+    # Migration 0011: the profiles a job may run under (its browser option ``profile``) and
+    # the one the producer chose when it assigned the job (common.profiles).
+    sa.Column("profile_pool", sa.ARRAY(sa.Text)),
+    sa.Column("profile", sa.Text),
+    # Migration 0012: the job whose completion spawned this one, the steps from its crawl's
+    # root (0 for the root) and the crawl (its root job's id; crawl_runs).
+    sa.Column("parent_id", sa.BigInteger),
+    sa.Column("depth", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("crawl_id", sa.BigInteger),
+    # Migration 0013: what the job loads, for its politeness limits (common.rate_limits); for
+    # the built-in URL actions the trigger jobs_default_rate_key sets the URL's host.
+    sa.Column("rate_key", sa.Text),
+    # Migration 0010: the class of the last failed attempt (common.error_classes), the times
+    # a site blocked the job (handed back without using an attempt, bounded) and the host it
+    # was last blocked on (the producer prefers another).
+    sa.Column("error_class", sa.Text),
+    sa.Column("blocks", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("blocked_on_host", sa.Text),
     sa.CheckConstraint(_in("status", JOB_STATUSES), name="jobs_status_valid"),
+    sa.CheckConstraint(_in("error_class", ERROR_CLASSES), name="jobs_error_class_valid"),
     sa.CheckConstraint("max_attempts >= 1", name="jobs_max_attempts_positive"),
     sa.CheckConstraint("attempts >= 0", name="jobs_attempts_not_negative"),
     comment="One row per job; status is its place in the flow",
@@ -101,6 +122,39 @@ sa.Index(
     jobs.c.lock_key,
     unique=True,
     postgresql_where=sa.text(f"lock_key IS NOT NULL AND {_in('status', IN_FLIGHT).text}"),
+)
+# The same guarantee for a profile: one job of it queued or running at a time (0011).
+sa.Index(
+    "jobs_profile_in_flight_key",
+    jobs.c.profile,
+    unique=True,
+    postgresql_where=sa.text(f"profile IS NOT NULL AND {_in('status', IN_FLIGHT).text}"),
+)
+# A crawl's jobs by status (crawls show, the crawls view).
+sa.Index(
+    "jobs_crawl_idx",
+    jobs.c.crawl_id,
+    jobs.c.status,
+    postgresql_where=sa.text("crawl_id IS NOT NULL"),
+)
+# Rate limits (0013): a key or kind with budget left is read for that many jobs, in the
+# pending order; the trailing minute's attempt starts are counted by start time.
+sa.Index(
+    "jobs_pending_by_rate_key_idx",
+    jobs.c.rate_key,
+    jobs.c.priority.desc(),
+    jobs.c.id,
+    postgresql_where=sa.text(f"status = '{statuses.JobStatus.PENDING}' AND rate_key IS NOT NULL"),
+)
+sa.Index(
+    "jobs_pending_by_kind_idx",
+    jobs.c.kind,
+    jobs.c.priority.desc(),
+    jobs.c.id,
+    postgresql_where=sa.text(f"status = '{statuses.JobStatus.PENDING}'"),
+)
+sa.Index(
+    "jobs_started_at_idx", jobs.c.started_at, postgresql_where=sa.text("started_at IS NOT NULL")
 )
 # Views (recent failures, throughput, completed per host) read by finish time.
 sa.Index(
@@ -149,6 +203,8 @@ job_events = sa.Table(
     # The statement's clock, not the transaction's: orders changes made in one transaction.
     sa.Column("at", TS, nullable=False, server_default=sa.text("clock_timestamp()")),
     sa.Column("message", sa.Text),
+    # Migration 0010: the class of the failed attempt this change ended (common.error_classes).
+    sa.Column("error_class", sa.Text),
     comment="One row per job status change (by trigger)",
 )
 sa.Index("job_events_job_id_idx", job_events.c.job_id)
@@ -187,6 +243,12 @@ jobs_archive = sa.Table(
     comment="Finished jobs past retention, moved out of jobs",
 )
 sa.Index("jobs_archive_finished_at_idx", jobs_archive.c.finished_at)
+# A crawl's archived pages (the crawls view, crawls show).
+sa.Index(
+    "jobs_archive_crawl_idx",
+    jobs_archive.c.crawl_id,
+    postgresql_where=sa.text("crawl_id IS NOT NULL"),
+)
 
 # One row per (job, final status) whose job has a callback URL, created by the trigger
 # jobs_webhook_enqueue, so no code path that finishes a job can forget it. The body is frozen
@@ -285,4 +347,75 @@ db_roles = sa.Table(
         "(duty = 'consumer') = (host IS NOT NULL)", name="db_roles_host_iff_consumer"
     ),
     comment="Database roles by duty (scrapefleet db grant): whom the row policies let see what",
+)
+
+# ---------------------------------------------------------------- migration 0011: profiles
+
+# One row per persistent browser profile (common.profiles): the host it is bound to, its state
+# and cool-down, its use. Row policies: a consumer's role sees and cools its own host's only.
+profiles = sa.Table(
+    "profiles",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("host", sa.Text),
+    sa.Column("state", sa.Text, nullable=False, server_default="ready"),
+    sa.Column("cooldown_until", TS),
+    sa.Column("last_used_at", TS),
+    sa.Column("jobs", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("blocks", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("created_at", TS, nullable=False, server_default=sa.text("now()")),
+    sa.CheckConstraint("state IN ('ready', 'cooling')", name="profiles_state_valid"),
+    sa.CheckConstraint(f"name ~ '{PROFILE_NAME_SQL}'", name="profiles_name_valid"),
+    comment="Persistent browser profiles: bound host, state, cool-down, use (the operator's view)",
+)
+sa.Index("profiles_host_idx", profiles.c.host)
+
+# ---------------------------------------------------------------- migration 0012: crawls
+
+# One row per crawl, keyed by its root job's id: the bounds its spawned jobs respect and how
+# many jobs it holds. Written by `scrapefleet crawl` and the function spawn_children.
+crawl_runs = sa.Table(
+    "crawl_runs",
+    metadata,
+    sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("seed", sa.Text),
+    sa.Column("max_depth", sa.Integer, nullable=False, server_default="5"),
+    sa.Column("max_jobs", sa.Integer, nullable=False, server_default="10000"),
+    sa.Column("jobs_count", sa.Integer, nullable=False, server_default="1"),
+    sa.Column("created_at", TS, nullable=False, server_default=sa.text("now()")),
+    sa.CheckConstraint("max_depth >= 0", name="crawl_runs_max_depth_not_negative"),
+    sa.CheckConstraint("max_jobs >= 1", name="crawl_runs_max_jobs_positive"),
+    comment="One row per crawl (id = its root job's id): bounds and jobs so far",
+)
+
+# Every dedupe key a crawl ever inserted a job for, kept whatever became of the job.
+crawl_seen = sa.Table(
+    "crawl_seen",
+    metadata,
+    sa.Column("crawl_id", sa.BigInteger, primary_key=True),
+    sa.Column("dedupe_key", sa.Text, primary_key=True),
+    # The nearest depth the key was offered at, and the job it became.
+    sa.Column("depth", sa.Integer, nullable=False),
+    sa.Column("job_id", sa.BigInteger),
+    comment="Every dedupe key a crawl has inserted a job for: never one URL twice",
+)
+
+# ---------------------------------------------------------------- migration 0013: rate limits
+
+# One row per rate key the producer slows down (factor, pause) or has a configured limit for
+# (named; the row "*" is the default for unnamed keys): written by the producer alone, read by
+# the rate_limits view. No consumer role has a grant on it.
+rate_keys = sa.Table(
+    "rate_keys",
+    metadata,
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("named", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("concurrency", sa.Integer),
+    sa.Column("per_minute", sa.Integer),
+    sa.Column("factor", sa.Float, nullable=False, server_default="1"),
+    sa.Column("paused_until", TS),
+    sa.Column("updated_at", TS, nullable=False, server_default=sa.text("now()")),
+    sa.CheckConstraint("factor > 0 AND factor <= 1", name="rate_keys_factor_range"),
+    sa.CheckConstraint("concurrency > 0 AND per_minute > 0", name="rate_keys_limits_positive"),
+    comment="Rate keys the producer slows down or has limits for (the row * : the default)",
 )

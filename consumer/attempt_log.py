@@ -4,7 +4,8 @@
 
 ``outcome`` is what happens to the job next: ``completed``; ``retry`` (a failure with attempts
 left: the job goes back to pending after its backoff); ``failed`` (for good); ``released``
-(the host's fault, not the job's: back to pending without using an attempt).
+(the host's fault, not the job's: back to pending without using an attempt); ``blocked`` (the
+site refused us: back to pending without using an attempt, a bounded number of times).
 """
 
 from __future__ import annotations

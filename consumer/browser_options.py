@@ -13,7 +13,10 @@ What each option is, checked here with Grid 4.48 and Debian's Chromium 156, offl
   a proxy job gets a user context of its own (with a tab, made current) in the same warm
   browser, not a new browser (measured: a proxied job ~0.5 s, a plain one ~0.2 s, a new
   browser ~2 s). Nothing here needs a new browser, so
-  no option changes the job's isolation. An ``https://`` proxy (TLS to the proxy, whose
+  no option changes the job's isolation. A persistent profile's job is the exception: its
+  browser is started with the proxy (``--proxy-server``, consumer.profile_sessions), since a
+  user context of the proxy's would not keep the profile's cookies; only the credentials are
+  answered here. An ``https://`` proxy (TLS to the proxy, whose
   certificate Chromium must trust) is a manual proxy whose address keeps its scheme; SOCKS5 is
   ``socksProxy``; a PAC script is refused per user context;
 - proxy credentials: Chromium ignores them in a proxy URL and answers a 407 with its own
@@ -96,6 +99,16 @@ def proxy_config(proxy: str) -> dict[str, Any]:
     return {"proxyType": "manual", "httpProxy": address, "sslProxy": address}
 
 
+def proxy_server_arg(proxy: str) -> str:
+    """Chromium's ``--proxy-server`` for a proxy URL, for a browser started with it (a
+    persistent profile's): scheme, host and port; the credentials are answered apart."""
+    parts = urlsplit(proxy)
+    scheme = "socks5" if parts.scheme.lower().startswith("socks") else parts.scheme.lower()
+    default_port = {"http": 80, "https": 443}.get(scheme, 1080)
+    host = f"[{parts.hostname}]" if "[" in parts.netloc else parts.hostname
+    return f"{scheme}://{host}:{parts.port or default_port}"
+
+
 def cookie_param(cookie: CookieSpec) -> dict[str, Any]:
     assert cookie.domain is not None  # filled from the payload's url at validation
     param: dict[str, Any] = {
@@ -131,7 +144,11 @@ def job_browser(
         try:
             tab = driver.current_window_handle
             user_context = _user_context_of(driver, tab)
-            if options.proxy:
+            if options.proxy and options.proxy == getattr(driver, "launched_proxy", None):
+                # A profile's browser, started with the proxy: its own context goes through
+                # it (a proxy's user context would not keep the profile's cookies).
+                _answer_proxy_credentials(driver, tab, options.proxy)
+            elif options.proxy:
                 tab, user_context = _proxied_context(driver, options.proxy, undo)
             _apply(driver, options, tab, user_context)
             if log_network:
@@ -162,12 +179,17 @@ def _proxied_context(driver: Any, proxy: str, undo: contextlib.ExitStack) -> tup
         )["context"]
     )
     driver.switch_to.window(tab)
+    _answer_proxy_credentials(driver, tab, proxy)
+    return tab, user_context
+
+
+def _answer_proxy_credentials(driver: Any, tab: str, proxy: str) -> None:
+    """The proxy's 407, met in ``tab`` (only when the proxy URL carries credentials)."""
     parts = urlsplit(proxy)
     if parts.username or parts.password:
         _answer_proxy_challenge(
             driver, tab, unquote(parts.username or ""), unquote(parts.password or "")
         )
-    return tab, user_context
 
 
 def _remove_quietly(driver: Any, user_context: str) -> None:

@@ -39,12 +39,13 @@ from selenium.webdriver.remote.client_config import ClientConfig
 
 from scrapefleet.common.errors import StackError
 from scrapefleet.common.settings import Settings
+from scrapefleet.consumer.browser_options import proxy_server_arg
 from scrapefleet.consumer.browser_user import (
     BrowserUser,
     needs_no_sandbox,
     resolve_browser_user,
 )
-from scrapefleet.consumer.sessions import quit_driver
+from scrapefleet.consumer.sessions import BrowserLaunch, quit_driver
 from scrapefleet.consumer.stack_processes import (
     TOKEN_ENV,
     WORK_DIR_ENV,
@@ -104,7 +105,10 @@ class RestartReport:
 
 
 class StackWebDriver(Remote):
-    """A Remote session that can also send Chrome DevTools commands through the Grid."""
+    """A Remote session that can also send Chrome DevTools commands through the Grid.
+    ``launched_proxy``: the proxy the whole browser was started with (a profile's), if any."""
+
+    launched_proxy: str | None = None
 
     def execute_cdp_cmd(self, cmd: str, cmd_args: dict[str, Any]) -> dict[str, Any]:
         result: dict[str, Any] = self.execute(
@@ -323,8 +327,12 @@ class BrowserStack:
 
     # -- sessions ----------------------------------------------------------------------
 
-    def chrome_options(self) -> ChromeOptions:
+    def chrome_options(self, launch: BrowserLaunch | None = None) -> ChromeOptions:
         options = ChromeOptions()
+        if launch is not None:  # a persistent profile's; else chromedriver makes a directory
+            options.add_argument(f"--user-data-dir={launch.user_data_dir}")
+            if launch.proxy:
+                options.add_argument(f"--proxy-server={proxy_server_arg(launch.proxy)}")
         options.binary_location = str(self.settings.chromium_binary)
         for arg in CHROME_ARGS:
             options.add_argument(arg)
@@ -336,8 +344,9 @@ class BrowserStack:
         options.enable_bidi = True
         return options
 
-    def new_driver(self) -> StackWebDriver:
-        """A fresh session from the Grid; any failure to get one is a StackError."""
+    def new_driver(self, launch: BrowserLaunch | None = None) -> StackWebDriver:
+        """A fresh session from the Grid (started as ``launch`` says, a persistent profile's
+        browser, when given); any failure to get one is a StackError."""
         settings = self.settings
         # The HTTP timeout must outlast a page load, or the client gives up first.
         http_timeout = max(settings.session_create_timeout_s, settings.page_load_timeout_s + 30)
@@ -350,7 +359,10 @@ class BrowserStack:
             self.grid_url, vendor_prefix="goog", browser_name="chrome", client_config=config
         )
         try:
-            driver = StackWebDriver(command_executor=connection, options=self.chrome_options())
+            driver = StackWebDriver(
+                command_executor=connection, options=self.chrome_options(launch)
+            )
+            driver.launched_proxy = launch.proxy if launch else None
         except (WebDriverException, OSError) as exc:
             raise StackError(f"no browser session from the Grid of {self.host}: {exc}") from exc
         except Exception as exc:  # urllib3 errors when the Grid is gone

@@ -123,7 +123,12 @@ def run(
     # Imported here, not at the top: `status` runs once per probe over SSH, and SQLAlchemy +
     # psycopg would double its start-up time.
     from scrapefleet.common.db import check_reachable, make_engine
+    from scrapefleet.common.db_pooler import check_listen_url
 
+    try:
+        check_listen_url(settings)
+    except SettingsError as exc:
+        _fail(str(exc), 2)
     # Only the main loop, the heartbeat and the recorder use the pool; workers never do.
     engine = make_engine(
         settings.database_url,

@@ -22,12 +22,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy.engine import Connection, Engine
 
 from scrapefleet.common import store
 from scrapefleet.common.clock import utcnow
 from scrapefleet.common.db import describe, transaction
+from scrapefleet.common.error_classes import ErrorClass, next_try_at
 from scrapefleet.common.errors import DatabaseUnavailable
 from scrapefleet.common.retry import retry_at
 from scrapefleet.common.settings import Settings
@@ -161,6 +163,7 @@ class OutcomeRecorder:
                     conn,
                     self.host,
                     [(i.job.id, i.job.attempt, i.outcome.result or {}) for i in completed],
+                    {i.job.id: _spawn_entries(i.outcome) for i in completed if i.outcome.spawn},
                 )
             )
             for item in completed:
@@ -176,25 +179,44 @@ class OutcomeRecorder:
         job, outcome = item.job, item.outcome
         if outcome.status == "completed":
             assert outcome.result is not None
-            if not store.complete_job(conn, self.host, job.id, job.attempt, outcome.result):
+            spawn = _spawn_entries(outcome)
+            if not store.complete_job(conn, self.host, job.id, job.attempt, outcome.result, spawn):
                 log.warning("job %d attempt %d is no longer ours: result dropped", *_key(job))
             return
         if outcome.status == "released":
             store.release_job(conn, self.host, job.id, job.attempt, outcome.error or "released")
             log.info("job %d attempt %d released: %s", job.id, job.attempt, outcome.error)
             return
+        if outcome.status == "blocked":
+            self._write_blocked(conn, job, outcome)
+            return
         when = None
+        error_class = outcome.error_class or ErrorClass.TRANSIENT
         if outcome.retryable:
-            when = retry_at(
-                job.attempt,
-                job.max_attempts,
-                utcnow(),
-                base_s=self.settings.backoff_base_s,
-                max_s=self.settings.backoff_max_s,
+            now = utcnow()
+            when = next_try_at(
+                error_class,
+                backoff_at=retry_at(
+                    job.attempt,
+                    job.max_attempts,
+                    now,
+                    base_s=self.settings.backoff_base_s,
+                    max_s=self.settings.backoff_max_s,
+                ),
+                now=now,
+                retry_after_s=outcome.retry_after_s,
+                retry_after_max_s=self.settings.retry_after_max_s,
             )
         error = outcome.error or "failed"
         status = store.fail_attempt(
-            conn, self.host, job.id, job.attempt, error, retry_at=when, artifacts=outcome.artifacts
+            conn,
+            self.host,
+            job.id,
+            job.attempt,
+            error,
+            retry_at=when,
+            artifacts=outcome.artifacts,
+            error_class=error_class,
         )
         last_line = error.strip().splitlines()[-1] if error.strip() else error
         log.warning(
@@ -205,6 +227,34 @@ class OutcomeRecorder:
             last_line,
             f"retry at {when:%H:%M:%S.%f}" if status == "pending" and when else status,
         )
+
+    def _write_blocked(self, conn: Connection, job: ClaimedJob, outcome: Outcome) -> None:
+        """Back to pending without using an attempt (failed past max_blocks_per_job); the
+        job's profile cools down."""
+        reason = outcome.reason or "blocked"
+        status = store.release_blocked(
+            conn,
+            self.host,
+            job.id,
+            job.attempt,
+            reason,
+            max_blocks=self.settings.max_blocks_per_job,
+            profile_cooldown_s=self.settings.profile_block_cooldown_s,
+            error=outcome.error,
+            artifacts=outcome.artifacts,
+        )
+        log.warning(
+            "job %d attempt %d blocked on %s (%s): %s",
+            job.id,
+            job.attempt,
+            self.host,
+            reason,
+            "no longer ours" if status is None else status,
+        )
+
+
+def _spawn_entries(outcome: Outcome) -> list[dict[str, Any]]:
+    return [child.as_json() for child in outcome.spawn]
 
 
 def _key(job: ClaimedJob) -> tuple[int, int]:

@@ -3,11 +3,17 @@
 No database, no threads, no status files: the daemon (consumer.daemon) does the I/O around it,
 so every way a job can end is unit-testable here.
 
-- ``completed``: the action returned a JSON-serialisable dict (the job's result);
+- ``completed``: the action returned a JSON-serialisable dict (the job's result), or a
+  ``Spawned`` (common.spawn: a result and follow-up jobs, every entry valid, else ``failed``);
 - ``failed``: the action raised (``error`` is the full traceback) or the job cannot run here
   (unknown kind, params that do not validate: ``retryable`` False, trying again cannot help);
 - ``released``: the host, not the job, failed (a browser stack with no session to give, a
-  StackError from the action): the job goes back to pending without using an attempt.
+  StackError from the action): the job goes back to pending without using an attempt;
+- ``blocked``: the site refused this scraper (the action raised ``Blocked``): back to pending
+  without using an attempt, bounded (store.release_blocked).
+
+A failure carries its class (common.error_classes.classify of what the action raised): a
+``permanent`` one is not retried, a ``rate_limited`` one carries the wait its site asked for.
 
 Browser actions get their driver from ``lease(isolation)``, a context manager (the browser
 stack's session pool plugs its own in: consumer.sessions) held for the action and the failure
@@ -32,9 +38,15 @@ from typing import Any, Literal
 from scrapefleet.common.actions import get_action
 from scrapefleet.common.browser_isolation import Isolation
 from scrapefleet.common.browser_options import NO_OPTIONS, BrowserOptions
+from scrapefleet.common.error_classes import ErrorClass, classify, reason_of, retry_after_of
 from scrapefleet.common.errors import StackError, SubmitError, UnknownAction
+from scrapefleet.common.spawn import Child, Spawned, SpawnError, validate_spawn
 from scrapefleet.common.store import ClaimedJob
-from scrapefleet.consumer import selenium_actions  # noqa: F401  (registers the browser actions)
+from scrapefleet.consumer import (  # noqa: F401  (they register the browser actions)
+    crawl_browser,
+    selenium_actions,
+)
+from scrapefleet.consumer.block_detection import NO_RULES, BlockRules, blocking_rules
 from scrapefleet.consumer.browser_options import job_browser
 
 DriverFactory = Callable[[], Any]
@@ -44,7 +56,7 @@ DriverLease = Callable[[Isolation], AbstractContextManager[Any]]
 # (driver or None, job id, attempt, traceback text) -> artifact paths; must not raise.
 CaptureFailure = Callable[[Any, int, int, str], dict[str, Any]]
 
-OutcomeStatus = Literal["completed", "failed", "released"]
+OutcomeStatus = Literal["completed", "failed", "released", "blocked"]
 
 
 @dataclass(frozen=True)
@@ -54,20 +66,63 @@ class Outcome:
     error: str | None = None  # the traceback (failed) or the reason (released)
     retryable: bool = True  # False: fail now, whatever attempts are left
     artifacts: dict[str, Any] | None = None
+    spawn: tuple[Child, ...] = ()  # completed: the follow-up jobs recorded with it
+    error_class: ErrorClass | None = None  # failed or blocked: what kind of failure
+    retry_after_s: float | None = None  # rate limited: the wait the site asked for
+    reason: str | None = None  # blocked: what the site or the action said
 
     @classmethod
-    def completed(cls, result: dict[str, Any]) -> Outcome:
-        return cls("completed", result=result)
+    def completed(cls, result: dict[str, Any], spawn: tuple[Child, ...] = ()) -> Outcome:
+        return cls("completed", result=result, spawn=spawn)
 
     @classmethod
     def failed(
-        cls, error: str, *, retryable: bool = True, artifacts: dict[str, Any] | None = None
+        cls,
+        error: str,
+        *,
+        retryable: bool = True,
+        artifacts: dict[str, Any] | None = None,
+        error_class: ErrorClass | None = None,
+        retry_after_s: float | None = None,
     ) -> Outcome:
-        return cls("failed", error=error, retryable=retryable, artifacts=artifacts)
+        """``retryable`` False is a permanent error; a permanent error is never retryable."""
+        if error_class is None:
+            error_class = ErrorClass.TRANSIENT if retryable else ErrorClass.PERMANENT
+        return cls(
+            "failed",
+            error=error,
+            retryable=retryable and error_class is not ErrorClass.PERMANENT,
+            artifacts=artifacts,
+            error_class=error_class,
+            retry_after_s=retry_after_s,
+        )
 
     @classmethod
     def released(cls, reason: str) -> Outcome:
         return cls("released", error=reason)
+
+    @classmethod
+    def blocked(cls, reason: str, error: str, artifacts: dict[str, Any] | None = None) -> Outcome:
+        return cls(
+            "blocked",
+            error=error,
+            artifacts=artifacts,
+            error_class=ErrorClass.BLOCKED,
+            reason=reason,
+        )
+
+    @classmethod
+    def raised(cls, exc: BaseException, error: str, artifacts: dict[str, Any] | None) -> Outcome:
+        """How an attempt whose action raised ``exc`` (``error``: its traceback) ended."""
+        error_class = classify(exc)
+        if error_class is ErrorClass.BLOCKED:
+            return cls.blocked(reason_of(exc), error, artifacts)
+        return cls.failed(
+            error,
+            artifacts=artifacts,
+            error_class=error_class,
+            retry_after_s=retry_after_of(exc),
+        )
 
 
 def leases_from(factory: DriverFactory) -> DriverLease:
@@ -92,8 +147,21 @@ def run_job(
     driver_factory: DriverFactory | None = None,
     capture_failure: CaptureFailure | None = None,
     browser_defaults: BrowserOptions = NO_OPTIONS,
+    block_rules: BlockRules = NO_RULES,
 ) -> Outcome:
-    """Run ``job`` in the calling thread and return how it ended. Never raises."""
+    """Run ``job`` in the calling thread and return how it ended. Never raises.
+    ``block_rules``: how a built-in browser action knows a block page (the host's settings)."""
+    with blocking_rules(block_rules):
+        return _run_job(job, lease, driver_factory, capture_failure, browser_defaults)
+
+
+def _run_job(
+    job: ClaimedJob,
+    lease: DriverLease | None,
+    driver_factory: DriverFactory | None,
+    capture_failure: CaptureFailure | None,
+    browser_defaults: BrowserOptions,
+) -> Outcome:
     if lease is None and driver_factory is not None:
         lease = leases_from(driver_factory)
     try:
@@ -115,8 +183,8 @@ def run_job(
             returned = action.func(params)
         except StackError as exc:
             return Outcome.released(f"released: {exc}")
-        except BaseException:  # a worker thread must survive anything an action raises
-            return Outcome.failed(traceback.format_exc())
+        except BaseException as exc:  # a worker thread must survive anything an action raises
+            return Outcome.raised(exc, traceback.format_exc(), None)
         return _checked_result(job.kind, returned)
 
     if lease is None:
@@ -143,11 +211,12 @@ def run_job(
             returned = action.func(driver, params)
         except StackError as exc:
             return Outcome.released(f"released: {exc}")
-        except BaseException:
-            # Captured while the job's context is still open: its page is what failed.
+        except BaseException as exc:
+            # Captured while the job's context is still open: its page is what failed (or
+            # what blocked us: the evidence an operator wants).
             error = traceback.format_exc()
             artifacts = _capture(capture_failure, driver, job, error)
-            return Outcome.failed(error, artifacts=artifacts)
+            return Outcome.raised(exc, error, artifacts)
         finally:
             with contextlib.suppress(Exception):
                 held.close()  # the lease's own cleanup must never turn into the job's error
@@ -156,7 +225,21 @@ def run_job(
 
 def _checked_result(kind: str, returned: Any) -> Outcome:
     """A result the database can store, or a failure saying why not (a bug in the action:
-    running it again returns the same thing, so it is not retried)."""
+    running it again returns the same thing, so it is not retried). A ``Spawned`` carries
+    follow-up jobs: every entry is checked here, and one bad entry fails the attempt."""
+    spawn: tuple[Child, ...] = ()
+    if isinstance(returned, Spawned):
+        try:
+            spawn = validate_spawn(returned.spawn)
+            json.dumps([child.as_json() for child in spawn])
+        except SpawnError as exc:
+            return Outcome.failed(f"SpawnError: action {kind!r}: {exc}", retryable=False)
+        except (TypeError, ValueError) as exc:
+            return Outcome.failed(
+                f"SpawnError: action {kind!r}: a spawn payload is not JSON-serialisable: {exc}",
+                retryable=False,
+            )
+        returned = returned.result
     if not isinstance(returned, dict):
         return Outcome.failed(
             f"action {kind!r} returned {type(returned).__name__}, not a dict", retryable=False
@@ -167,7 +250,7 @@ def _checked_result(kind: str, returned: Any) -> Outcome:
         return Outcome.failed(
             f"result of action {kind!r} is not JSON-serialisable: {exc}", retryable=False
         )
-    return Outcome.completed(returned)
+    return Outcome.completed(returned, spawn)
 
 
 def _capture(

@@ -5,7 +5,11 @@ warm session, or a session of its own: consumer.sessions); an action never quits
 Selenium's exceptions are translated here, where they enter:
 
 - the page's fault (timeout, missing selector, HTTP error, crashed renderer) -> ActionError,
-  a job failure that uses an attempt;
+  a job failure that uses an attempt; its class (common.error_classes) comes from the HTTP
+  status (404/410 permanent, 429/503 rate limited with the document's Retry-After) or, for an
+  argument the browser refused (an invalid URL), is permanent;
+- a block page (the host's block rules: consumer.block_detection) -> Blocked, which sends the
+  job back to pending without using an attempt;
 - the stack's fault (Grid gone, session lost) -> StackError, which sends the job back to
   pending without using an attempt and gets the stack restarted.
 
@@ -25,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from selenium.common.exceptions import (
+    InvalidArgumentException,
     InvalidSelectorException,
     TimeoutException,
     WebDriverException,
@@ -35,8 +40,18 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from scrapefleet.common.actions import register
 from scrapefleet.common.browser_params import FetchPageParams, FieldSpec, ScreenshotParams
+from scrapefleet.common.clock import utcnow
+from scrapefleet.common.constants import RETRY_AFTER_LIMIT_S
+from scrapefleet.common.error_classes import (
+    RATE_LIMITED_STATUSES,
+    Blocked,
+    HttpStatusError,
+    Permanent,
+    parse_retry_after,
+)
 from scrapefleet.common.errors import ScrapefleetError, StackError
 from scrapefleet.consumer.artifacts import full_page_png
+from scrapefleet.consumer.block_detection import BlockRules, block_reason, block_rules_in_effect
 from scrapefleet.consumer.network_log import network_log_of
 
 
@@ -52,8 +67,12 @@ class SelectorNotFound(ActionError):
     pass
 
 
-class HttpError(ActionError):
-    pass
+class HttpError(ActionError, HttpStatusError):
+    """An HTTP error status of the main document, classified by it."""
+
+
+class InvalidArgument(ActionError, Permanent):
+    """The browser refused an argument (an invalid URL, say): it refuses it next time too."""
 
 
 class RendererCrashed(ActionError):
@@ -87,6 +106,8 @@ def translated_errors(what: str) -> Iterator[None]:
         raise PageLoadTimeout(f"{what}: timed out ({_first_line(exc)})") from exc
     except InvalidSelectorException as exc:
         raise ActionError(f"{what}: invalid CSS selector ({_first_line(exc)})") from exc
+    except InvalidArgumentException as exc:
+        raise InvalidArgument(f"{what}: invalid argument ({_first_line(exc)})") from exc
     except WebDriverException as exc:
         message = (exc.msg or str(exc)).lower()
         if any(hint in message for hint in _CRASH_HINTS):
@@ -113,7 +134,20 @@ def navigate(driver: Any, url: str, *, allow_http_errors: bool = False) -> None:
         driver.get(url)
         status = driver.execute_script(_STATUS_JS)
     if not allow_http_errors and isinstance(status, int) and status >= 400:
-        raise HttpError(f"loading {url}: HTTP {status}")
+        raise http_error(driver, url, status)
+
+
+def http_error(driver: Any, url: str, status: int, final_url: str | None = None) -> HttpError:
+    """The error for a main document with an error status; a rate-limited one carries the
+    document's Retry-After (from the job's network log, when it keeps one; the consumer's
+    ``retry_after_max_s`` caps it when the next try is planned)."""
+    retry_after_s = None
+    if status in RATE_LIMITED_STATUSES:
+        network = network_log_of(driver)
+        document = network.document(final_url or url) if network is not None else None
+        header = (document or {}).get("headers", {}).get("retry-after")
+        retry_after_s = parse_retry_after(header, utcnow(), cap_s=RETRY_AFTER_LIMIT_S)
+    return HttpError(f"loading {url}: HTTP {status}", status, retry_after_s)
 
 
 def wait_for_selector(driver: Any, selector: str, timeout_s: float) -> None:
@@ -217,22 +251,53 @@ def extract_fields(driver: Any, fields: dict[str, FieldSpec]) -> dict[str, Any]:
     return fields_read
 
 
+# The block selector rides along in the page's one read, under a name that says where it came
+# from should the selector be invalid.
+_BLOCK_FIELD = "(setting block_selector)"
+
+
+def _checked_page(driver: Any, params: FetchPageParams, rules: BlockRules) -> dict[str, Any]:
+    """The page read, once it is known to be no block page (else Blocked) and, unless the job
+    allows them, no HTTP error (else HttpError)."""
+    fields = dict(params.fields)
+    if rules.selector is not None:
+        fields[_BLOCK_FIELD] = FieldSpec(css=rules.selector)
+    page = read_page(driver, fields, params.url)
+    marker = page["fields"].pop(_BLOCK_FIELD, None) if rules.selector is not None else None
+    status = page["status"]
+    reason = block_reason(
+        rules, status=status, title=page["title"], selector_matched=marker is not None
+    )
+    if reason is not None:
+        raise Blocked(f"{params.url}: {reason}")
+    if not params.allow_http_errors and isinstance(status, int) and status >= 400:
+        raise http_error(driver, params.url, status, page["final_url"])
+    return page
+
+
 @register("fetch_page", FetchPageParams, needs_browser=True)
 def fetch_page(driver: Any, params: FetchPageParams) -> dict[str, Any]:
     """Two round trips without ``wait_for`` (the load, then one script reading everything);
-    with it, the HTTP status is checked before the wait, so an error page fails at once.
-    ``headers`` are the main document's response headers (names in lower case) from the job's
-    network log; None in a session that keeps none."""
+    with it, the HTTP status is checked before the wait, so an error page fails at once, and a
+    wait that times out checks for a block page before it fails. ``headers`` are the main
+    document's response headers (names in lower case) from the job's network log; None in a
+    session that keeps none."""
+    rules = block_rules_in_effect()
+    with translated_errors(f"loading {params.url}"):
+        driver.get(params.url)
     if params.wait_for:
-        navigate(driver, params.url, allow_http_errors=params.allow_http_errors)
-        wait_for_selector(driver, params.wait_for, params.wait_timeout_s)
-    else:
         with translated_errors(f"loading {params.url}"):
-            driver.get(params.url)
-    page = read_page(driver, params.fields, params.url)
+            status = driver.execute_script(_STATUS_JS)
+        if isinstance(status, int) and (status >= 400 or status in rules.statuses):
+            _checked_page(driver, params, rules)
+        try:
+            wait_for_selector(driver, params.wait_for, params.wait_timeout_s)
+        except SelectorNotFound:
+            if rules.reads_page:
+                _checked_page(driver, params, rules)
+            raise
+    page = _checked_page(driver, params, rules)
     status = page["status"]
-    if not params.allow_http_errors and isinstance(status, int) and status >= 400:
-        raise HttpError(f"loading {params.url}: HTTP {status}")
     network = network_log_of(driver)
     document = network.document(page["final_url"]) if network is not None else None
     return {

@@ -16,7 +16,8 @@ from sqlalchemy.engine import Engine
 from scrapefleet.common import metrics, queries, store
 from scrapefleet.common.actions import load_user_actions
 from scrapefleet.common.constants import CHANNEL_ASSIGNED
-from scrapefleet.common.db import Listener, describe, transaction
+from scrapefleet.common.db import Listener, describe, sqlalchemy_url, transaction
+from scrapefleet.common.db_pooler import listen_url
 from scrapefleet.common.errors import DatabaseUnavailable, ScrapefleetError
 from scrapefleet.common.host_status import HOST_STATES, BrowserState
 from scrapefleet.common.lifecycle import DaemonState, Lifecycle
@@ -25,8 +26,10 @@ from scrapefleet.common.store import ClaimedJob, Registration
 from scrapefleet.common.store.statuses import HostState
 from scrapefleet.consumer.artifact_janitor import ArtifactJanitor
 from scrapefleet.consumer.attempt_log import log_attempt
+from scrapefleet.consumer.block_detection import BlockRules
 from scrapefleet.consumer.browser_options import host_defaults
 from scrapefleet.consumer.config import ConsumerConfig
+from scrapefleet.consumer.profile_sessions import job_proxy, profile_lease, profiles_root
 from scrapefleet.consumer.recorder import OutcomeRecorder
 from scrapefleet.consumer.runner import DriverLease, Outcome, leases_from, run_job
 from scrapefleet.consumer.stack_supervisor import StackSupervisor
@@ -87,6 +90,7 @@ class RunningConsumer:
         settings = config.settings
         self.config = config
         self.settings = settings
+        self._block_rules = BlockRules.from_settings(settings)  # compiled once, not per job
         self.engine = engine
         self.host = config.host
         self.lifecycle = lifecycle
@@ -130,7 +134,12 @@ class RunningConsumer:
             metrics.track_browser_memory(self.host, self.supervisor.memory_pss_bytes)
         self.janitor.start()
         self.recorder.start()
-        for target, name in ((self._heartbeat_loop, "heartbeat"), (self._listen_loop, "listen")):
+        loops = [(self._heartbeat_loop, "heartbeat")]
+        if listen_url(self.settings, self.engine.url) is not None:
+            loops.append((self._listen_loop, "listen"))
+        else:  # a transaction pooler never delivers a NOTIFY: the claim poll alone
+            log.info("no LISTEN connection (database_pooler, no listen_database_url)")
+        for target, name in loops:
             thread = threading.Thread(target=target, name=f"{name}-{self.host}", daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -397,6 +406,10 @@ class RunningConsumer:
         lease: DriverLease | None = None
         if self.supervisor is not None:
             lease = functools.partial(self.supervisor.lease, job.id)
+            if job.profile:  # a browser of its own on the profile's directory
+                root = profiles_root(self.config.settings)
+                proxy = job_proxy(job, self.config.settings)
+                lease = profile_lease(lease, root, job.profile, proxy)
         elif self.config.driver_factory is not None:
             lease = leases_from(self.config.driver_factory)
         started = time.monotonic()
@@ -405,6 +418,7 @@ class RunningConsumer:
             lease=lease,
             capture_failure=self.config.capture_failure,
             browser_defaults=host_defaults(self.config.settings),
+            block_rules=self._block_rules,
         )
         # Duration by kind and outcome; a retryable failure with attempts left is a retry (the
         # recorder schedules it).
@@ -510,10 +524,14 @@ class RunningConsumer:
         self._publish_status()
 
     def _listen_loop(self) -> None:
-        url = self.engine.url.update_query_dict(
+        direct = listen_url(self.settings, self.engine.url)
+        assert direct is not None  # else this loop is not started
+        url = sqlalchemy_url(direct).update_query_dict(
             {"application_name": f"scrapefleet-consumer {self.host} listen"}
-        ).render_as_string(hide_password=False)
-        listener = Listener(url, [CHANNEL_ASSIGNED])
+        )
+        listener = Listener(
+            url.render_as_string(hide_password=False), [CHANNEL_ASSIGNED], self.settings
+        )
         failures = 0
         try:
             while not self.lifecycle.stopping:

@@ -57,6 +57,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 from scrapefleet.common.browser_isolation import (
@@ -87,7 +88,20 @@ BIDI_POLL_S = 0.005
 # slot being prepared is replaced instead of held.
 BIDI_COMMAND_TIMEOUT_S = 15.0
 
-DriverMaker = Callable[[], Any]
+# () -> a session; (launch=BrowserLaunch) -> a browser started with those (a profile's)
+DriverMaker = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class BrowserLaunch:
+    """How to start a browser of a job's own that a warm session cannot stand in for: on a
+    persistent profile's user-data-dir and, when its pages go through a proxy, with that proxy
+    for the whole browser (``--proxy-server``: a proxy's user context would not be the
+    profile's persistent one). ``proxy`` keeps its credentials, answered once the browser runs
+    (consumer.browser_options)."""
+
+    user_data_dir: Path
+    proxy: str | None = None
 
 
 @dataclass(frozen=True)
@@ -301,12 +315,16 @@ class SessionPool:
     # -- what a job thread calls --------------------------------------------------------------
 
     @contextmanager
-    def lease(self, isolation: Isolation = DEFAULT_ISOLATION) -> Iterator[Any]:
-        """A driver for one job; StackError when no session can be had (the host's fault)."""
-        isolation = validate_isolation(isolation)
+    def lease(
+        self, isolation: Isolation = DEFAULT_ISOLATION, *, launch: BrowserLaunch | None = None
+    ) -> Iterator[Any]:
+        """A driver for one job; StackError when no session can be had (the host's fault).
+        ``launch`` (a persistent profile's): a browser of its own started with it, quit after
+        the job, like ``isolation="session"``."""
+        isolation = "session" if launch is not None else validate_isolation(isolation)
         slot = self._take(isolation)
         try:
-            driver = self._ready_for_job(slot, isolation)
+            driver = self._ready_for_job(slot, isolation, launch)
         except BaseException:
             self._return_idle(slot)
             raise
@@ -458,10 +476,12 @@ class SessionPool:
 
     # -- a job's driver -----------------------------------------------------------------------
 
-    def _ready_for_job(self, slot: _Slot, isolation: Isolation) -> Any:
+    def _ready_for_job(
+        self, slot: _Slot, isolation: Isolation, launch: BrowserLaunch | None = None
+    ) -> Any:
         if isolation == "session":
             self._discard(slot)  # the cap: the slot's warm session goes before a new one comes
-            slot.driver = self._new_driver()
+            slot.driver = self._new_driver(launch=launch)
             slot.own_session = True
             return slot.driver
         if slot.ready and self._answers(slot):
@@ -493,7 +513,7 @@ class SessionPool:
         except Exception:
             return False
 
-    def _new_driver(self, wait: bool = True) -> Any:
+    def _new_driver(self, wait: bool = True, launch: BrowserLaunch | None = None) -> Any:
         timeout = self._permit_wait_s if wait else 0
         if self._permits is not None and not self._permits.acquire(self, timeout, reclaim=wait):
             raise StackError(
@@ -501,7 +521,7 @@ class SessionPool:
                 + (f" after {self._permit_wait_s:.0f} s" if wait else "")
             )
         try:
-            driver = self._make_driver()
+            driver = self._make_driver() if launch is None else self._make_driver(launch=launch)
         except StackError:
             self._release_permit()
             raise

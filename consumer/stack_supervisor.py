@@ -44,7 +44,7 @@ from scrapefleet.common.errors import StackError
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import ClaimedJob
 from scrapefleet.consumer.browser_stack import BrowserStack, StopReport
-from scrapefleet.consumer.sessions import SessionPermits, SessionPool
+from scrapefleet.consumer.sessions import BrowserLaunch, SessionPermits, SessionPool
 from scrapefleet.consumer.stack_events import (
     Action,
     CheckHealth,
@@ -304,14 +304,17 @@ class StackSupervisor:
         self._feed(Tick(busy, unwritten, browser_busy, self.retiring_busy, self.retiring_done))
 
     @contextmanager
-    def lease(self, job_id: int, isolation: Isolation) -> Iterator[Any]:
+    def lease(
+        self, job_id: int, isolation: Isolation, *, launch: BrowserLaunch | None = None
+    ) -> Iterator[Any]:
         """The job's driver, for as long as the job runs (a job thread). StackError when the
-        stack has no session to give."""
+        stack has no session to give. ``launch``: a persistent profile's browser."""
         with self._lock:
             pool = self._claimed_on.pop(job_id, None) or self._pool
         if not self.running or pool is None:
             raise StackError(f"the browser stack of {self.host} is not running")
-        with pool.lease(isolation) as driver:
+        extra = {} if launch is None else {"launch": launch}
+        with pool.lease(isolation, **extra) as driver:
             with self._lock:
                 self._sessions[job_id] = driver
             try:

@@ -43,7 +43,6 @@ from sqlalchemy.engine import Engine
 
 from scrapefleet.common import metrics, queries, store
 from scrapefleet.common.constants import (
-    PENDING_SCAN_FACTOR,
     PRODUCER_ADVISORY_LOCK_KEY,
     PRODUCER_ROWS_KEEP_S,
 )
@@ -55,12 +54,14 @@ from scrapefleet.common.sd_notify import Notifier
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store.fleet import ProducerIdentity
 from scrapefleet.common.store.statuses import HostState
-from scrapefleet.producer.host_health import record_host_health
+from scrapefleet.producer.host_health import record_fleet_health
 from scrapefleet.producer.leader import LeaderSession
 from scrapefleet.producer.operator_jobs import OperatorJobs
 from scrapefleet.producer.planner import host_slots, plan_assignments
 from scrapefleet.producer.probe import Probe
 from scrapefleet.producer.probing import RoutingProbe, probe_target
+from scrapefleet.producer.profile_steps import bind_assigned_profiles, profile_placement
+from scrapefleet.producer.rate_steps import RateControl
 from scrapefleet.producer.wakeup import WakeListener
 
 log = logging.getLogger(__name__)
@@ -132,6 +133,7 @@ class Producer:
         self._closed = False
         self._paused = False  # as last read from fleet_control, to log changes once
         self.operator_jobs = OperatorJobs(engine, settings, lambda: self.is_leader)
+        self._rates = RateControl(settings)
         self._systemd = Notifier()  # READY, WATCHDOG per full cycle, STOPPING: when systemd asks
         # Figures for tests, benchmarks and the debug log.
         self.last_cycle_duration_s = 0.0
@@ -199,6 +201,7 @@ class Producer:
         return report
 
     def _cycle_failed(self, exc: Exception) -> str:
+        self._rates.lost_lead()  # what it learnt this cycle was rolled back with the cycle
         if isinstance(exc, DatabaseUnavailable) or is_connection_error(exc):
             reason = describe(exc)
             log.warning("database connection lost mid-cycle, retrying next cycle: %s", reason)
@@ -281,17 +284,10 @@ class Producer:
         self, hosts: list[queries.HostRow], results: Mapping[str, HostStatus | ProbeError]
     ) -> tuple[tuple[str, str, str], ...]:
         threshold = self.settings.probe_failures_offline
-        transitions = []
         with self._leader.transaction() as conn:
-            for host in hosts:
-                result = results.get(host.name)
-                if result is None:
-                    continue
-                # A savepoint per host: a value the database refuses costs that host alone.
-                moved = record_host_health(conn, host.name, host.state, result, threshold)
-                if moved is not None:
-                    transitions.append(moved)
-        return tuple(transitions)
+            # Batched; a value the database refuses still costs that host alone.
+            named = [(host.name, host.state) for host in hosts]
+            return record_fleet_health(conn, named, results, threshold)
 
     def _rescue(self) -> tuple[int, int]:
         # Separate transactions: each sets its own audit message for the rest of its transaction.
@@ -318,6 +314,10 @@ class Producer:
             # An operator's fleet-wide pause (dashboard): read every cycle, one indexed row.
             if self._note_pause(queries.assignment_paused(conn)):
                 return 0
+            now = datetime.now(UTC)
+            # A site's push-back slows its key from this very cycle: the attempt that got it
+            # woke us. One read of the audit rows since the last cycle's.
+            self._rates.learn(conn, now)
             hosts = queries.hosts(conn)
             in_flight = queries.in_flight_by_host(conn)
             slots = host_slots(
@@ -330,16 +330,19 @@ class Producer:
             if free == 0:
                 return 0
             browser_ok = any(s.free and s.takes_browser for s in slots)
-            pending = store.lock_pending_jobs(
-                conn, free * PENDING_SCAN_FACTOR, browser_ok=browser_ok
+            pending, admission = self._rates.lock_pending(
+                conn, free, browser_ok=browser_ok, now=now
             )
             if not pending:
                 return 0
             # The pending query already leaves out busy keys; this read is the planner's
             # second guard and is skipped when no candidate has a key at all.
             busy = queries.busy_lock_keys(conn) if any(p.lock_key for p in pending) else set()
-            plan = plan_assignments(slots, pending, busy)
+            placement = profile_placement(conn, pending, now)
+            plan = plan_assignments(slots, pending, busy, placement, admission)
             assigned = store.assign_jobs(conn, plan)
+            if placement is not None:
+                bind_assigned_profiles(conn, placement, assigned)
         if assigned:
             per_host: dict[str, int] = {}
             for _, host in assigned:

@@ -1,15 +1,18 @@
-"""Write one host's probe result, in a savepoint of its own.
+"""Write the hosts' probe results: the reports in one statement, anything else host by host.
 
 The producer writes every host's health in one transaction. A host's report is bounded when
 parsed (common.host_status), but a value the database still refuses (out of range, a check
-constraint, a trigger) must not abort the others' writes with it: each host's write runs in a
-savepoint, and when the database refuses it, that savepoint is rolled back and the host gets a
-failed probe with the reason instead. A lost connection is not one host's fault: it propagates.
+constraint, a trigger) must not abort the others' writes with it. So the reports go first in one
+statement inside a savepoint (a round trip per host would be most of a cycle at a thousand
+hosts); if the database refuses that, it is rolled back and each host's write runs in a
+savepoint of its own, where a refused report rolls back alone and the host gets a failed probe
+with the reason instead. A lost connection is not one host's fault: it propagates.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -25,6 +28,53 @@ from scrapefleet.producer.health import next_host_state
 log = logging.getLogger(__name__)
 
 Transition = tuple[str, str, str]  # host, from state, to state
+
+
+def record_fleet_health(
+    conn: Connection,
+    hosts: Sequence[tuple[str, str]],
+    results: Mapping[str, HostStatus | ProbeError],
+    threshold: int,
+) -> tuple[Transition, ...]:
+    """record_host_health for every (name, state) in ``hosts`` that has a result; the reports
+    batched. Returns the moves made, in the order of ``hosts``."""
+    reports = {
+        name: result
+        for name, _state in hosts
+        if isinstance(result := results.get(name), HostStatus)
+    }
+    stored = _store_reports(conn, reports)
+    moves = []
+    for name, state in hosts:
+        result = results.get(name)
+        if result is None:
+            continue
+        if stored is not None and isinstance(result, HostStatus):
+            if name not in stored:
+                continue  # no row: removed since the cycle read the hosts
+            metrics.PROBES.labels(host=name).inc()
+            # Our own state values only: nothing a host sent, so no savepoint of its own.
+            moved = _move(conn, name, state, 0, result, threshold)
+        else:
+            moved = record_host_health(conn, name, state, result, threshold)
+        if moved is not None:
+            moves.append(moved)
+    return tuple(moves)
+
+
+def _store_reports(conn: Connection, reports: Mapping[str, HostStatus]) -> set[str] | None:
+    """The reports in one statement: the names stored, or None if the database refused one
+    (then nothing is stored)."""
+    if not reports:
+        return set()
+    try:
+        with conn.begin_nested():
+            return set(store.record_probe_successes(conn, reports))
+    except sa.exc.DBAPIError as exc:
+        if is_connection_error(exc):
+            raise
+        log.info("batched host reports refused (%s): writing host by host", describe(exc))
+        return None
 
 
 def record_host_health(
@@ -54,13 +104,25 @@ def _apply(
 ) -> Transition | None:
     if isinstance(result, HostStatus):
         store.record_probe_success(conn, name, result)
-        failures, reported = 0, result.state
+        failures = 0
     else:
         metrics.PROBE_FAILURES.labels(host=name).inc()
         failures = store.record_probe_failure(conn, name, str(result))
-        reported = None
         level = logging.INFO if failures == 1 else logging.DEBUG
         log.log(level, "probe failed host=%s failures=%d reason=%s", name, failures, result)
+    return _move(conn, name, state, failures, result, threshold)
+
+
+def _move(
+    conn: Connection,
+    name: str,
+    state: str,
+    failures: int,
+    result: HostStatus | ProbeError,
+    threshold: int,
+) -> Transition | None:
+    """The host's state as producer.health decides, after its result was stored."""
+    reported = result.state if isinstance(result, HostStatus) else None
     new_state = next_host_state(state, failures == 0, failures, reported, threshold)
     if new_state == state:
         return None

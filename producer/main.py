@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from scrapefleet.common.db import check_reachable, make_engine
+from scrapefleet.common.db_pooler import require_direct
 from scrapefleet.common.errors import DatabaseUnavailable, SettingsError
 from scrapefleet.common.lifecycle import StopSignals
 from scrapefleet.common.logging_setup import configure_logging
@@ -57,6 +58,7 @@ def main(
         settings = load_settings(config, **overrides)
         if settings.database_url is None:
             raise SettingsError("invalid setting database_url (SCRAPEFLEET_DATABASE_URL): not set")
+        require_direct(settings, PROG)
         engine = make_engine(settings.database_url, application_name=PROG, settings=settings)
     except SettingsError as exc:
         click.echo(f"{PROG}: {exc}", err=True)

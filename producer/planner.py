@@ -30,6 +30,34 @@ class PlannedJob(Protocol):
 
 
 @dataclass(frozen=True)
+class HostChoice:
+    """Where one job may go: ``allowed`` hosts only (None: any), and ``avoid`` unless no other
+    allowed host has a slot."""
+
+    allowed: frozenset[str] | None = None
+    avoid: frozenset[str] = frozenset()
+
+
+ANY_HOST = HostChoice()
+
+
+class Placement(Protocol):
+    """Rules beyond slots and lock keys on where a job goes (profiles: producer.profile_rules).
+    ``hosts_for`` None: the job waits for a later cycle; ``placed`` hears the host chosen."""
+
+    def hosts_for(self, job: PlannedJob) -> HostChoice | None: ...
+    def placed(self, job: PlannedJob, host: str) -> None: ...
+
+
+class Admission(Protocol):
+    """How many more jobs of each rate key and kind may go out now (producer.rate_budget):
+    ``admits``: none of the job's budgets is used up; ``take``: the job was placed."""
+
+    def admits(self, job_id: int) -> bool: ...
+    def take(self, job_id: int) -> None: ...
+
+
+@dataclass(frozen=True)
 class HostSlots:
     name: str
     capacity: int
@@ -78,13 +106,17 @@ def plan_assignments(
     hosts: Sequence[HostSlots],
     pending: Sequence[PlannedJob],
     busy_lock_keys: AbstractSet[str],
+    placement: Placement | None = None,
+    admission: Admission | None = None,
 ) -> list[tuple[int, str]]:
     """(job id, host) pairs. Jobs come in priority order and are taken in that order; each goes
     to the least-loaded host with a free slot (lowest in_flight/capacity, then name) that can run
     it: a browser job only to a host whose stack takes browser jobs now, any other job to any
     host. A job whose lock key is busy in the fleet, or already taken by an earlier job of this
     plan, is skipped, and so is a browser job when no browser host has a slot left: it stays
-    pending for a later cycle and never holds up the jobs behind it."""
+    pending for a later cycle and never holds up the jobs behind it. ``placement`` may narrow
+    a job's hosts (the least-loaded of those it allows) or hold it back; ``admission`` (the
+    rate limits) may hold it back, and hears of every job placed."""
     free = [h.free for h in hosts]
     load = [h.in_flight for h in hosts]
     # Two heaps of (load fraction, name, index, version) over the same hosts: every host with a
@@ -121,9 +153,18 @@ def plan_assignments(
             job.lock_key in busy_lock_keys or job.lock_key in taken_keys
         ):
             continue
-        chosen = pop(heap)
+        if admission is not None and not admission.admits(job.id):
+            continue
+        choice = ANY_HOST if placement is None else placement.hosts_for(job)
+        if choice is None:
+            continue
+        chosen = pop(heap) if choice == ANY_HOST else _best_allowed(hosts, free, load, job, choice)
         if chosen is None:
             continue
+        if placement is not None:
+            placement.placed(job, hosts[chosen].name)
+        if admission is not None:
+            admission.take(job.id)
         if job.lock_key is not None:
             taken_keys.add(job.lock_key)
         plan.append((job.id, hosts[chosen].name))
@@ -133,3 +174,23 @@ def plan_assignments(
         if free[chosen] > 0:
             push(chosen)
     return plan
+
+
+def _best_allowed(
+    hosts: Sequence[HostSlots],
+    free: list[int],
+    load: list[int],
+    job: PlannedJob,
+    choice: HostChoice,
+) -> int | None:
+    """The least-loaded host with a slot that ``choice`` allows, one it avoids only if no other
+    will do. A scan, not the heaps: few jobs are narrowed, and hosts are tens, not thousands."""
+    usable = [
+        i
+        for i, host in enumerate(hosts)
+        if free[i] > 0
+        and (host.takes_browser or not job.needs_browser)
+        and (choice.allowed is None or host.name in choice.allowed)
+    ]
+    preferred = [i for i in usable if hosts[i].name not in choice.avoid] or usable
+    return min(preferred, key=lambda i: (load[i] / hosts[i].capacity, hosts[i].name), default=None)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -20,15 +20,16 @@ import click
 
 from scrapefleet.common import store
 from scrapefleet.common.errors import (
-    DatabaseUnavailable,
-    NotFound,
     ProbeError,
     ScrapefleetError,
     SettingsError,
 )
 from scrapefleet.common.lazy_import import lazy_module
 from scrapefleet.common.logging_setup import configure_logging
+from scrapefleet.common.ops.crawl_command import crawl, crawls
 from scrapefleet.common.ops.db_grant_command import db_grant
+from scrapefleet.common.ops.one_line_errors import one_line_errors
+from scrapefleet.common.ops.profiles_command import profiles
 from scrapefleet.common.ops.results_out import (
     FORMATS,
     jsonl_lines,
@@ -67,17 +68,7 @@ else:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _exit_code(exc: ScrapefleetError) -> int:
-    return 1 if isinstance(exc, DatabaseUnavailable | NotFound) else 2
-
-
-@contextmanager
-def _one_line_errors() -> Iterator[None]:
-    try:
-        yield
-    except ScrapefleetError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(_exit_code(exc))
+_one_line_errors = one_line_errors  # common.ops.one_line_errors: one line, exit 1 or 2
 
 
 class _Context:
@@ -128,6 +119,8 @@ def db() -> None:
 
 
 db.add_command(db_grant)
+cli.add_command(crawl)
+cli.add_command(crawls)
 
 
 @db.command("upgrade")
@@ -148,11 +141,16 @@ def db_upgrade(ctx: _Context) -> None:
 @cli.command()
 @click.argument("file", type=click.File("rb"), default="-")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "csv"]), help="default: by extension")
+@click.option(
+    "--host",
+    help="pin the jobs to this host: queued there at once, run by its consumer only (a canary)",
+)
 @pass_ctx
-def submit(ctx: _Context, file: Any, fmt: str | None) -> None:
+def submit(ctx: _Context, file: Any, fmt: str | None, host: str | None) -> None:
     """Submit the jobs in FILE (JSON lines or CSV; '-' for stdin) in one transaction.
 
     A bad line stops everything: its number and field are printed, exit 2, nothing inserted.
+    With --host the job ids are printed too (`jobs show ID` follows one).
     """
     with _one_line_errors():
         client = ctx.client  # settings and user actions first: they validate the lines
@@ -161,11 +159,13 @@ def submit(ctx: _Context, file: Any, fmt: str | None) -> None:
         shown = name if isinstance(name, str) and name not in ("-", "<stdin>") else "stdin"
         jobs = submit_file.read_jobs(file, fmt, shown)
         with click.progressbar(length=len(jobs), label="inserting", file=sys.stderr) as bar:
-            result = client.submit_many(jobs, progress=bar.update)
+            result = client.submit_many(jobs, progress=bar.update, host=host)
         skipped = f", {result.skipped_duplicates} skipped (dedupe key in use)"
         click.echo(
             f"submitted {len(result.ids)} jobs{skipped if result.skipped_duplicates else ''}"
         )
+        if host is not None:
+            click.echo(f"pinned to host {host}: {' '.join(map(str, result.ids))}")
 
 
 # ---------------------------------------------------------------- status
@@ -209,6 +209,8 @@ def jobs_show(ctx: _Context, job_id: int) -> None:
     click.echo("\nhistory:")
     for e in events:
         message = f"  ({e['message']})" if e["message"] else ""
+        if e.get("error_class"):
+            message = f"  [{e['error_class']}]{message}"
         moved = f"{e['from_status'] or '-':>10} -> {e['to_status']:<10}"
         click.echo(f"  {e['at']:%Y-%m-%d %H:%M:%S.%f}  {moved} {e['host'] or ''}{message}")
     if artifacts:
@@ -371,20 +373,23 @@ def _result_filter_options(func: F) -> F:
     )(func)
     func = click.option("--kind", help="jobs of this kind")(func)
     func = click.option("--host", help="jobs last run on this host")(func)
+    func = click.option("--profile", help="jobs of this browser profile")(func)
+    func = click.option("--crawl", type=int, help="the pages of this crawl (its id)")(func)
+    func = click.option(
+        "--error-class",  # checked by ResultFilter: the CLI does not import the classes to start
+        help="jobs whose last failed attempt had this class: transient, permanent, rate_limited,"
+        " blocked",
+    )(func)
     return click.option(
         "--since", help="finished (or created) since: 2h, 30m, 7d, or an ISO 8601 time"
     )(func)
 
 
 def _result_filter(
-    statuses: tuple[str, ...],
-    kind: str | None,
-    host: str | None,
-    since: str | None,
-    limit: int | None = None,
+    statuses: tuple[str, ...], since: str | None, limit: int | None = None, **others: Any
 ) -> ResultFilter:
     when = parse_since(since) if since else None
-    return job_results.ResultFilter(tuple(statuses), kind, host, when, limit)
+    return job_results.ResultFilter(tuple(statuses), since=when, limit=limit, **others)
 
 
 @jobs.command("list")
@@ -392,19 +397,11 @@ def _result_filter(
 @click.option("--limit", type=click.IntRange(1), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="JSON lines (every column) instead")
 @pass_ctx
-def jobs_list(
-    ctx: _Context,
-    statuses: tuple[str, ...],
-    kind: str | None,
-    host: str | None,
-    since: str | None,
-    limit: int,
-    as_json: bool,
-) -> None:
+def jobs_list(ctx: _Context, limit: int, as_json: bool, **filters: Any) -> None:
     """The newest jobs matching the filters: a table, or JSON lines with --json. Matching
     nothing is an error (exit 1)."""
     with _one_line_errors(), database.wrapped_errors():
-        which = _result_filter(statuses, kind, host, since, limit)
+        which = _result_filter(limit=limit, **filters)
         rows = list(job_results.iter_results(ctx.client.engine, which))
     if not rows:
         _fail(f"no job matches ({which.describe()})", 1)
@@ -424,19 +421,11 @@ def results() -> None:
     "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="default: stdout"
 )
 @pass_ctx
-def results_export(
-    ctx: _Context,
-    statuses: tuple[str, ...],
-    kind: str | None,
-    host: str | None,
-    since: str | None,
-    fmt: str,
-    output: Path | None,
-) -> None:
+def results_export(ctx: _Context, fmt: str, output: Path | None, **filters: Any) -> None:
     """Every matching job, archived ones too, streamed as JSON lines or CSV (payload and result
     as JSON). A progress bar on a terminal. Matching nothing is an error (exit 1)."""
     with _one_line_errors(), database.wrapped_errors():
-        which = _result_filter(statuses, kind, host, since)
+        which = _result_filter(**filters)
         engine = ctx.client.engine
         with engine.connect() as conn:
             total = job_results.count_results(conn, which)
@@ -549,6 +538,11 @@ def hosts_remove(ctx: _Context, name: str) -> None:
     with _one_line_errors(), database.transaction(ctx.client.engine) as conn:
         store.remove_host(conn, name)
     click.echo(f"host {name} removed")
+
+
+# ---------------------------------------------------------------- profiles
+
+cli.add_command(profiles)
 
 
 # ---------------------------------------------------------------- dashboard

@@ -56,6 +56,9 @@ CONSUMER_JOB_COLUMNS = (
     "host",
     "attempts",
     "releases",
+    "blocks",
+    "blocked_on_host",
+    "error_class",
     "not_before",
     "last_error",
     "result",
@@ -65,6 +68,8 @@ CONSUMER_JOB_COLUMNS = (
     "finished_at",
     "heartbeat_at",
 )
+# What a consumer writes in its own host's profiles: the cool-down after a blocked job.
+CONSUMER_PROFILE_COLUMNS = ("state", "cooldown_until", "blocks")
 
 
 @dataclass(frozen=True)
@@ -183,6 +188,9 @@ def consumer_plan(
         f"GRANT SELECT ON {schema}.jobs TO {who}",
         f"GRANT UPDATE ({', '.join(CONSUMER_JOB_COLUMNS)}) ON {schema}.jobs TO {who}",
         f"GRANT INSERT ON {schema}.host_events TO {who}",
+        # Its own host's profiles only (row policies): read, and cooled down after a block.
+        f"GRANT SELECT, UPDATE ({', '.join(CONSUMER_PROFILE_COLUMNS)}) ON {schema}.profiles"
+        f" TO {who}",
     ]
 
 

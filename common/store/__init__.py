@@ -9,10 +9,11 @@ One module per table or actor, each with its named statements at the top:
 
     statuses       JobStatus, HostState, the table of allowed transitions, exhaustion rules
     records        the record types that go in and come out
-    submit         insert_jobs
+    submit         insert_jobs, pin_jobs_to_host
     assignment     the producer: lock pending jobs, assign them
     attempts       a consumer: claim, complete, fail, heartbeat
     releases       attempts and queued jobs handed back: release, recover, rescue, requeue
+    blocks         a blocked attempt handed back (bounded), its host remembered
     operator       cancel, retry, pause assignment
     hosts          registration, host states, an operator's host commands
     probes         what the producer's probes learn
@@ -22,6 +23,9 @@ One module per table or actor, each with its named statements at the top:
     retention      the move to jobs_archive
     roles          which database role has which duty (db_roles)
     events         the audit message and host_events rows
+    crawls         a crawl's start, and the children a completion spawns
+    profiles       persistent browser profiles: bound, cooled, reset, moved
+    rate_keys      rate limits: the budget's counts, pending reads within it, back-off state
 
 Every public name of those modules is importable from here (``store.insert_jobs``,
 ``from scrapefleet.common.store import NewJob``). The modules load on first use: importing
@@ -53,6 +57,10 @@ MODULES = (
     "retention",
     "roles",
     "events",
+    "profiles",
+    "crawls",
+    "rate_keys",
+    "blocks",
 )
 
 if TYPE_CHECKING:
@@ -60,8 +68,11 @@ if TYPE_CHECKING:
         ASSIGN_SQL,
         LOCK_PENDING_NO_BROWSER_SQL,
         LOCK_PENDING_SQL,
+        PENDING_COLUMNS,
+        READY_NOW,
         assign_jobs,
         lock_pending_jobs,
+        pending_jobs,
     )
     from scrapefleet.common.store.attempts import (
         CLAIM_SQL,
@@ -74,12 +85,19 @@ if TYPE_CHECKING:
         fail_attempt,
         heartbeat,
     )
+    from scrapefleet.common.store.blocks import BLOCKED_SQL, release_blocked
     from scrapefleet.common.store.browser_stack import (
         SET_STACK_COUNTER_SQL,
         begin_stack_lifetime,
         record_reboot_request,
         record_stack_failure,
         reset_restart_counter,
+    )
+    from scrapefleet.common.store.crawls import (
+        SPAWN_SQL,
+        START_CRAWL_SQL,
+        spawn_children,
+        start_crawl,
     )
     from scrapefleet.common.store.events import (
         INSERT_HOST_EVENT_SQL,
@@ -130,8 +148,36 @@ if TYPE_CHECKING:
     from scrapefleet.common.store.probes import (
         PROBE_FAILED_SQL,
         PROBE_SUCCEEDED_SQL,
+        PROBES_SUCCEEDED_SQL,
         record_probe_failure,
         record_probe_success,
+        record_probe_successes,
+    )
+    from scrapefleet.common.store.profiles import (
+        BIND_PROFILES_SQL,
+        COOL_AFTER_BLOCK_SQL,
+        ProfileBusy,
+        ProfileRow,
+        bind_profiles,
+        cool_profile,
+        cool_profile_after_block,
+        list_profiles,
+        move_profile,
+        profile_rows,
+        reset_profile,
+    )
+    from scrapefleet.common.store.rate_keys import (
+        RATE_IN_FLIGHT_SQL,
+        RATE_WINDOW_SQL,
+        THROTTLES_SQL,
+        TIGHT_KEYS_SQL,
+        TIGHT_KINDS_SQL,
+        in_flight_counts,
+        lock_pending_within_limits,
+        rate_slowdowns,
+        save_rate_keys,
+        throttles_since,
+        window_counts,
     )
     from scrapefleet.common.store.records import (
         Claim,
@@ -173,8 +219,10 @@ if TYPE_CHECKING:
     from scrapefleet.common.store.submit import (
         CREATE_STAGING_SQL,
         INSERT_FROM_STAGING_SQL,
+        PIN_TO_HOST_SQL,
         SUBMITTED_COLUMNS,
         insert_jobs,
+        pin_jobs_to_host,
     )
     from scrapefleet.common.store.webhooks import (
         DELIVERED_SQL,

@@ -6,35 +6,68 @@ hosts' jobs, hand jobs back: they are in releases.)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from scrapefleet.common.constants import CHANNEL_ASSIGNED
 from scrapefleet.common.store.records import PendingJob
-from scrapefleet.common.store.statuses import IN_FLIGHT, JobStatus, sql_list
+from scrapefleet.common.store.statuses import IN_FLIGHT, HostState, JobStatus, sql_list
 
 __all__ = [
     "ASSIGN_SQL",
     "LOCK_PENDING_NO_BROWSER_SQL",
     "LOCK_PENDING_SQL",
+    "PENDING_COLUMNS",
+    "READY_NOW",
     "assign_jobs",
     "lock_pending_jobs",
+    "pending_jobs",
 ]
 
 # The hot statement, named so that a test can EXPLAIN exactly what runs. Jobs whose lock key is
 # held by a queued or processing job are left out: they cannot be assigned now, and reading
 # them would let a large batch sharing one busy key fill the whole scan window and starve every
 # other pending job. The NOT EXISTS probes the unique partial index on in-flight lock keys.
-_PENDING = (
-    "SELECT id, lock_key, needs_browser FROM jobs"
-    f" WHERE status = '{JobStatus.PENDING}'{{browser}}"
+# The same for profiles: a job of a pool waits, unread, while every profile of its pool is held
+# by a job, cooling down, or bound to a host that is not active (producer.profile_rules
+# decides again, with the planner's clock).
+_PROFILE_FREE = (
+    " AND (profile_pool IS NULL OR EXISTS ("
+    "   SELECT 1 FROM unnest(jobs.profile_pool) AS pool(name)"
+    "   WHERE NOT EXISTS (SELECT 1 FROM jobs AS held WHERE held.profile = pool.name"
+    f"     AND held.status IN {sql_list(IN_FLIGHT)})"
+    "   AND NOT EXISTS (SELECT 1 FROM profiles AS pr"
+    "     LEFT JOIN hosts AS bound ON bound.name = pr.host WHERE pr.name = pool.name"
+    "     AND (pr.cooldown_until > now()"
+    f"      OR (pr.host IS NOT NULL AND bound.state IS DISTINCT FROM '{HostState.ACTIVE}')))))"
+)
+PENDING_COLUMNS = (
+    "id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile, blocked_on_host"
+)
+# What makes a pending job assignable now besides its status (common.store.rate_pending's
+# reads share it).
+READY_NOW = (
     " AND (not_before IS NULL OR not_before <= now())"
     "   AND (lock_key IS NULL OR NOT EXISTS ("
     "     SELECT 1 FROM jobs AS held WHERE held.lock_key = jobs.lock_key"
-    f"     AND held.status IN {sql_list(IN_FLIGHT)}))"
-    " ORDER BY priority DESC, id LIMIT :limit FOR UPDATE SKIP LOCKED"
+    f"     AND held.status IN {sql_list(IN_FLIGHT)}))" + _PROFILE_FREE
+)
+# Rate keys and kinds at their limit are left out the same way (empty arrays: none), and so are
+# those with a little budget left: common.store.rate_pending reads exactly that many of theirs,
+# so that no backlog on one key fills the batch.
+_RATE_SKIP = (
+    " AND (rate_key IS NULL OR rate_key <> ALL(CAST(:skip_keys AS text[])))"
+    " AND kind <> ALL(CAST(:skip_kinds AS text[]))"
+)
+_PENDING = (
+    f"SELECT {PENDING_COLUMNS} FROM jobs"
+    f" WHERE status = '{JobStatus.PENDING}'{{browser}}"
+    + READY_NOW
+    + _RATE_SKIP
+    + " ORDER BY priority DESC, id LIMIT :limit FOR UPDATE SKIP LOCKED"
 )
 LOCK_PENDING_SQL = sa.text(_PENDING.format(browser=""))
 # When no host can take a browser job now, browser jobs are left out by the statement itself,
@@ -48,16 +81,47 @@ ASSIGN_SQL = sa.text(
     f" WHERE jobs.id = a.id AND jobs.status = '{JobStatus.PENDING}'"
     " RETURNING jobs.id, jobs.host"
 )
-NOTIFY_HOST_SQL = sa.text("SELECT pg_notify(:channel, :host)")
+# One statement for every host that got work: a round trip per host was a third of a cycle's
+# assignment at a thousand hosts.
+NOTIFY_HOSTS_SQL = sa.text(
+    "SELECT pg_notify(:channel, h) FROM unnest(CAST(:hosts AS text[])) WITH ORDINALITY AS n(h, i)"
+    " ORDER BY i"
+)
 
 
-def lock_pending_jobs(conn: Connection, limit: int, *, browser_ok: bool = True) -> list[PendingJob]:
+def lock_pending_jobs(
+    conn: Connection,
+    limit: int,
+    *,
+    browser_ok: bool = True,
+    skip_keys: Sequence[str] = (),
+    skip_kinds: Sequence[str] = (),
+) -> list[PendingJob]:
     """The highest-priority, oldest pending jobs that may run now (not_before passed, lock key
     free), row-locked for this transaction; rows another transaction holds are skipped, not
-    waited for. ``browser_ok=False`` leaves browser jobs out (no host can take one now)."""
+    waited for. ``browser_ok=False`` leaves browser jobs out (no host can take one now);
+    ``skip_keys`` and ``skip_kinds`` leave out those rate keys and kinds."""
     statement = LOCK_PENDING_SQL if browser_ok else LOCK_PENDING_NO_BROWSER_SQL
-    rows = conn.execute(statement, {"limit": limit})
-    return [PendingJob(r.id, r.lock_key, r.needs_browser) for r in rows]
+    params = {"limit": limit, "skip_keys": list(skip_keys), "skip_kinds": list(skip_kinds)}
+    return pending_jobs(conn.execute(statement, params))
+
+
+def pending_jobs(rows: Iterable[sa.Row[Any]]) -> list[PendingJob]:
+    """PendingJob records of rows of PENDING_COLUMNS."""
+    return [
+        PendingJob(
+            r.id,
+            r.lock_key,
+            r.needs_browser,
+            tuple(r.profile_pool or ()),
+            r.profile,
+            priority=r.priority,
+            kind=r.kind,
+            rate_key=r.rate_key,
+            blocked_on_host=r.blocked_on_host,
+        )
+        for r in rows
+    ]
 
 
 def assign_jobs(conn: Connection, assignments: Sequence[tuple[int, str]]) -> list[tuple[int, str]]:
@@ -68,6 +132,7 @@ def assign_jobs(conn: Connection, assignments: Sequence[tuple[int, str]]) -> lis
         ASSIGN_SQL,
         {"ids": [a[0] for a in assignments], "hosts": [a[1] for a in assignments]},
     ).all()
-    for host in sorted({r.host for r in rows}):
-        conn.execute(NOTIFY_HOST_SQL, {"channel": CHANNEL_ASSIGNED, "host": host})
+    hosts = sorted({r.host for r in rows})
+    if hosts:
+        conn.execute(NOTIFY_HOSTS_SQL, {"channel": CHANNEL_ASSIGNED, "hosts": hosts})
     return [(r.id, r.host) for r in rows]

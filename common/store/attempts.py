@@ -9,7 +9,7 @@ freed slot at commit. (Releases and requeues, the attempts a host hands back, ar
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection
 
 from scrapefleet.common.constants import CHANNEL_FINISHED
 from scrapefleet.common.errors import NotFound
+from scrapefleet.common.store.crawls import spawn_children
 from scrapefleet.common.store.records import Claim, ClaimedJob, Heartbeat
 from scrapefleet.common.store.statuses import ATTEMPTS_EXHAUSTED_SQL, JobStatus
 
@@ -54,7 +55,7 @@ CLAIM_SQL = sa.text(
     "   started_at = now(), heartbeat_at = now()"
     " FROM picked WHERE jobs.id = picked.id"
     " RETURNING jobs.id, jobs.kind, jobs.payload, jobs.attempts, jobs.max_attempts,"
-    "   jobs.lock_key, jobs.needs_browser"
+    "   jobs.lock_key, jobs.needs_browser, jobs.profile"
 )
 # The host's browser budgets (jobs since the stack's restart and since boot) count the browser
 # jobs only: they drive restarts and reboots, and only browsers leak.
@@ -94,7 +95,7 @@ FAIL_ATTEMPT_SQL = sa.text(
     f"    status = CASE WHEN {_RETRIED} THEN '{_S.PENDING}' ELSE '{_S.FAILED}' END,"
     f"    host = CASE WHEN {_RETRIED} THEN NULL ELSE host END,"
     f"    not_before = CASE WHEN {_RETRIED} THEN CAST(:retry_at AS timestamptz) END,"
-    "    last_error = :error,"
+    "    last_error = :error, error_class = :error_class,"
     "    artifacts = coalesce(CAST(:artifacts AS jsonb), artifacts),"
     f"    finished_at = CASE WHEN {_RETRIED} THEN NULL ELSE now() END"
     f"  WHERE id = :id AND {_OURS}"
@@ -126,16 +127,33 @@ def claim_jobs(conn: Connection, host: str, limit: int, browser_limit: int | Non
     if counters is None:
         raise NotFound(f"host {host!r} is not registered")
     claimed = [
-        ClaimedJob(r.id, r.kind, r.payload, r.attempts, r.max_attempts, r.lock_key, r.needs_browser)
+        ClaimedJob(
+            r.id,
+            r.kind,
+            r.payload,
+            r.attempts,
+            r.max_attempts,
+            r.lock_key,
+            r.needs_browser,
+            profile=r.profile,
+        )
         for r in sorted(rows, key=lambda r: r.id)
     ]
     return Claim(claimed, counters.jobs_since_restart, counters.jobs_since_boot)
 
 
 def complete_job(
-    conn: Connection, host: str, job_id: int, attempt: int, result: dict[str, Any]
+    conn: Connection,
+    host: str,
+    job_id: int,
+    attempt: int,
+    result: dict[str, Any],
+    spawn: Sequence[Mapping[str, Any]] = (),
 ) -> bool:
-    """processing -> completed, only if this host still owns this attempt; NOTIFY the producer."""
+    """processing -> completed, only if this host still owns this attempt; NOTIFY the producer.
+    ``spawn``: children inserted with it (crawls.spawn_children), or not at all."""
+    if spawn:
+        spawn_children(conn, host, [(job_id, attempt, spawn)])
     params = {
         "id": job_id,
         "attempt": attempt,
@@ -147,12 +165,19 @@ def complete_job(
 
 
 def complete_jobs(
-    conn: Connection, host: str, completions: Sequence[tuple[int, int, dict[str, Any]]]
+    conn: Connection,
+    host: str,
+    completions: Sequence[tuple[int, int, dict[str, Any]]],
+    spawns: Mapping[int, Sequence[Mapping[str, Any]]] | None = None,
 ) -> list[int]:
     """complete_job for many (job id, attempt, result) at once: one statement, one NOTIFY.
-    Returns the ids that moved."""
+    ``spawns``: job id -> the children its completion inserts. Returns the ids that moved."""
     if not completions:
         return []
+    # Before the completion: spawn_children inserts only under a processing attempt of ours,
+    # and locks it, so the UPDATE below moves exactly the jobs whose children went in.
+    if spawns:
+        spawn_children(conn, host, [(i, a, spawns[i]) for i, a, _ in completions if spawns.get(i)])
     params = {
         "ids": [c[0] for c in completions],
         "attempts": [c[1] for c in completions],
@@ -172,16 +197,18 @@ def fail_attempt(
     *,
     retry_at: datetime | None,
     artifacts: dict[str, Any] | None = None,
+    error_class: str = "transient",
 ) -> str | None:
     """End a failed attempt: back to pending with ``not_before = retry_at``, or failed when
-    ``retry_at`` is None or the job is out of attempts. Returns the new status, or None if the
-    attempt was no longer ours."""
+    ``retry_at`` is None or the job is out of attempts. ``error_class`` (common.error_classes)
+    is kept on the job. Returns the new status, or None if the attempt was no longer ours."""
     params = {
         "id": job_id,
         "attempt": attempt,
         "host": host,
         "retry_at": retry_at,
         "error": error,
+        "error_class": error_class,
         "artifacts": json.dumps(artifacts) if artifacts is not None else None,
         "channel": CHANNEL_FINISHED,
     }

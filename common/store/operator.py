@@ -64,7 +64,7 @@ def retry_sources(include_cancelled: bool) -> tuple[JobStatus, ...]:
 
 def _retry_sql(statuses: tuple[JobStatus, ...]) -> sa.TextClause:
     return sa.text(
-        f"UPDATE jobs SET status = '{JobStatus.PENDING}', attempts = 0, host = NULL,"
+        f"UPDATE jobs SET status = '{JobStatus.PENDING}', attempts = 0, blocks = 0, host = NULL,"
         " not_before = NULL, queued_at = NULL, started_at = NULL, finished_at = NULL"
         f" WHERE status IN {sql_list(statuses)} AND {_FILTER}"
         " RETURNING id"

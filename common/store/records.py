@@ -37,6 +37,7 @@ class NewJob:
     callback_url: str | None = None  # POSTed when the job completes or fails for good
     # Only a host whose browser stack takes them runs it; None: from its kind's action.
     needs_browser: bool | None = None
+    rate_key: str | None = None  # its politeness limits' key (common.rate_limits)
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,12 @@ class PendingJob:
     id: int
     lock_key: str | None
     needs_browser: bool = False
+    profiles: tuple[str, ...] = ()  # the pool it may run under (common.profiles); () for none
+    last_profile: str | None = None  # the profile its last try ran under
+    blocked_on_host: str | None = None  # the host a site last blocked it on (store.blocks)
+    priority: int = 0
+    kind: str = ""
+    rate_key: str | None = None  # common.rate_limits
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,7 @@ class ClaimedJob:
     max_attempts: int
     lock_key: str | None
     needs_browser: bool = False
+    profile: str | None = None  # the persistent profile it runs in (common.profiles)
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,9 @@ def release_job(conn: Connection, host: str, job_id: int, attempt: int, reason: 
         "max_releases": MAX_RELEASES_PER_JOB,
         "reason": reason,
     }
-    return conn.execute(RELEASE_SQL, params).first() is not None
+    released = conn.execute(RELEASE_SQL, params).first() is not None
+    set_audit_message(conn, "")  # the next change in this transaction says its own
+    return released
 
 
 def recover_host_jobs(conn: Connection, host: str) -> list[int]:

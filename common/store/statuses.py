@@ -86,6 +86,7 @@ _RELEASED_TO = (_J.PENDING, _J.FAILED)  # a release ends failed once releases ar
 TRANSITIONS: tuple[Transition, ...] = (
     # -- jobs
     Transition(None, _J.PENDING, _A.SUBMITTER, "insert_jobs"),
+    Transition(_J.PENDING, _J.QUEUED, _A.SUBMITTER, "pin_jobs_to_host"),  # a canary, say
     Transition(_J.PENDING, _J.QUEUED, _A.PRODUCER, "assign_jobs"),
     Transition(_J.QUEUED, _J.PENDING, _A.PRODUCER, "requeue_from_unavailable_hosts"),
     *(Transition(_J.PROCESSING, t, _A.PRODUCER, "rescue_stale_processing") for t in _RELEASED_TO),
@@ -95,6 +96,7 @@ TRANSITIONS: tuple[Transition, ...] = (
     Transition(_J.PROCESSING, _J.PENDING, _A.CONSUMER, "fail_attempt"),  # retried later
     Transition(_J.PROCESSING, _J.FAILED, _A.CONSUMER, "fail_attempt"),
     *(Transition(_J.PROCESSING, t, _A.CONSUMER, "release_job") for t in _RELEASED_TO),
+    *(Transition(_J.PROCESSING, t, _A.CONSUMER, "release_blocked") for t in _RELEASED_TO),
     *(Transition(_J.PROCESSING, t, _A.CONSUMER, "recover_host_jobs") for t in _RELEASED_TO),
     Transition(_J.QUEUED, _J.PENDING, _A.CONSUMER, "requeue_host_queued"),
     Transition(_J.QUEUED, _J.PENDING, _A.CONSUMER, "record_reboot_request"),

@@ -15,15 +15,21 @@ from sqlalchemy.engine import Connection
 
 from scrapefleet.common import tables
 from scrapefleet.common.actions import get_action
+from scrapefleet.common.constants import CHANNEL_ASSIGNED
 from scrapefleet.common.errors import UnknownAction
+from scrapefleet.common.profiles import payload_profile_pool
+from scrapefleet.common.store.events import set_audit_message
+from scrapefleet.common.store.hosts import require_host
 from scrapefleet.common.store.records import InsertResult, NewJob
-from scrapefleet.common.store.statuses import UNFINISHED, sql_list
+from scrapefleet.common.store.statuses import UNFINISHED, JobStatus, sql_list
 
 __all__ = [
     "CREATE_STAGING_SQL",
     "INSERT_FROM_STAGING_SQL",
+    "PIN_TO_HOST_SQL",
     "SUBMITTED_COLUMNS",
     "insert_jobs",
+    "pin_jobs_to_host",
 ]
 
 PROGRESS_EVERY_ROWS = 1000
@@ -40,6 +46,8 @@ SUBMITTED_COLUMNS = (
     "lock_key",
     "callback_url",
     "needs_browser",
+    "profile_pool",
+    "rate_key",
 )
 _TYPES = {
     name: tables.jobs.c[name].type.compile(dialect=postgresql.dialect())
@@ -61,6 +69,13 @@ INSERT_FROM_STAGING_SQL = sa.text(
     " DO NOTHING RETURNING id"
 )
 DROP_STAGING_SQL = sa.text("DROP TABLE incoming_jobs")
+# A pinned job skips the planner: queued on its host at once, so only that host's consumer can
+# claim it (a deploy's canary proves that THIS host runs jobs, not that some host does).
+PIN_TO_HOST_SQL = sa.text(
+    f"UPDATE jobs SET status = '{JobStatus.QUEUED}', host = :host, queued_at = now()"
+    f" WHERE id = ANY(CAST(:ids AS bigint[])) AND status = '{JobStatus.PENDING}' RETURNING id"
+)
+NOTIFY_HOST_SQL = sa.text("SELECT pg_notify(:channel, :host)")
 
 
 def insert_jobs(
@@ -80,6 +95,7 @@ def insert_jobs(
     assert raw is not None
     with raw.cursor() as cur, cur.copy(COPY_STAGING) as copy:
         for seq, job in enumerate(jobs):
+            needs_browser = _needs_browser(job)  # only a browser job runs in a profile
             copy.write_row(
                 (
                     seq,
@@ -91,7 +107,9 @@ def insert_jobs(
                     job.dedupe_key,
                     job.lock_key,
                     job.callback_url,
-                    _needs_browser(job),
+                    needs_browser,
+                    payload_profile_pool(job.payload) if needs_browser else None,
+                    job.rate_key,  # None: the URL's host for the built-in actions (trigger)
                 )
             )
             if progress and seq % PROGRESS_EVERY_ROWS == PROGRESS_EVERY_ROWS - 1:
@@ -101,6 +119,17 @@ def insert_jobs(
     inserted = sorted(conn.execute(INSERT_FROM_STAGING_SQL).scalars())
     conn.execute(DROP_STAGING_SQL)
     return InsertResult(inserted, len(jobs) - len(inserted))
+
+
+def pin_jobs_to_host(conn: Connection, ids: Sequence[int], host: str) -> list[int]:
+    """Jobs just inserted (pending) -> queued on ``host``, which must exist, then NOTIFY it.
+    The producer never sees them pending: the caller's transaction commits both at once."""
+    require_host(conn, host)
+    set_audit_message(conn, f"pinned to host {host} at submit")
+    pinned = sorted(conn.execute(PIN_TO_HOST_SQL, {"ids": list(ids), "host": host}).scalars())
+    if pinned:
+        conn.execute(NOTIFY_HOST_SQL, {"channel": CHANNEL_ASSIGNED, "host": host})
+    return pinned
 
 
 def _needs_browser(job: NewJob) -> bool:

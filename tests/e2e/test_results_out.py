@@ -115,11 +115,43 @@ def test_list_shows_a_table_or_json_lines_and_says_when_nothing_matches(
     assert _one_error_line(nothing).startswith("no job matches (kind 'nosuch', since ")
 
 
+def test_list_and_export_filter_by_profile_crawl_and_error_class(
+    engine: Engine, database_url: str
+) -> None:
+    blocked, permanent = _finished(engine, "failed", "prices", [{}, {}])
+    crawled = _finished(engine, "completed", "prices", [{"page": 1}, {"page": 2}])
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE jobs SET error_class = CASE id WHEN :b THEN 'blocked' ELSE 'permanent' END,"
+                " profile = CASE id WHEN :b THEN 'acct-7' END WHERE id IN (:b, :p)"
+            ),
+            {"b": blocked, "p": permanent},
+        )
+        conn.execute(
+            sa.text("UPDATE jobs SET crawl_id = :root WHERE id = ANY(:ids)"),
+            {"root": crawled[0], "ids": crawled},
+        )
+
+    def listed(*args: str) -> list[int]:
+        answer = run_cli(["jobs", "list", "--json", *args], database_url)
+        assert answer.returncode == 0, answer.stderr
+        return sorted(json.loads(line)["id"] for line in answer.stdout.splitlines())
+
+    assert listed("--error-class", "blocked") == [blocked]
+    assert listed("--profile", "acct-7") == [blocked]
+    assert listed("--crawl", str(crawled[0])) == crawled
+    exported = run_cli(["results", "export", "--error-class", "permanent"], database_url)
+    assert [json.loads(line)["id"] for line in exported.stdout.splitlines()] == [permanent]
+    assert exported.stderr.strip() == "exported 1 job(s) (error class permanent)"
+
+
 @pytest.mark.parametrize(
     ("args", "named"),
     [
         (["--since", "yesterday"], "--since 'yesterday'"),
         (["--status", "done"], "status 'done' is not one of"),
+        (["--error-class", "flaky"], "error class 'flaky' is not one of"),
     ],
 )
 def test_bad_filters_are_one_line_naming_the_option(

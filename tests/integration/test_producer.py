@@ -11,7 +11,7 @@ import os
 import signal
 import subprocess
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -50,21 +50,6 @@ from tests.integration.producer_helpers import (
 from tests.waiting import scaled, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
-
-
-@pytest.fixture
-def make_producer(engine: Engine, database_url: str, tmp_path: Path) -> Iterator[Any]:
-    """Build producers on the test database; every one is stopped at the end."""
-    made: list[Producer] = []
-
-    def make(**overrides: Any) -> Producer:
-        producer = Producer(producer_settings(database_url, tmp_path, **overrides), engine)
-        made.append(producer)
-        return producer
-
-    yield make
-    for producer in made:
-        producer.stop()
 
 
 # ---------------------------------------------------------------- one cycle

@@ -1,4 +1,5 @@
-"""With 1,000,000 job rows, the producer's pending query and a consumer's claim stay index scans."""
+"""With 1,000,000 job rows, the producer's pending query (and its rate-limit reads) and a
+consumer's claim stay index scans."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def test_hot_queries_use_partial_indexes_at_one_million_rows(engine: Engine) -> 
         conn.execute(
             sa.text(
                 "INSERT INTO jobs (kind, status, host, priority, lock_key, finished_at,"
-                " needs_browser)"
+                " needs_browser, rate_key, started_at)"
                 " SELECT CASE WHEN n % 300 = 0 THEN 'fetch_page' ELSE 'noop' END,"
                 "  CASE WHEN n % 100 = 0 THEN 'pending' WHEN n % 1000 = 1 THEN 'queued'"
                 "       WHEN n % 1000 = 2 THEN 'processing' ELSE 'completed' END,"
@@ -34,7 +35,9 @@ def test_hot_queries_use_partial_indexes_at_one_million_rows(engine: Engine) -> 
                 "  n % 3,"
                 "  CASE WHEN n % 200 = 0 THEN 'account-' || (n % 997) END,"
                 "  CASE WHEN n % 100 > 2 THEN now() END,"
-                "  n % 300 = 0"
+                "  n % 300 = 0,"
+                "  'site-' || (n % 300) || '.test',"
+                "  CASE WHEN n % 100 <> 0 THEN now() - (n || ' seconds')::interval END"
                 " FROM generate_series(1, 1000000) AS n"
             )
         )
@@ -42,12 +45,28 @@ def test_hot_queries_use_partial_indexes_at_one_million_rows(engine: Engine) -> 
     with engine.connect() as conn:
         conn.execute(sa.text("ANALYZE jobs"))
         assert conn.execute(sa.text("SELECT count(*) FROM jobs")).scalar_one() == 1_000_000
-        pending = _plan(conn, store.LOCK_PENDING_SQL, limit=240)
-        no_browser = _plan(conn, store.LOCK_PENDING_NO_BROWSER_SQL, limit=240)
+        none: list[str] = []
+        pending = _plan(conn, store.LOCK_PENDING_SQL, limit=240, skip_keys=none, skip_kinds=none)
+        no_browser = _plan(
+            conn, store.LOCK_PENDING_NO_BROWSER_SQL, limit=240, skip_keys=none, skip_kinds=none
+        )
         claim = _plan(conn, store.CLAIM_SQL, host="h3", limit=6, browser_limit=6)
         in_flight = _plan(conn, queries.IN_FLIGHT_BY_HOST_SQL)
+        # Rate limits: a key or kind with a little budget left, read for it alone; the
+        # in-flight figures; the trailing minute's use.
+        key = ["site-7.test"]
+        tight_key = _plan(conn, store.TIGHT_KEYS_SQL, names=key, budgets=[2], skip=none)
+        tight_kind = _plan(conn, store.TIGHT_KINDS_SQL, names=["noop"], budgets=[2], skip=none)
+        rate_in_flight = _plan(conn, store.RATE_IN_FLIGHT_SQL)
+        rate_window = _plan(conn, store.RATE_WINDOW_SQL)
+        skipping = _plan(conn, store.LOCK_PENDING_SQL, limit=240, skip_keys=key, skip_kinds=none)
     assert "jobs_pending_idx" in pending and "Seq Scan" not in pending, pending
     assert "jobs_pending_no_browser_idx" in no_browser, no_browser
     assert "Seq Scan on jobs " not in no_browser, no_browser
     assert "jobs_in_flight_by_host_idx" in claim and "Seq Scan" not in claim, claim
     assert "jobs_in_flight_by_host_idx" in in_flight and "Seq Scan" not in in_flight, in_flight
+    assert "jobs_pending_by_rate_key_idx" in tight_key, tight_key
+    for plan in (tight_key, tight_kind, rate_in_flight, rate_window, skipping):
+        assert "Seq Scan on jobs " not in plan, plan
+    assert "jobs_started_at_idx" in rate_window, rate_window
+    assert "jobs_pending_idx" in skipping, skipping

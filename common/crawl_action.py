@@ -1,0 +1,190 @@
+"""The built-in ``crawl`` action: fetch one page over HTTP, return what it says, and spawn one
+``crawl`` job per link of the crawl's site not seen before.
+
+Its params are ``http_get``'s (proxy, headers, cookies, user agent, timeout) plus the crawl's
+rules, which every child carries on: ``site`` (the seed's host[:port]; set by ``scrapefleet
+crawl``, else the page's own), ``same_site``, ``include`` / ``exclude`` (regular expressions
+searched in the normalised link), ``fields`` (name -> regular expression searched in the page's
+HTML; the first group, else the whole match) and ``max_links`` (children per page).
+
+A status of 429 or 500 and above fails the attempt (it is retried, the server may recover);
+any other status completes the job with that status and, for an error page, no links, since
+a page that is gone is gone next time too. ``fail_on_status`` true fails every status >= 400.
+The child's payload ``url`` is the normalised link and its dedupe key, so the crawl fetches it
+once whatever spelling the links use (common.crawl_links).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from scrapefleet.common.actions import register
+from scrapefleet.common.browser_params import validate_web_url
+from scrapefleet.common.builtin_actions import HttpGetParams, fetch_page
+from scrapefleet.common.crawl_links import (
+    LinkRules,
+    compile_patterns,
+    extract_links,
+    normalise_url,
+    site_of,
+)
+from scrapefleet.common.errors import ScrapefleetError
+from scrapefleet.common.spawn import MAX_SPAWN_PER_ATTEMPT, Spawned
+
+CRAWL_KIND = "crawl"
+BROWSER_CRAWL_KIND = "crawl_browser"
+MAX_FIELDS = 20
+MAX_FIELD_CHARS = 1024  # a field's value is cut to this
+RETRY_STATUSES = frozenset({429})  # and every status >= 500
+HTML_TYPES = ("text/html", "application/xhtml+xml")
+
+
+class CrawlRules(BaseModel):
+    """What every page's job of a crawl carries on to its children."""
+
+    site: str | None = Field(default=None, description="host[:port] the crawl stays on")
+    same_site: bool = True
+    include: list[str] = Field(default_factory=list, description="regexes; one must match")
+    exclude: list[str] = Field(default_factory=list, description="regexes; none may match")
+    fields: dict[str, str] = Field(default_factory=dict, description="name -> regex")
+    max_links: int = Field(default=MAX_SPAWN_PER_ATTEMPT, ge=0, le=MAX_SPAWN_PER_ATTEMPT)
+
+    @field_validator("include", "exclude")
+    @classmethod
+    def _patterns(cls, value: list[str]) -> list[str]:
+        compile_patterns(value, "patterns")
+        return value
+
+    @field_validator("fields")
+    @classmethod
+    def _fields(cls, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > MAX_FIELDS:
+            raise ValueError(f"at most {MAX_FIELDS} fields")
+        for name, pattern in value.items():
+            compile_patterns([pattern], name)
+        return value
+
+    def page_url(self) -> str:
+        raise NotImplementedError  # the params model's url
+
+    def crawl_site(self) -> str:
+        url = self.page_url()
+        return self.site or site_of(normalise_url(url) or url)
+
+    def rules(self) -> LinkRules:
+        return LinkRules(
+            site=self.crawl_site() if self.same_site else None,
+            include=compile_patterns(self.include, "include"),
+            exclude=compile_patterns(self.exclude, "exclude"),
+        )
+
+
+class CrawlParams(HttpGetParams, CrawlRules):
+    fail_on_status: bool = False  # True: every status >= 400 fails, as with http_get
+
+    def page_url(self) -> str:
+        return self.url
+
+
+class BrowserCrawlParams(CrawlRules):
+    """A crawl's page loaded in the host's browser (its links after scripts ran)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str
+    wait_for: str | None = Field(default=None, min_length=1, description="CSS selector")
+    wait_timeout_s: float = Field(default=10.0, gt=0, le=300)
+
+    _url = field_validator("url")(validate_web_url)
+
+    def page_url(self) -> str:
+        return self.url
+
+
+def page_fields(html: str, fields: dict[str, str]) -> dict[str, str | None]:
+    """Each field's first match in the page: its first group if it has one, else all of it."""
+    found: dict[str, str | None] = {}
+    for name, pattern in fields.items():
+        match = re.search(pattern, html)
+        if match is None:
+            found[name] = None
+        else:
+            value = match.group(1) if match.re.groups else match.group(0)
+            found[name] = None if value is None else value[:MAX_FIELD_CHARS]
+    return found
+
+
+def child_jobs(params: CrawlRules, links: list[str], kind: str) -> list[dict[str, Any]]:
+    """One job per kept link, carrying the crawl's rules on."""
+    rules = params.rules()
+    carried = params.model_dump(exclude_defaults=True) | {"site": params.crawl_site()}
+    kept = [link for link in links if rules.keeps(link)][: params.max_links]
+    return [{"kind": kind, "payload": carried | {"url": link}, "dedupe_key": link} for link in kept]
+
+
+def crawled_page(
+    params: CrawlRules,
+    kind: str,
+    *,
+    final_url: str,
+    status: int | None,
+    title: str | None,
+    html: str,
+    **extra: Any,
+) -> Spawned:
+    """What a crawl job returns for a fetched page: its result, and one child per new link
+    (none from an error page)."""
+    links = extract_links(html, final_url) if html and (status or 200) < 400 else []
+    children = child_jobs(params, links, kind)
+    result = {
+        "url": params.page_url(),
+        "final_url": final_url,
+        "status": status,
+        "title": title,
+        "fields": page_fields(html, params.fields),
+        "links_found": len(links),
+        "links_followed": len(children),  # offered to the crawl; seen ones are dropped there
+        **extra,
+    }
+    return Spawned(result, children)
+
+
+def must_retry(status: int | None) -> bool:
+    """A status the server may answer differently soon: the attempt fails and is retried."""
+    return status is not None and (status in RETRY_STATUSES or status >= 500)
+
+
+@register(CRAWL_KIND, CrawlParams)
+def crawl(params: CrawlParams) -> Spawned:
+    from scrapefleet.common import http_client
+
+    fetched = fetch_page(params)
+    if must_retry(fetched.status):
+        raise http_client.HTTPStatusFailure(f"HTTP {fetched.status} from {params.url}")
+    content_type = fetched.headers.get("content-type")
+    html = ""
+    if fetched.decoded and (content_type is None or content_type.startswith(HTML_TYPES)):
+        html = fetched.body.decode(http_client.sniff_charset(fetched.body, content_type), "replace")
+    return crawled_page(
+        params,
+        CRAWL_KIND,
+        final_url=fetched.final_url,
+        status=fetched.status,
+        title=http_client.parse_title(fetched.body, content_type) if html else None,
+        html=html,
+        bytes=len(fetched.body),
+        truncated=fetched.truncated,
+    )
+
+
+def _runs_on_a_consumer(_driver: Any, _params: BaseModel) -> dict[str, Any]:
+    raise ScrapefleetError(
+        "crawl_browser runs in scrapefleet.consumer (import scrapefleet.consumer.crawl_browser)"
+    )
+
+
+# Declared here so that submit and spawn validate it; consumer.crawl_browser runs it.
+register(BROWSER_CRAWL_KIND, BrowserCrawlParams, needs_browser=True)(_runs_on_a_consumer)

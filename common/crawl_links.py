@@ -1,0 +1,110 @@
+"""A crawl's links: found in a page's HTML, normalised, and kept or not by the crawl's rules.
+
+Pure functions, no I/O. A link is normalised so that one page has one spelling, which is the
+crawl's dedupe key: scheme and host lower-case, the default port dropped, an empty path made
+``/``, the fragment dropped (the same page, scrolled). Path and query are kept as written:
+servers may tell their case apart. Only http(s) links are links here (mailto:, javascript:,
+data: and the like are not pages to fetch).
+
+A link is kept when it is on the crawl's site (the same host and port as the seed, by default),
+matches one of the ``include`` patterns (when there are any) and none of the ``exclude``
+patterns; patterns are Python regular expressions searched in the normalised URL.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from urllib.parse import urljoin, urlsplit, urlunsplit
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+LINK_TAGS = {"a": "href", "area": "href"}
+MAX_PATTERN_CHARS = 1000
+MAX_PATTERNS = 50
+
+
+def normalise_url(url: str, base: str | None = None) -> str | None:
+    """``url`` (resolved against ``base``) in its one spelling, or None when it is not an
+    http(s) URL with a host."""
+    url = url.strip()
+    try:
+        parts = urlsplit(urljoin(base, url) if base else url)
+        port = parts.port
+    except ValueError:  # a port that is no number, a bad IPv6 literal
+        return None
+    scheme = parts.scheme.lower()
+    host = parts.hostname  # already lower-case
+    if scheme not in DEFAULT_PORTS or not host:
+        return None
+    if ":" in host:  # an IPv6 literal keeps its brackets
+        host = f"[{host}]"
+    netloc = host if port in (None, DEFAULT_PORTS[scheme]) else f"{host}:{port}"
+    if parts.username is not None:
+        userinfo = parts.netloc.rpartition("@")[0]
+        netloc = f"{userinfo}@{netloc}"
+    return urlunsplit((scheme, netloc, parts.path or "/", parts.query, ""))
+
+
+def site_of(url: str) -> str:
+    """The site a normalised URL is on: its host, and its port unless the default."""
+    return urlsplit(url).netloc.rpartition("@")[2]
+
+
+def compile_patterns(patterns: Sequence[str], field: str) -> tuple[re.Pattern[str], ...]:
+    """The patterns compiled; ValueError names the field and the first bad pattern."""
+    if len(patterns) > MAX_PATTERNS:
+        raise ValueError(f"{field}: {len(patterns)} patterns, at most {MAX_PATTERNS}")
+    compiled = []
+    for index, pattern in enumerate(patterns):
+        if len(pattern) > MAX_PATTERN_CHARS:
+            raise ValueError(f"{field}[{index}]: longer than {MAX_PATTERN_CHARS} characters")
+        try:
+            compiled.append(re.compile(pattern))
+        except re.error as exc:
+            raise ValueError(f"{field}[{index}]: not a valid regular expression: {exc}") from None
+    return tuple(compiled)
+
+
+@dataclass(frozen=True)
+class LinkRules:
+    site: str | None  # None: any site
+    include: tuple[re.Pattern[str], ...] = ()
+    exclude: tuple[re.Pattern[str], ...] = ()
+
+    def keeps(self, url: str) -> bool:
+        if self.site is not None and site_of(url) != self.site:
+            return False
+        if self.include and not any(p.search(url) for p in self.include):
+            return False
+        return not any(p.search(url) for p in self.exclude)
+
+
+class _LinkParser(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.hrefs: list[str] = []
+        self.base: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "base" and self.base is None:
+            self.base = dict(attrs).get("href")
+        elif tag in LINK_TAGS:
+            href = dict(attrs).get(LINK_TAGS[tag])
+            if href:
+                self.hrefs.append(href)
+
+
+def extract_links(html: str, page_url: str) -> list[str]:
+    """The page's http(s) links, normalised, each once, in the order they first appear;
+    relative ones resolved against its <base href> or else its own URL."""
+    parser = _LinkParser()
+    parser.feed(html)
+    parser.close()
+    base = urljoin(page_url, parser.base) if parser.base else page_url
+    return unique(u for u in (normalise_url(h, base) for h in parser.hrefs) if u is not None)
+
+
+def unique(urls: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(urls))

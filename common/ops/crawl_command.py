@@ -1,0 +1,221 @@
+"""`scrapefleet crawl URL` starts a crawl; `scrapefleet crawls show ID` tells how far it got.
+
+    scrapefleet crawl https://example.org/ --depth 3 --include '/docs/' --max-pages 5000
+    scrapefleet crawls show 41 [--json]
+
+The crawl is a root ``crawl`` job (``crawl_browser`` with ``--browser``; common.crawl_action
+and consumer.crawl_browser) at depth 0 and a ``crawl_runs`` row
+with its bounds; every page's completion spawns the next pages (common.store.crawls). Bad
+input (a URL that is not http(s), a depth below 0, a pattern that is not a regular
+expression) is refused with the option named and nothing inserted.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+
+from scrapefleet.common.crawl_links import compile_patterns, normalise_url, site_of
+from scrapefleet.common.errors import (
+    DatabaseUnavailable,
+    NotFound,
+    ScrapefleetError,
+    SubmitError,
+)
+
+# common.crawl_action's kinds, without importing its pydantic models for `--help`.
+CRAWL_KIND = "crawl"
+BROWSER_CRAWL_KIND = "crawl_browser"
+DEFAULT_DEPTH = 3
+DEFAULT_MAX_PAGES = 10_000
+MAX_PAGES_LIMIT = 10_000_000
+
+
+@dataclass(frozen=True)
+class CrawlRequest:
+    url: str
+    depth: int = DEFAULT_DEPTH
+    max_pages: int = DEFAULT_MAX_PAGES
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    fields: dict[str, str] = field(default_factory=dict)
+    same_site: bool = True
+    priority: int = 0
+    browser: bool = False  # each page in a browser (crawl_browser), not over HTTP (crawl)
+
+    @property
+    def kind(self) -> str:
+        return BROWSER_CRAWL_KIND if self.browser else CRAWL_KIND
+
+    def seed(self) -> str:
+        """The start URL in its one spelling; SubmitError names the option."""
+        seed = normalise_url(self.url)
+        if seed is None:
+            raise SubmitError(f"url: {self.url!r} is not an http:// or https:// URL with a host")
+        return seed
+
+    def payload(self) -> dict[str, Any]:
+        """The root job's payload, every rule checked; SubmitError names the option."""
+        seed = self.seed()
+        if self.depth < 0:
+            raise SubmitError(f"--depth: {self.depth} is below 0")
+        if not 1 <= self.max_pages <= MAX_PAGES_LIMIT:
+            raise SubmitError(f"--max-pages: must be between 1 and {MAX_PAGES_LIMIT}")
+        try:
+            compile_patterns(self.include, "--include")
+            compile_patterns(self.exclude, "--exclude")
+            for name, pattern in self.fields.items():
+                compile_patterns([pattern], f"--field {name}")
+        except ValueError as exc:
+            raise SubmitError(str(exc)) from None
+        payload: dict[str, Any] = {"url": seed, "site": site_of(seed)}
+        if self.include:
+            payload["include"] = list(self.include)
+        if self.exclude:
+            payload["exclude"] = list(self.exclude)
+        if self.fields:
+            payload["fields"] = dict(self.fields)
+        if not self.same_site:
+            payload["same_site"] = False
+        return payload
+
+
+def start(conn: Any, request: CrawlRequest, *, max_attempts: int) -> int:
+    """Insert the crawl's root job and bounds (the caller's transaction); returns its id."""
+    from scrapefleet.common import store
+    from scrapefleet.common.actions import get_action
+
+    payload = request.payload()
+    action = get_action(request.kind)
+    action.validate(payload)  # the consumer will run exactly this
+    seed = payload["url"]
+    return store.start_crawl(
+        conn,
+        kind=request.kind,
+        payload=payload,
+        max_depth=request.depth,
+        max_jobs=request.max_pages,
+        seed=seed,
+        dedupe_key=seed,
+        priority=request.priority,
+        max_attempts=max_attempts,
+        needs_browser=action.needs_browser,
+    )
+
+
+CRAWL_SQL = "SELECT * FROM crawls WHERE crawl_id = :id"
+BY_DEPTH_SQL = (
+    "SELECT depth, status, count(*) AS jobs FROM ("
+    "  SELECT depth, status FROM jobs WHERE crawl_id = :id"
+    "  UNION ALL SELECT depth, status FROM jobs_archive WHERE crawl_id = :id) j"
+    " GROUP BY depth, status ORDER BY depth, status"
+)
+
+
+def read_crawl(conn: Any, crawl_id: int) -> dict[str, Any]:
+    """The crawls view's row, and jobs by depth and status; NotFound when there is none."""
+    import sqlalchemy as sa
+
+    row = conn.execute(sa.text(CRAWL_SQL), {"id": crawl_id}).mappings().one_or_none()
+    if row is None:
+        raise NotFound(f"no crawl {crawl_id}")
+    shown = dict(row)
+    by_depth: dict[int, dict[str, int]] = {}
+    for depth, status, jobs in conn.execute(sa.text(BY_DEPTH_SQL), {"id": crawl_id}):
+        by_depth.setdefault(depth, {})[status] = jobs
+    shown["by_depth"] = by_depth
+    return shown
+
+
+def render_crawl(crawl: dict[str, Any]) -> list[str]:
+    reached = "-" if crawl["depth_reached"] is None else crawl["depth_reached"]
+    lines = [
+        f"crawl {crawl['crawl_id']}: {crawl['seed'] or '(a job that spawned)'}",
+        f"  bounds: depth {crawl['max_depth']}, {crawl['max_jobs']:,} jobs",
+        f"  pages: {crawl['done']:,} done, {crawl['pending']:,} pending,"
+        f" {crawl['failed']:,} failed, {crawl['cancelled']:,} cancelled"
+        f" ({crawl['jobs']:,} job(s) in all)",
+        f"  depth reached: {reached}",
+    ]
+    for depth, counts in sorted(crawl["by_depth"].items()):
+        parts = ", ".join(f"{n:,} {status}" for status, n in sorted(counts.items()))
+        lines.append(f"    depth {depth}: {parts}")
+    return lines
+
+
+@contextmanager
+def _one_line_errors() -> Iterator[None]:
+    from scrapefleet.common.db import wrapped_errors
+
+    try:
+        with wrapped_errors():
+            yield
+    except ScrapefleetError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1 if isinstance(exc, DatabaseUnavailable | NotFound) else 2)
+
+
+@click.command("crawl")
+@click.argument("url")
+@click.option("--depth", type=int, default=DEFAULT_DEPTH, show_default=True, help="links deep")
+@click.option("--max-pages", type=int, default=DEFAULT_MAX_PAGES, show_default=True)
+@click.option("--include", multiple=True, metavar="REGEX", help="follow links matching one")
+@click.option("--exclude", multiple=True, metavar="REGEX", help="never links matching one")
+@click.option("--field", "fields", multiple=True, metavar="NAME=REGEX", help="keep from a page")
+@click.option("--any-site", is_flag=True, help="follow links to other sites too")
+@click.option("--browser", is_flag=True, help="load each page in a browser (after its scripts)")
+@click.option("--priority", type=click.IntRange(-1_000_000, 1_000_000), default=0)
+@click.pass_obj
+def crawl(
+    obj: Any,
+    url: str,
+    depth: int,
+    max_pages: int,
+    include: tuple[str, ...],
+    exclude: tuple[str, ...],
+    fields: tuple[str, ...],
+    any_site: bool,
+    browser: bool,
+    priority: int,
+) -> None:
+    """Start a crawl at URL: prints its id (see `scrapefleet crawls show ID`)."""
+    with _one_line_errors():
+        named: dict[str, str] = {}
+        for spec in fields:
+            name, sep, pattern = spec.partition("=")
+            if not sep or not name:
+                raise SubmitError(f"--field: {spec!r} is not NAME=REGEX")
+            named[name] = pattern
+        request = CrawlRequest(
+            url, depth, max_pages, include, exclude, named, not any_site, priority, browser
+        )
+        request.payload()  # refused before the database is even opened
+        with obj.client.engine.begin() as conn:
+            crawl_id = start(conn, request, max_attempts=obj.settings.max_attempts)
+    click.echo(crawl_id)
+
+
+@click.group("crawls")
+def crawls() -> None:
+    """How far the crawls got."""
+
+
+@crawls.command("show")
+@click.argument("crawl_id", type=int)
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@click.pass_obj
+def crawls_show(obj: Any, crawl_id: int, as_json: bool) -> None:
+    """Pages done / pending / failed, by depth, and the depth reached."""
+    with _one_line_errors(), obj.client.engine.connect() as conn:
+        shown = read_crawl(conn, crawl_id)
+    if as_json:
+        click.echo(json.dumps(shown, default=str))
+    else:
+        for line in render_crawl(shown):
+            click.echo(line)

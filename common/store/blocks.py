@@ -1,0 +1,80 @@
+"""A blocked attempt: the site refused this scraper (common.error_classes), not the job.
+
+Like a release (store.releases), the job goes back to pending and the attempt is given back;
+its own count, ``blocks``, is bounded instead: the attempt that reaches ``max_blocks`` ends the
+job failed, class ``blocked``. The host it was blocked on is kept in ``blocked_on_host`` so the
+producer can prefer another host next time, and the job's profile (if any) cools down in the
+same transaction (store.profiles).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from scrapefleet.common.constants import CHANNEL_FINISHED
+from scrapefleet.common.error_classes import ErrorClass
+from scrapefleet.common.store.events import set_audit_message
+from scrapefleet.common.store.profiles import cool_profile_after_block
+from scrapefleet.common.store.statuses import JobStatus
+
+__all__ = ["BLOCKED_SQL", "release_blocked"]
+
+REASON_MAX_CHARS = 500  # of the audit message: a page's words are not ours to store whole
+
+_OUT = "blocks + 1 >= :max_blocks"  # this block is the last one allowed
+BLOCKED_SQL = sa.text(
+    "WITH ended AS ("
+    "  UPDATE jobs SET"
+    f"    status = CASE WHEN {_OUT} THEN '{JobStatus.FAILED}' ELSE '{JobStatus.PENDING}' END,"
+    f"    host = CASE WHEN {_OUT} THEN host END,"
+    f"    finished_at = CASE WHEN {_OUT} THEN now() END,"
+    "    last_error = CASE WHEN " + _OUT + " THEN :error || ' (blocked ' || (blocks + 1)"
+    "      || ' times)' ELSE :error END,"
+    "    artifacts = coalesce(CAST(:artifacts AS jsonb), artifacts),"
+    f"    error_class = '{ErrorClass.BLOCKED}', blocked_on_host = :host,"
+    "    attempts = greatest(attempts - 1, 0), blocks = blocks + 1,"
+    "    not_before = NULL, started_at = NULL, queued_at = NULL"
+    f"  WHERE id = :id AND status = '{JobStatus.PROCESSING}' AND attempts = :attempt"
+    "    AND host = :host"
+    "  RETURNING status)"
+    " SELECT status, pg_notify(:channel, :host) FROM ended"
+)
+
+
+def release_blocked(
+    conn: Connection,
+    host: str,
+    job_id: int,
+    attempt: int,
+    reason: str,
+    *,
+    max_blocks: int,
+    profile_cooldown_s: float,
+    error: str | None = None,
+    artifacts: dict[str, Any] | None = None,
+) -> str | None:
+    """processing -> pending, the attempt given back, ``blocks`` + 1 and the host remembered;
+    failed once the job was blocked ``max_blocks`` times. ``error`` (the traceback; else the
+    reason) becomes ``last_error``. The job's profile cools down for ``profile_cooldown_s``.
+    Returns the new status, or None if the attempt was no longer ours."""
+    reason = reason[:REASON_MAX_CHARS]
+    set_audit_message(conn, f"blocked: {reason}")
+    params = {
+        "id": job_id,
+        "attempt": attempt,
+        "host": host,
+        "max_blocks": max_blocks,
+        "error": error or f"Blocked: {reason}",
+        "artifacts": json.dumps(artifacts) if artifacts is not None else None,
+        "channel": CHANNEL_FINISHED,
+    }
+    status = conn.execute(BLOCKED_SQL, params).scalar()
+    set_audit_message(conn, "")  # the next change in this transaction says its own
+    if status is None:
+        return None
+    cool_profile_after_block(conn, job_id, profile_cooldown_s)
+    return str(status)

@@ -1,0 +1,179 @@
+"""How many more jobs each rate key and kind may get now: a pure function of the settings' limits,
+the database's counts and the keys' back-off, with an injected ``now``.
+
+The producer builds a RateBudget each cycle. ``skips()`` tells the pending read what to leave
+out (keys and kinds at their limit) and what to read on its own for exactly its budget (those
+with a little left), so that a backlog on one key neither fills the read nor starves the
+others; the planner then asks ``admission(pending)`` job by job, and every job it places uses
+one unit of its key's and its kind's budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from scrapefleet.common.constants import RATE_TIGHT_MAX
+from scrapefleet.common.rate_limits import (
+    NO_SLOWDOWN,
+    PendingSkips,
+    RateCount,
+    RateLimit,
+    Slowdown,
+)
+from scrapefleet.common.settings import Settings
+
+
+class RatedJob(Protocol):
+    @property
+    def id(self) -> int: ...
+    @property
+    def rate_key(self) -> str | None: ...
+    @property
+    def kind(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class RateRules:
+    """The configured limits: per named key, for every other key, per kind."""
+
+    keys: Mapping[str, RateLimit] = field(default_factory=dict)
+    default: RateLimit | None = None
+    kinds: Mapping[str, RateLimit] = field(default_factory=dict)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RateRules:
+        return cls(settings.rate_limits, settings.rate_limit_default, settings.kind_limits)
+
+    @property
+    def any(self) -> bool:
+        return bool(self.keys or self.default or self.kinds)
+
+    @property
+    def counts_starts(self) -> bool:
+        """Whether any limit is per minute (the counts then need the trailing minute's starts)."""
+        limits = [*self.keys.values(), *self.kinds.values(), self.default]
+        return any(limit is not None and limit.per_minute is not None for limit in limits)
+
+    def for_key(self, key: str) -> RateLimit | None:
+        return self.keys.get(key, self.default)
+
+
+@dataclass
+class _Used:
+    in_flight: int = 0
+    window: int = 0
+
+
+def _left(limit: RateLimit, used: _Used) -> int:
+    room = []
+    if limit.concurrency is not None:
+        room.append(limit.concurrency - used.in_flight)
+    if limit.per_minute is not None:
+        room.append(limit.per_minute - used.window)
+    return max(0, min(room))
+
+
+def _tightest(budgets: Mapping[str, int], free_slots: int) -> dict[str, int]:
+    tight = sorted((n, name) for name, n in budgets.items() if 0 < n < free_slots)
+    return {name: n for n, name in tight[:RATE_TIGHT_MAX]}
+
+
+class RateBudget:
+    def __init__(
+        self,
+        rules: RateRules,
+        counts: Sequence[RateCount],
+        slowdowns: Mapping[str, Slowdown],
+        now: datetime,
+    ) -> None:
+        by_key: dict[str, _Used] = {}
+        by_kind: dict[str, _Used] = {}
+        for count in counts:
+            targets = [by_kind.setdefault(count.kind, _Used())]
+            if count.rate_key is not None:
+                targets.append(by_key.setdefault(count.rate_key, _Used()))
+            for used in targets:
+                used.in_flight += count.in_flight
+                used.window += count.window
+        self._rules = rules
+        self._slowdowns = slowdowns
+        self._now = now
+        # Budgets of every key and kind that has one, as jobs are placed; a key never seen
+        # (no count, no rule by name) gets the default's whole budget on first use.
+        self._key_left: dict[str, int | None] = {}
+        self._kind_left: dict[str, int | None] = {}
+        self._by_key = by_key
+        self.taken: list[tuple[str | None, str]] = []  # (key, kind) of every job placed
+        for key in {*rules.keys, *by_key, *slowdowns}:
+            self._key_left[key] = self._key_budget(key)
+        for kind in rules.kinds:
+            self._kind_left[kind] = _left(rules.kinds[kind], by_kind.get(kind, _Used()))
+
+    def _key_budget(self, key: str) -> int | None:
+        slowdown = self._slowdowns.get(key, NO_SLOWDOWN)
+        if slowdown.paused(self._now):
+            return 0
+        limit = self._rules.for_key(key)
+        if limit is None:
+            return None
+        return _left(limit.scaled(slowdown.factor), self._by_key.get(key, _Used()))
+
+    def key_left(self, key: str | None) -> int | None:
+        """How many more jobs ``key`` may get now; None: no limit."""
+        if key is None:
+            return None
+        if key not in self._key_left:
+            self._key_left[key] = self._key_budget(key)
+        return self._key_left[key]
+
+    def kind_left(self, kind: str) -> int | None:
+        return self._kind_left.get(kind)
+
+    def skips(self, free_slots: int) -> PendingSkips:
+        """Keys and kinds at their limit, and those with less budget left than there are free
+        slots (read on their own for that many): a key that may fill every free slot cannot
+        hold up the others, so it stays in the main read. At most RATE_TIGHT_MAX of each, the
+        smallest budgets first; any beyond are left to the planner alone."""
+        keys = {k: n for k, n in self._key_left.items() if n is not None}
+        kinds = {k: n for k, n in self._kind_left.items() if n is not None}
+        return PendingSkips(
+            saturated_keys=tuple(sorted(k for k, n in keys.items() if n == 0)),
+            tight_keys=_tightest(keys, free_slots),
+            saturated_kinds=tuple(sorted(k for k, n in kinds.items() if n == 0)),
+            tight_kinds=_tightest(kinds, free_slots),
+        )
+
+    def admits(self, job: RatedJob) -> bool:
+        return self.key_left(job.rate_key) != 0 and self.kind_left(job.kind) != 0
+
+    def take(self, job: RatedJob) -> None:
+        """``job`` was placed: one unit of its key's and its kind's budget is used."""
+        self.taken.append((job.rate_key, job.kind))
+        key_left = self.key_left(job.rate_key)
+        if job.rate_key is not None and key_left is not None:
+            self._key_left[job.rate_key] = key_left - 1
+        kind_left = self.kind_left(job.kind)
+        if kind_left is not None:
+            self._kind_left[job.kind] = kind_left - 1
+
+    def admission(self, pending: Sequence[RatedJob]) -> JobAdmission:
+        """This budget as the planner asks it: by job id."""
+        return JobAdmission(self, {job.id: job for job in pending})
+
+
+class JobAdmission:
+    def __init__(self, budget: RateBudget, jobs: Mapping[int, RatedJob]) -> None:
+        self._budget = budget
+        self._jobs = jobs
+
+    def admits(self, job_id: int) -> bool:
+        job = self._jobs.get(job_id)
+        return job is None or self._budget.admits(job)
+
+    def take(self, job_id: int) -> None:
+        job = self._jobs.get(job_id)
+        if job is not None:
+            self._budget.take(job)

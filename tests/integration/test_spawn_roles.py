@@ -1,0 +1,78 @@
+"""Spawning under a consumer's own database role: its role may not INSERT a job, yet the
+children of its own attempt go in with the completion (spawn_children, SECURITY DEFINER); it
+cannot spawn under another host's job, nor under an attempt no longer in processing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from scrapefleet.common import store
+from tests.integration.test_db_roles import (  # noqa: F401  (fixtures)
+    OTHER,
+    OWN,
+    admin,
+    fleet,
+    own,
+    queue,
+    refused,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+
+CHILDREN = [
+    {"kind": "noop", "payload": {}, "needs_browser": False, "dedupe_key": "a"},
+    {"kind": "noop", "payload": {}, "needs_browser": False, "dedupe_key": "b"},
+]
+
+
+@pytest.fixture
+def clean(admin: Engine) -> Engine:  # noqa: F811
+    with admin.begin() as conn:
+        conn.execute(sa.text("TRUNCATE crawl_runs, crawl_seen"))
+    return admin
+
+
+def _children_of(engine: Engine, parent: int) -> list[Any]:
+    with engine.connect() as conn:
+        return conn.execute(
+            sa.text("SELECT depth, crawl_id, host FROM jobs WHERE parent_id = :p ORDER BY id"),
+            {"p": parent},
+        ).all()
+
+
+def test_a_consumer_spawns_with_its_own_completion(clean: Engine, own: Engine) -> None:  # noqa: F811
+    (job,) = queue(clean, OWN)
+    with own.begin() as conn:
+        store.claim_jobs(conn, OWN, 1)
+        assert store.complete_jobs(conn, OWN, [(job, 1, {})], {job: CHILDREN}) == [job]
+    assert [tuple(r) for r in _children_of(clean, job)] == [(1, job, None), (1, job, None)]
+    # Still no INSERT of its own.
+    assert "permission denied" in refused(own, "INSERT INTO jobs (kind) VALUES ('noop')")
+    assert "permission denied" in refused(own, "INSERT INTO crawl_seen VALUES (1, 'x')")
+
+
+def test_a_consumer_cannot_spawn_under_another_hosts_job(clean: Engine, own: Engine) -> None:  # noqa: F811
+    (theirs,) = queue(clean, OTHER)
+    with clean.begin() as conn:
+        store.claim_jobs(conn, OTHER, 1)  # processing on OTHER, attempt 1
+    with own.begin() as conn:
+        # Naming the other host changes nothing: the function asks db_roles who is calling.
+        assert store.spawn_children(conn, OTHER, [(theirs, 1, CHILDREN)]) == {}
+        assert store.spawn_children(conn, OWN, [(theirs, 1, CHILDREN)]) == {}
+    assert _children_of(clean, theirs) == []
+
+
+def test_no_spawn_under_an_attempt_that_is_not_processing(clean: Engine, own: Engine) -> None:  # noqa: F811
+    (job,) = queue(clean, OWN)  # queued, not yet claimed
+    with own.begin() as conn:
+        assert store.spawn_children(conn, OWN, [(job, 0, CHILDREN)]) == {}
+        store.claim_jobs(conn, OWN, 1)
+        assert store.spawn_children(conn, OWN, [(job, 2, CHILDREN)]) == {}  # not this attempt
+        assert store.complete_job(conn, OWN, job, 1, {})
+    with own.begin() as conn:  # completed: too late to add any
+        assert store.spawn_children(conn, OWN, [(job, 1, CHILDREN)]) == {}
+    assert _children_of(clean, job) == []

@@ -1,0 +1,83 @@
+"""common.crawl_links: one spelling per page, the links of a page, the crawl's rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from scrapefleet.common.crawl_links import (
+    LinkRules,
+    compile_patterns,
+    extract_links,
+    normalise_url,
+    site_of,
+)
+
+pytestmark = pytest.mark.timeout(10)
+
+
+@pytest.mark.parametrize(
+    ("raw", "normal"),
+    [
+        ("HTTP://Example.ORG/a/B?q=1#top", "http://example.org/a/B?q=1"),
+        ("http://example.org:80/x", "http://example.org/x"),
+        ("https://example.org:443", "https://example.org/"),
+        ("https://example.org:8443/x#", "https://example.org:8443/x"),
+        ("http://[::1]:8080/p", "http://[::1]:8080/p"),
+        ("http://user:pw@Example.org/p", "http://user:pw@example.org/p"),
+        ("  http://example.org/sp  ", "http://example.org/sp"),
+    ],
+)
+def test_one_spelling_per_page(raw: str, normal: str) -> None:
+    assert normalise_url(raw) == normal
+
+
+@pytest.mark.parametrize(
+    "raw", ["mailto:a@example.org", "javascript:void(0)", "ftp://example.org/", "http://", "x:y"]
+)
+def test_what_is_not_a_page_has_no_spelling(raw: str) -> None:
+    assert normalise_url(raw) is None
+
+
+def test_a_bad_port_is_not_a_page() -> None:
+    assert normalise_url("http://example.org:http/") is None
+
+
+def test_links_resolved_deduplicated_in_order() -> None:
+    html = """<html><head><title>t</title></head><body>
+      <a href="b.html#one">B</a> <a href="/C">C</a> <a href="B.html">other case path</a>
+      <a href="HTTP://SITE.test/b.html#two">B again</a> <a>no href</a> <a href="">empty</a>
+      <area href="area.html"> <a href="mailto:x@y">mail</a> <a href="https://other.test/">out</a>
+      <link href="style.css">
+    </body></html>"""
+    assert extract_links(html, "http://site.test/dir/page.html") == [
+        "http://site.test/dir/b.html",
+        "http://site.test/C",
+        "http://site.test/dir/B.html",
+        "http://site.test/b.html",
+        "http://site.test/dir/area.html",
+        "https://other.test/",
+    ]
+
+
+def test_base_href_wins_over_the_page_url() -> None:
+    html = '<base href="/root/"><a href="x">x</a>'
+    assert extract_links(html, "http://site.test/a/b") == ["http://site.test/root/x"]
+
+
+def test_rules_same_site_include_exclude() -> None:
+    rules = LinkRules(
+        site="site.test:8080",
+        include=compile_patterns([r"/docs/", r"/blog/"], "include"),
+        exclude=compile_patterns([r"\.pdf$"], "exclude"),
+    )
+    assert rules.keeps("http://site.test:8080/docs/a")
+    assert not rules.keeps("http://site.test/docs/a")  # another port is another site
+    assert not rules.keeps("http://site.test:8080/shop/a")
+    assert not rules.keeps("http://site.test:8080/docs/a.pdf")
+    assert LinkRules(site=None).keeps("https://anywhere.test/")
+    assert site_of("http://u:p@site.test:8080/x") == "site.test:8080"
+
+
+def test_a_bad_pattern_is_named() -> None:
+    with pytest.raises(ValueError, match=r"include\[1\]: not a valid regular expression"):
+        compile_patterns(["ok", "(unclosed"], "include")
