@@ -17,7 +17,8 @@ from typing import Any
 from scrapefleet.common import queries, store
 from scrapefleet.common.actions import load_user_actions
 from scrapefleet.common.db import make_engine, transaction, wrapped_errors
-from scrapefleet.common.errors import JobFailed, SettingsError
+from scrapefleet.common.errors import JobFailed, SettingsError, SubmitError
+from scrapefleet.common.profiles import payload_profile_pool
 from scrapefleet.common.results import ResultFilter, iter_results, results_of
 from scrapefleet.common.settings import Settings, load_settings
 from scrapefleet.common.store import InsertResult, NewJob
@@ -26,6 +27,22 @@ from scrapefleet.common.submit_file import validate_job
 
 # FINISHED: the statuses wait() ends on (the tools use it too).
 __all__ = ["FINISHED", "Client", "JobFailed", "ResultFilter"]
+
+
+def refuse_unpinnable(jobs: Sequence[NewJob]) -> None:
+    """A pinned job skips the planner, so it must not need what only the planner guarantees:
+    one job per lock key, one job per browser profile at a time on the profile's own host."""
+    for number, job in enumerate(jobs, 1):
+        if job.lock_key is not None:
+            reason = f"lock_key {job.lock_key!r}"
+        elif payload_profile_pool(job.payload):
+            reason = "a browser profile"
+        else:
+            continue
+        raise SubmitError(
+            f"job {number}: a job pinned to a host cannot have {reason} (the producer's planner"
+            " enforces those); submit it without --host"
+        )
 
 
 class Client:
@@ -88,6 +105,8 @@ class Client:
     ) -> InsertResult:
         """Insert already-validated jobs in one transaction: all of them or none. ``host``:
         queued on that host at once, for its consumer only (NotFound if there is none)."""
+        if host is not None:
+            refuse_unpinnable(jobs)
         with transaction(self.engine) as conn:
             result = store.insert_jobs(
                 conn, jobs, default_max_attempts=self.settings.max_attempts, progress=progress

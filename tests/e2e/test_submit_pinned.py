@@ -50,3 +50,27 @@ def test_a_pin_to_an_unknown_host_is_one_line_and_inserts_nothing(
     assert done.stderr.strip().splitlines()[-1] == "error: no host named 'nosuch'", done.stderr
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM jobs")).scalar_one() == 0
+
+
+@pytest.mark.parametrize(
+    ("line", "named"),
+    [
+        ('{"kind": "noop", "lock_key": "acct-1"}', "lock_key 'acct-1'"),
+        (
+            '{"kind": "fetch_page", "payload": {"url": "http://127.0.0.1:9/",'
+            ' "browser": {"profile": "acct-7"}}}',
+            "a browser profile",
+        ),
+    ],
+)
+def test_a_pin_refuses_what_only_the_planner_guarantees(
+    engine: Engine, database_url: str, line: str, named: str
+) -> None:
+    with engine.begin() as conn:
+        store.add_host(conn, HostSpec(name="h1", capacity=6))
+    done = run_cli(["submit", "--host", "h1", "-"], database_url, stdin=CANARY + line + "\n")
+    assert done.returncode == 2
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: job 2: a job pinned to a host cannot have") and named in last
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM jobs")).scalar_one() == 0
