@@ -116,3 +116,23 @@ def test_times_read_as_ages_with_the_absolute_time_on_hover(
     page = client.get("/jobs?kind=noop").get_data(as_text=True)
     stamp = created.strftime("%Y-%m-%d %H:%M:%S")
     assert f'title="{stamp}' in page and ">7 min ago</time>" in page
+
+
+def test_job_search_filters_by_error_class_and_shows_it(engine: Engine, database_url: str) -> None:
+    with engine.begin() as conn:
+        blocked, permanent = store.insert_jobs(
+            conn, [NewJob("noop")] * 2, default_max_attempts=3
+        ).ids
+        conn.execute(
+            sa.text(
+                "UPDATE jobs SET status = 'failed', error_class = CASE id WHEN :b THEN 'blocked'"
+                " ELSE 'permanent' END WHERE id IN (:b, :p)"
+            ),
+            {"b": blocked, "p": permanent},
+        )
+    client = _dashboard(engine, database_url)
+    page = client.get("/jobs?error_class=blocked").get_data(as_text=True)  # type: ignore[attr-defined]
+    assert "1 matching job(s)" in page and f'href="/jobs/{blocked}"' in page
+    assert f'href="/jobs/{permanent}"' not in page and "<td>blocked</td>" in page
+    bad = client.get("/jobs?error_class=flaky")  # type: ignore[attr-defined]
+    assert bad.status_code == 400 and "error class must be one of" in bad.get_data(as_text=True)

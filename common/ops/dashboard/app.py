@@ -32,6 +32,7 @@ from scrapefleet.common import queries
 from scrapefleet.common.clock import utcnow
 from scrapefleet.common.constants import DASHBOARD_PAGE_ROWS
 from scrapefleet.common.db import describe, wrapped_errors
+from scrapefleet.common.error_classes import ERROR_CLASSES
 from scrapefleet.common.errors import DatabaseUnavailable, NotFound, SettingsError
 from scrapefleet.common.ops.dashboard import charts, reads
 from scrapefleet.common.ops.dashboard.ages import relative_age
@@ -95,6 +96,7 @@ def create_app(settings: Settings, engine: Engine, clock: Callable[[], datetime]
             "controls_enabled": settings.dashboard_token is not None,
             "token_remembered": bool(session.get(UNLOCKED)),
             "statuses": JOB_STATUSES,
+            "error_classes": ERROR_CLASSES,
             "artifact_link": lambda stored: relative_artifact(settings.artifacts_dir, stored),
         }
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from scrapefleet.common.error_classes import ERROR_CLASSES
 from scrapefleet.common.errors import SubmitError
 from scrapefleet.common.ops.dashboard.reads import JobSearch
 from scrapefleet.common.ops.results_out import parse_since
@@ -39,12 +40,17 @@ def _text_field(name: str, value: str | None) -> str | None:
 
 
 def parse_search(args: Mapping[str, str]) -> JobSearch:
-    """The search form's fields: id, kind, status, host, since (2h, 7d or a time), and the
-    page (``before``: the last id of the page before); all optional."""
+    """The search form's fields: id, kind, status, host, error_class, since (2h, 7d or a
+    time), and the page (``before``: the last id of the page before); all optional."""
     raw_id = (args.get("id") or "").strip()
     status = _text_field("status", args.get("status"))
     if status is not None and status not in JOB_STATUSES:
         raise BadInput(f"status must be one of {', '.join(JOB_STATUSES)}, not {status!r}")
+    error_class = _text_field("error_class", args.get("error_class"))
+    if error_class is not None and error_class not in ERROR_CLASSES:
+        raise BadInput(
+            f"error class must be one of {', '.join(ERROR_CLASSES)}, not {error_class!r}"
+        )
     raw_since = _text_field("since", args.get("since"))
     raw_before = (args.get("before") or "").strip()
     try:
@@ -56,6 +62,7 @@ def parse_search(args: Mapping[str, str]) -> JobSearch:
         kind=_text_field("kind", args.get("kind")),
         status=status,
         host=_text_field("host", args.get("host")),
+        error_class=error_class,
         since=since,
         before=parse_job_id(raw_before) if raw_before else None,
     )

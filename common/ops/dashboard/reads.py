@@ -18,6 +18,7 @@ class JobSearch:
     kind: str | None = None
     status: str | None = None
     host: str | None = None
+    error_class: str | None = None  # of the job's last failed attempt
     since: datetime | None = None  # finished (or, unfinished, created) at or after
     before: int | None = None  # the page: jobs with a smaller id (newest first)
 
@@ -70,6 +71,7 @@ def _search_filter(search: JobSearch) -> tuple[str, dict[str, Any]]:
         ("kind", search.kind),
         ("status", search.status),
         ("host", search.host),
+        ("error_class", search.error_class),
     ):
         if value is not None:
             where.append(f"{column} = :{column}")
@@ -90,7 +92,7 @@ def search_jobs(conn: Connection, search: JobSearch, limit: int) -> list[dict[st
     rows = conn.execute(
         sa.text(
             "SELECT id, kind, status, host, attempts, max_attempts, priority, created_at,"
-            " finished_at, (regexp_match(last_error, '([^\\n]+)\\s*$'))[1] AS error"
+            " finished_at, error_class, (regexp_match(last_error, '([^\\n]+)\\s*$'))[1] AS error"
             f" FROM jobs {clause} ORDER BY id DESC LIMIT :limit"
         ),
         {**params, "limit": limit},
