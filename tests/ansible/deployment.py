@@ -7,11 +7,13 @@ under the host's own directory, service users are named per run, and the databas
 throwaway PostgreSQL cluster (pg_createcluster by the role itself) listening on h1's address.
 
 Installing the package: the wheel of this checkout is built once per session (--no-deps,
---no-index: offline, a few seconds) and every host's virtualenv gets it and its
-dependencies from build/wheelhouse with --no-index. That runs the role's real pip task (a fresh
-venv per host, as in production) with no registry traffic, ~10 s per host in parallel. A venv
-sharing .venv's packages would be faster but would not test that the package's dependencies
-install, which is what a real host needs.
+--no-index: offline, a few seconds); the roles copy it and a wheelhouse archive (build/wheelhouse
+without pgserver, which no host needs) to every host and install offline (pip --no-index), as in
+production: the namespaces have no route out, so a registry could not be reached anyway.
+
+Services: systemd is not PID 1 here, so the roles manage the units through
+scrapefleet_service_command, tests/ansible/service_control.py, which runs a unit's ExecStart as
+its User= the way systemd would (pid in <unit>.pid, output in <unit>.log next to the unit).
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import contextlib
 import json
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import tempfile
@@ -48,14 +49,18 @@ SECRETS = [
     WEBHOOK_SECRET,
 ]
 PACKAGE_SOURCES = ["pyproject.toml", "README.md", "common", "producer", "consumer", "migrations"]
+SERVICE_CONTROL = Path(__file__).with_name("service_control.py")
+# Wheels of the test wheelhouse that no host may need.
+NOT_FOR_HOSTS = ("pgserver-", "scrapefleet-")
 
 
-def build_wheel(out_dir: Path, version: str | None = None) -> Path:
+def build_wheel(out_dir: Path, version: str | None = None, marker: str | None = None) -> Path:
     """This checkout's wheel; the build backend (setuptools) comes from the wheelhouse too.
     With ``version``: the same code under another version, built from a copy of the sources
-    (what a rollout installs over the first one)."""
+    (what a rollout installs over the first one). With ``marker``: the same version, with code
+    that makes each daemon started from it write MARKER to $HOME/code-marker.<pid>."""
     source = REPO
-    if version is not None:
+    if version is not None or marker is not None:
         source = out_dir / "source"
         source.mkdir()
         for name in PACKAGE_SOURCES:
@@ -64,9 +69,14 @@ def build_wheel(out_dir: Path, version: str | None = None) -> Path:
                 shutil.copytree(REPO / name, source / name, ignore=ignore)
             else:
                 shutil.copy(REPO / name, source / name)
-        pyproject = source / "pyproject.toml"
-        line = re.compile(r'^version = ".*"$', re.MULTILINE)
-        pyproject.write_text(line.sub(f'version = "{version}"', pyproject.read_text(), count=1))
+        if version is not None:
+            pyproject = source / "pyproject.toml"
+            line = re.compile(r'^version = ".*"$', re.MULTILINE)
+            text = pyproject.read_text()
+            pyproject.write_text(line.sub(f'version = "{version}"', text, count=1))
+        if marker is not None:
+            with (source / "common" / "__init__.py").open("a") as module:
+                module.write(_MARKER_CODE.format(marker=marker))
     subprocess.run(
         [str(REPO / ".venv/bin/pip"), "wheel", "--quiet", "--no-deps", "--no-index",
          "--find-links", str(WHEELHOUSE), "--wheel-dir", str(out_dir), str(source)],
@@ -76,9 +86,32 @@ def build_wheel(out_dir: Path, version: str | None = None) -> Path:
     return next(out_dir.glob(pattern))
 
 
+# Runs in every process importing scrapefleet.common; only daemons started by service_control.py
+# (their environment has its unit tag) leave a mark, never a CLI call.
+_MARKER_CODE = """
+import os as _os
+
+if _os.environ.get("SCRAPEFLEET_TEST_UNIT") and _os.environ.get("HOME"):
+    with open(_os.path.join(_os.environ["HOME"], f"code-marker.{{_os.getpid()}}"), "w") as _f:
+        _f.write({marker!r})
+"""
+
+
+def wheelhouse_archive(out_dir: Path) -> Path:
+    """build/wheelhouse as the one archive the roles copy to each host (ansible/build-wheelhouse.sh
+    makes the production one), less what no host may need."""
+    archive = out_dir / "wheelhouse.tar"
+    wheels = [
+        w.name for w in sorted(WHEELHOUSE.glob("*.whl")) if not w.name.startswith(NOT_FOR_HOSTS)
+    ]
+    subprocess.run(["tar", "-cf", str(archive), "-C", str(WHEELHOUSE), *wheels], check=True)
+    return archive
+
+
 class Deployment:
     def __init__(self, wheel: Path) -> None:
         self.work_dir = Path(tempfile.mkdtemp(prefix="sf-ansible-"))
+        self.wheel = wheel
         self.users: list[str] = []
         self.runs: list[PlaybookRun] = []
         self.fleet = Fleet()
@@ -98,6 +131,7 @@ class Deployment:
         self.db_port = _free_port()
         self.inventory = self.work_dir / "inventory.yml"
         # JSON is YAML: no YAML library needed to write the inventory.
+        self.wheelhouse = wheelhouse_archive(self.work_dir)
         self.inventory.write_text(json.dumps(self._inventory(wheel), indent=2))
 
     # -- running ------------------------------------------------------------------------
@@ -114,15 +148,15 @@ class Deployment:
         name = name or ("scrapefleet-producer.service" if host is self.db else None)
         return host.dir / "systemd" / (name or "scrapefleet-consumer.service")
 
-    def start_service(self, host: FleetHost) -> subprocess.Popen[Any]:
-        """Start a unit's ExecStart in the host, as its User= with its Environment= only
-        (systemd is not PID 1 here). The harness ends the process at teardown."""
-        unit = parse_unit(self.unit_file(host).read_text())
-        env = [f"{MARKER_VAR}={self.fleet.run_id}", "PATH=/usr/bin:/bin", *unit["Environment"]]
-        argv = ["runuser", "-u", unit["User"][0], "--", "env", "-i", *env,
-                *shlex.split(unit["ExecStart"][0])]  # fmt: skip
-        log = open(host.dir / "service.log", "ab")  # noqa: SIM115 - kept by the process
-        return host.popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    def service(self, host: FleetHost, action: str, unit: str | None = None) -> Any:
+        """service_control.py ACTION on a unit of the host, as the roles run it."""
+        argv = ["/usr/bin/python3", str(SERVICE_CONTROL), "--marker", self.fleet.run_id, action,
+                str(self.unit_file(host, unit))]  # fmt: skip
+        return host.run(argv, timeout=scaled(120))
+
+    def main_pid(self, host: FleetHost, unit: str | None = None) -> int | None:
+        done = self.service(host, "status", unit)
+        return int(done.stdout.split()[-1]) if done.returncode == 0 else None
 
     def scrapefleet(self, *args: str, timeout: float = 30.0) -> Any:
         """The installed admin CLI on the producer host, with its settings file."""
@@ -164,7 +198,13 @@ class Deployment:
             "scrapefleet_db_password": DB_PASSWORD,
             "scrapefleet_webhook_secret": WEBHOOK_SECRET,
             "scrapefleet_package": str(wheel),
-            "scrapefleet_pip_extra_args": f"--no-index --find-links {WHEELHOUSE}",
+            "scrapefleet_wheelhouse": str(self.wheelhouse),
+            "scrapefleet_service_command": [
+                "/usr/bin/python3",
+                str(SERVICE_CONTROL),
+                "--marker",
+                self.fleet.run_id,
+            ],
             "scrapefleet_apt_update_cache": False,  # CI installed the packages (.ci/install-*)
             "scrapefleet_db_port": self.db_port,
             "scrapefleet_pg_cluster": self.cluster,
@@ -209,6 +249,7 @@ class Deployment:
             "scrapefleet_user": user,
             "scrapefleet_home": str(host.dir / "home"),
             "scrapefleet_venv": str(host.dir / "venv"),
+            "scrapefleet_package_dir": str(host.dir / "packages"),
             "scrapefleet_db_admin_venv": str(host.dir / "admin-venv"),  # the database host's
             "scrapefleet_config_dir": str(host.dir / "etc"),
             "scrapefleet_state_dir": str(host.dir / "state"),
@@ -220,9 +261,6 @@ class Deployment:
             "scrapefleet_reboot_exec": str(host.dir / "fake-reboot"),
             "scrapefleet_ssh_host_key_file": str(host.host_key.with_suffix(".pub")),
         }
-
-
-MARKER_VAR = "SCRAPEFLEET_FLEET_RUN"  # the harness ends every process carrying it
 
 
 def _open_for_ansible(host: FleetHost) -> None:

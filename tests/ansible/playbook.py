@@ -11,7 +11,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_DIR = REPO / "ansible"
 BIN = REPO / ".venv" / "bin"
-PLAYBOOKS = ["site.yml", "add-consumer.yml", "remove-consumer.yml", "rollout.yml"]
+PLAYBOOKS = ["site.yml", "add-consumer.yml", "remove-consumer.yml", "rollout.yml", "verify.yml"]
 RECAP_LINE = re.compile(r"^(?P<host>\S+)\s+:\s+(?P<counts>(?:\w+=\d+\s*)+)$")
 
 

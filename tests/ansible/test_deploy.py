@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 
 from tests.ansible.deployment import SECRETS, Deployment, build_wheel, parse_unit
+from tests.ansible.playbook import PlaybookRun
+from tests.fleet.harness import _free_port
 
 pytestmark = [pytest.mark.ansible, pytest.mark.timeout(900)]
 
 JOB_COUNT = 30
 JOBS_DEADLINE_S = 90.0
-ROLLOUT_VERSION = "0.1.0.post1"
 
 
 def test_site_provisions_every_reachable_host(deployment: Deployment) -> None:
@@ -33,8 +34,48 @@ def test_site_provisions_every_reachable_host(deployment: Deployment) -> None:
         assert recap[host.name]["unreachable"] == 0, run.output[-6000:]
     # The host whose sshd is down fails alone; the rest of the fleet is provisioned.
     assert recap[deployment.down.name]["unreachable"] == 1, run.output[-6000:]
-    # Without systemd as PID 1 the roles say why they did not start the services.
-    assert "systemd is not PID 1" in run.output
+    # systemd is not PID 1 here: the roles started the daemons with the service command.
+    assert "systemd is not PID 1" not in run.output
+    for host in (deployment.db, *deployment.consumers):
+        assert deployment.main_pid(host) is not None, _logs(deployment)
+    # verify.yml, run last: each consumer live and its pinned canary job completed.
+    for host in deployment.consumers:
+        assert f"ok: [{host.name}]" in _task_output(run, "Stop unless the canary job completed")
+
+
+def test_the_dashboard_runs_on_the_producer_host(deployment: Deployment) -> None:
+    """Installed, started and answering on loopback; its settings readable by the service
+    only (they hold the database password)."""
+    assert deployment.main_pid(deployment.db, "scrapefleet-dashboard.service") is not None
+    config = deployment.db.dir / "etc" / "dashboard.toml"
+    assert config.stat().st_mode & 0o777 == 0o640
+    settings = tomllib.loads(config.read_text())
+    assert settings["dashboard_address"] == "127.0.0.1" and "dashboard_token" not in settings
+    probe = (
+        "import sys, time, urllib.request\n"
+        "for _ in range(100):\n"
+        "    try:\n"
+        f"        print(urllib.request.urlopen('http://127.0.0.1:{settings['dashboard_port']}"
+        "/healthz', timeout=2).read().decode()); sys.exit(0)\n"
+        "    except OSError:\n"
+        "        time.sleep(0.2)  # still starting: bounded by the loop\n"
+        "sys.exit(1)\n"
+    )
+    answer = deployment.db.run(["/usr/bin/python3", "-c", probe])
+    assert answer.returncode == 0 and answer.stdout.strip() == "ok", _logs(deployment)
+
+
+def test_hosts_install_offline_from_the_wheelhouse(deployment: Deployment) -> None:
+    """pip ran with --no-index from the copied wheelhouse on every host (the namespaces have no
+    route out, so nothing could have come from a registry) and pgserver is not installed."""
+    run = deployment.runs[0]
+    installed = _task_output(run, "Say where the package came from")
+    for host in (deployment.db, *deployment.consumers):
+        assert f"ok: [{host.name}]" in installed, installed
+        pip = host.run([str(host.dir / "venv" / "bin" / "pip"), "list", "--format=freeze"])
+        assert pip.returncode == 0, pip.stderr
+        assert "scrapefleet==" in pip.stdout and "pgserver" not in pip.stdout, pip.stdout
+    assert "offline (pip --no-index)" in installed, installed
 
 
 def test_diff_output_shows_no_secret(deployment: Deployment) -> None:
@@ -58,6 +99,7 @@ def test_units_pass_systemd_analyze_verify(deployment: Deployment) -> None:
     reboot_units = ["scrapefleet-reboot.path", "scrapefleet-reboot.service"]
     for host, name in [
         (deployment.db, None),
+        (deployment.db, "scrapefleet-dashboard.service"),
         *[(h, n) for h in deployment.consumers for n in [None, *reboot_units]],
     ]:
         unit = deployment.unit_file(host, name)
@@ -126,7 +168,8 @@ def test_deployed_reboot_path_is_allowed(deployment: Deployment) -> None:
 def test_provisioned_fleet_processes_a_batch(deployment: Deployment) -> None:
     hosts = json.loads(deployment.scrapefleet("status", "--json").stdout)["hosts"]
     assert {h["host"] for h in hosts} == {h.name for h in deployment.consumers}
-    services = [deployment.start_service(h) for h in (deployment.db, *deployment.consumers)]
+    before = json.loads(deployment.scrapefleet("status", "--json").stdout)["jobs"]
+    expected = before.get("completed", 0) + JOB_COUNT  # verify.yml's canaries completed too
     jobs = deployment.db.dir / "jobs.jsonl"
     jobs.write_text('{"kind": "noop", "payload": {}}\n' * JOB_COUNT)
     submitted = deployment.scrapefleet("submit", str(jobs))
@@ -135,13 +178,12 @@ def test_provisioned_fleet_processes_a_batch(deployment: Deployment) -> None:
     deadline = time.monotonic() + JOBS_DEADLINE_S
     counts: dict[str, int] = {}
     while time.monotonic() < deadline:
-        assert all(p.poll() is None for p in services), _logs(deployment)
         status = deployment.scrapefleet("status", "--json")
         counts = json.loads(status.stdout)["jobs"] if status.returncode == 0 else {}
-        if counts.get("completed") == JOB_COUNT:
+        if counts.get("completed") == expected:
             break
         time.sleep(0.5)  # poll period, bounded by the deadline
-    assert counts.get("completed") == JOB_COUNT, f"{counts}\n{_logs(deployment)}"
+    assert counts.get("completed") == expected, f"{counts}\n{_logs(deployment)}"
     # Both consumers took work: the producer probed them over SSH with the keys it was given.
     per_host = deployment.scrapefleet("status", "--json")
     loads = {h["host"]: h for h in json.loads(per_host.stdout)["hosts"]}
@@ -176,34 +218,134 @@ def test_second_run_changes_nothing(deployment: Deployment) -> None:
     _assert_no_secret(run.output)
 
 
-def test_rollout_restarts_the_producer_and_keeps_a_drained_host_drained(
+def test_the_database_role_leaves_a_cluster_it_did_not_create_alone(
+    deployment: Deployment,
+) -> None:
+    """Pointed at a cluster someone else made, the role stops before touching it: its files
+    are byte for byte as they were and it is still down."""
+    name = f"sfx{deployment.fleet.run_id}"
+    conf_dir = Path(f"/etc/postgresql/15/{name}")
+    created = subprocess.run(
+        ["pg_createcluster", "15", name, "--port", str(_free_port())],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    try:
+        before = {p: p.read_bytes() for p in sorted(conf_dir.rglob("*")) if p.is_file()}
+        run = deployment.play(
+            "playbooks/database.yml", "-e", f"scrapefleet_pg_cluster={name}",
+            "--limit", deployment.db.name,
+        )  # fmt: skip
+        assert run.returncode != 0
+        assert f"cluster 15/{name} exists and was not created by scrapefleet" in run.output
+        after = {p: p.read_bytes() for p in sorted(conf_dir.rglob("*")) if p.is_file()}
+        assert after == before
+        state = subprocess.run(
+            ["pg_lsclusters", "--no-header", "15", name], capture_output=True, text=True, timeout=60
+        )
+        assert " down " in state.stdout, state.stdout
+    finally:
+        subprocess.run(["pg_dropcluster", "15", name], capture_output=True, timeout=120)
+    # The fleet's own cluster was created and marked by the role.
+    assert Path(f"/etc/postgresql/15/{deployment.cluster}/scrapefleet-created").exists()
+
+
+def test_verify_fails_naming_a_consumer_whose_daemon_is_stopped(deployment: Deployment) -> None:
+    stopped, running = deployment.consumers
+    assert deployment.service(stopped, "stopped").returncode == 0
+    try:
+        run = deployment.play(
+            "verify.yml", "-e", "scrapefleet_live_timeout_s=4",
+            "--limit", f"all:!{deployment.down.name}",
+        )  # fmt: skip
+    finally:
+        assert deployment.service(stopped, "started").returncode == 0, _logs(deployment)
+    assert run.returncode != 0
+    recap = run.recap()
+    assert recap[stopped.name]["failed"] == 1, run.output[-6000:]
+    assert recap[running.name]["failed"] == 0, run.output[-6000:]
+    assert f"{stopped.name}: its consumer did not report live within 4 s" in run.output
+
+
+def test_rollout_of_a_rebuilt_wheel_runs_its_code_and_keeps_a_drained_host_drained(
     deployment: Deployment, tmp_path: Path
 ) -> None:
+    """The same version rebuilt (a marker in its code): installed by content, every daemon
+    restarted on it; the host an operator drained stays drained, the other is back at work
+    after its canary job."""
     drained, other = deployment.consumers
     done = deployment.scrapefleet("hosts", "drain", drained.name)
     assert done.returncode == 0, done.stderr
-    wheel = build_wheel(tmp_path, version=ROLLOUT_VERSION)
-
+    hosts = (deployment.db, *deployment.consumers)
+    pids_before = {h.name: deployment.main_pid(h) for h in hosts}
+    marker = f"rollout-{deployment.fleet.run_id}"
+    wheel = build_wheel(tmp_path, marker=marker)
+    assert wheel.name == deployment.wheel.name  # the same version: pip alone would skip it
     run = deployment.play(
         "rollout.yml", "--diff", "-e", f"scrapefleet_package={wheel}",
         "--limit", f"all:!{deployment.down.name}",  # unreachable: it would stop the rollout
     )  # fmt: skip
     assert run.returncode == 0, run.output[-6000:]
     _assert_no_secret(run.output)
-    for host in (deployment.db, *deployment.consumers):
-        version = host.run(
-            # -I: not the checkout's scrapefleet.egg-info in the current directory
-            [str(host.dir / "venv" / "bin" / "python"), "-I", "-c",
-             "from importlib.metadata import version; print(version('scrapefleet'))"]
-        )  # fmt: skip
-        assert version.stdout.strip() == ROLLOUT_VERSION, version.stderr
-    # The upgraded producer is restarted (here the handler says why it cannot: no systemd).
-    assert "RUNNING HANDLER [producer : Restart scrapefleet-producer]" in run.output
+    for host in hosts:
+        pid = deployment.main_pid(host)
+        assert pid is not None and pid != pids_before[host.name], (host.name, run.output[-3000:])
+        # The running daemon imported the rebuilt wheel's code.
+        code_marker = host.dir / "home" / f"code-marker.{pid}"
+        assert code_marker.exists() and code_marker.read_text() == marker, host.name
     # The host drained by the operator stays drained; the other goes back to work.
-    hosts = json.loads(deployment.scrapefleet("status", "--json").stdout)["hosts"]
-    states = {h["host"]: h["state"] for h in hosts}
+    hosts_now = json.loads(deployment.scrapefleet("status", "--json").stdout)["hosts"]
+    states = {h["host"]: h["state"] for h in hosts_now}
     assert states == {drained.name: "draining", other.name: "active"}, run.output[-6000:]
     assert f"{drained.name} was draining before the rollout and stays so" in run.output
+    canaries = _task_output(run, "Stop unless the canary job completed")
+    assert f"ok: [{other.name}]" in canaries and drained.name not in canaries, canaries
+
+
+def test_remove_consumer_leaves_nothing(deployment: Deployment) -> None:
+    """The drained host is removed: no unit, probe key, sudo rule, pg_hba line or database
+    role is left, the fleet forgets it, and site.yml skips it while it stays in the inventory."""
+    gone, kept = deployment.consumers
+    # An earlier version's sudo rule, to be removed too.
+    (gone.dir / "sudoers.d" / "scrapefleet").write_text("x ALL=(root) NOPASSWD: x\n")
+    run = deployment.play("remove-consumer.yml", "-e", f"consumer={gone.name}")
+    assert run.returncode == 0, run.output[-6000:]
+    assert deployment.main_pid(gone) is None
+    for path in [
+        deployment.unit_file(gone),
+        deployment.unit_file(gone, "scrapefleet-reboot.path"),
+        deployment.unit_file(gone, "scrapefleet-reboot.service"),
+        gone.dir / "home" / ".ssh" / "authorized_keys",
+        gone.dir / "sudoers.d" / "scrapefleet",
+        gone.dir / "etc" / "consumer.toml",
+        gone.dir / "venv",
+    ]:
+        assert not path.exists(), path
+    known_hosts = (deployment.db.dir / "home" / ".ssh" / "known_hosts").read_text()
+    assert gone.address not in known_hosts and kept.address in known_hosts
+    hba = Path(f"/etc/postgresql/15/{deployment.cluster}/pg_hba.conf").read_text()
+    assert f" {gone.address}/32" not in hba and f" {kept.address}/32" in hba
+    roles = subprocess.run(
+        ["runuser", "-u", "postgres", "--", "psql", "-p", str(deployment.db_port), "-XAtc",
+         "SELECT rolname FROM pg_roles WHERE rolname LIKE 'scrapefleet_consumer_%'"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    dropped = _task_output(run, "Say what became of the host's database role")
+    assert f"dropped scrapefleet_consumer_{gone.name}" in dropped, dropped
+    # The unreachable host's role stays: it is still in the inventory's consumers.
+    left = {f"scrapefleet_consumer_{h.name}" for h in (kept, deployment.down)}
+    assert set(roles.stdout.split()) == left, (roles.stdout, dropped)
+    hosts = json.loads(deployment.scrapefleet("status", "--json").stdout)["hosts"]
+    assert [h["host"] for h in hosts] == [kept.name]
+
+    again = deployment.play("site.yml", "--limit", f"all:!{deployment.down.name}")
+    assert again.returncode == 0, again.output[-6000:]
+    assert f"WARNING: {gone.name} was removed from the fleet" in again.output
+    assert not deployment.unit_file(gone).exists()
+    # Nothing is installed on it again (the kept host may change: site.yml puts back the
+    # inventory's wheel over the rollout's rebuilt one).
+    assert again.recap()[gone.name]["changed"] == 0, "\n".join(again.changed_tasks())
+    assert not (gone.dir / "venv").exists() and not (gone.dir / "packages").exists()
 
 
 def _assert_no_secret(output: str) -> None:
@@ -214,7 +356,12 @@ def _assert_no_secret(output: str) -> None:
 def _logs(deployment: Deployment) -> str:
     parts = []
     for host in (deployment.db, *deployment.consumers):
-        log = host.dir / "service.log"
-        if log.exists():
-            parts.append(f"--- {host.name}\n{log.read_text()[-3000:]}")
+        for log in sorted((host.dir / "systemd").glob("*.log")):
+            parts.append(f"--- {host.name} {log.name}\n{log.read_text()[-3000:]}")
     return "\n".join(parts)
+
+
+def _task_output(run: PlaybookRun, task: str) -> str:
+    """The lines a task printed (every run of it), up to the next task's header."""
+    parts = run.output.split("\nTASK [")
+    return "\n".join(part for part in parts if task in part.split("]", 1)[0])
