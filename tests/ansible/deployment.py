@@ -278,16 +278,6 @@ def _open_for_ansible(host: FleetHost) -> None:
     host.restart_sshd()
 
 
-def parse_unit(text: str) -> dict[str, list[str]]:
-    """key -> values of a systemd unit file (all sections; enough for ExecStart and User)."""
-    values: dict[str, list[str]] = {"Environment": []}
-    for line in text.splitlines():
-        if "=" in line and not line.lstrip().startswith(("#", ";", "[")):
-            key, value = line.split("=", 1)
-            values.setdefault(key.strip(), []).append(value.strip())
-    return values
-
-
 def _pids_with(needle: str) -> list[int]:
     pids = []
     for entry in Path("/proc").iterdir():

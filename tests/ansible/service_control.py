@@ -27,6 +27,7 @@ DEFAULT_STOP_TIMEOUT_S = 90.0
 
 
 def parse_unit(text: str) -> dict[str, list[str]]:
+    """key -> values of a systemd unit file (all sections; enough for ExecStart and User)."""
     values: dict[str, list[str]] = {"Environment": []}
     for line in text.splitlines():
         if "=" in line and not line.lstrip().startswith(("#", ";", "[")):

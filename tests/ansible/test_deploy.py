@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.ansible.deployment import SECRETS, Deployment, build_wheel, parse_unit
+from tests.ansible.deployment import SECRETS, Deployment, build_wheel
 from tests.ansible.playbook import PlaybookRun
+from tests.ansible.service_control import parse_unit
 from tests.fleet.harness import _free_port
 
 pytestmark = [pytest.mark.ansible, pytest.mark.timeout(900)]
