@@ -4,7 +4,9 @@ answers, and the overview reloads itself without JavaScript when asked."""
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from datetime import timedelta
 
 import pytest
@@ -92,10 +94,10 @@ def test_job_search_pages_by_id_with_the_total_and_a_since_filter(
     first = client.get("/jobs?kind=noop").get_data(as_text=True)  # type: ignore[attr-defined]
     assert "120 matching job(s), newest first" in first
     assert f"ids {ids[-1]} to {ids[-50]} shown" in first
-    second = client.get(f"/jobs?kind=noop&before={ids[-50]}").get_data(as_text=True)  # type: ignore[attr-defined]
-    assert f"ids {ids[-51]} to {ids[-100]} shown" in second and 'id="older"' in second
-    last = client.get(f"/jobs?kind=noop&before={ids[-100]}").get_data(as_text=True)  # type: ignore[attr-defined]
-    assert f"ids {ids[19]} to {ids[0]} shown" in last and 'id="older"' not in last
+    second = client.get(f"/jobs?kind=noop&after={ids[-50]}").get_data(as_text=True)  # type: ignore[attr-defined]
+    assert f"ids {ids[-51]} to {ids[-100]} shown" in second and 'id="more"' in second
+    last = client.get(f"/jobs?kind=noop&after={ids[-100]}").get_data(as_text=True)  # type: ignore[attr-defined]
+    assert f"ids {ids[19]} to {ids[0]} shown" in last and 'id="more"' not in last
     recent = client.get("/jobs?kind=noop&since=2d").get_data(as_text=True)  # type: ignore[attr-defined]
     assert "100 matching job(s)" in recent
     bad = client.get("/jobs?since=yesterday")  # type: ignore[attr-defined]
@@ -136,3 +138,54 @@ def test_job_search_filters_by_error_class_and_shows_it(engine: Engine, database
     assert f'href="/jobs/{permanent}"' not in page and "<td>blocked</td>" in page
     bad = client.get("/jobs?error_class=flaky")  # type: ignore[attr-defined]
     assert bad.status_code == 400 and "error class must be one of" in bad.get_data(as_text=True)
+
+
+def _walk_pages(client: object, url: str) -> list[int]:
+    """Every job id the search lists, following its "next page" links to the end."""
+    ids: list[int] = []
+    for _ in range(20):  # bounded: 120 jobs are three pages
+        page = client.get(url).get_data(as_text=True)  # type: ignore[attr-defined]
+        ids += [int(i) for i in re.findall(r'<tr><td><a href="/jobs/(\d+)">', page)]
+        more = re.search(r'id="more" href="([^"]+)"', page)
+        if more is None:
+            return ids
+        url = html.unescape(more.group(1))
+    raise AssertionError(f"more than 20 pages from {url}")
+
+
+def test_job_search_sorts_and_pages_through_ties_without_loss_or_repeat(
+    engine: Engine, database_url: str
+) -> None:
+    with engine.begin() as conn:
+        ids = store.insert_jobs(
+            conn, [NewJob("noop", priority=i % 3) for i in range(120)], default_max_attempts=3
+        ).ids
+        # 80 finished jobs, ten to a second: the order's key ties across page boundaries.
+        conn.execute(
+            sa.text(
+                "UPDATE jobs SET status = 'completed',"
+                " finished_at = TIMESTAMPTZ '2026-11-20 10:00:00+00' + (id / 10) * interval '1 s'"
+                " WHERE id = ANY(:ids)"
+            ),
+            {"ids": ids[:80]},
+        )
+    with engine.connect() as conn:
+        finished = dict(
+            conn.execute(
+                sa.text("SELECT id, finished_at FROM jobs WHERE id = ANY(:ids)"), {"ids": ids}
+            ).all()
+        )
+    client = _dashboard(engine, database_url)
+    assert _walk_pages(client, "/jobs?kind=noop") == sorted(ids, reverse=True)
+    assert _walk_pages(client, "/jobs?kind=noop&sort=oldest") == sorted(ids)
+    by_priority = sorted(ids, key=lambda i: (-(ids.index(i) % 3), i))
+    assert _walk_pages(client, "/jobs?kind=noop&sort=priority") == by_priority
+    done = [i for i in ids if finished[i] is not None]
+    by_finish = sorted(done, key=lambda i: (finished[i], i), reverse=True)
+    assert _walk_pages(client, "/jobs?kind=noop&sort=finished") == by_finish
+    page = client.get("/jobs?sort=finished").get_data(as_text=True)  # type: ignore[attr-defined]
+    assert "80 matching job(s), most recently finished first" in page
+    bad = client.get("/jobs?sort=cheapest")  # type: ignore[attr-defined]
+    assert bad.status_code == 400 and "sort must be one of newest" in bad.get_data(as_text=True)
+    bad = client.get("/jobs?sort=finished&after=yesterday,3")  # type: ignore[attr-defined]
+    assert bad.status_code == 400 and "bad finished_at" in bad.get_data(as_text=True)

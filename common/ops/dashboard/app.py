@@ -45,6 +45,7 @@ from scrapefleet.common.ops.dashboard.controls import (
     token_matches,
 )
 from scrapefleet.common.ops.dashboard.inputs import BadInput, parse_job_id, parse_search
+from scrapefleet.common.ops.dashboard.job_sorts import SORTS, cursor_of
 from scrapefleet.common.ops.dashboard.security import host_allowed, local_next
 from scrapefleet.common.ops.dashboard.sessions import MemorySessionInterface, SessionStore
 from scrapefleet.common.ops.status_report import read_fleet_status
@@ -196,8 +197,9 @@ def create_app(settings: Settings, engine: Engine, clock: Callable[[], datetime]
             return render_template("search.html", error=str(exc), rows=[], args=request.args), 400
         rows = read(reads.search_jobs, criteria, DASHBOARD_PAGE_ROWS)
         total = read(reads.count_jobs, criteria)
-        # The next page starts below this one's last id; only when this page is full.
-        older = rows[-1]["id"] if len(rows) == DASHBOARD_PAGE_ROWS else None
+        sort = SORTS[criteria.sort]
+        # The next page starts after this one's last row; only when this page is full.
+        more = cursor_of(sort, rows[-1]) if len(rows) == DASHBOARD_PAGE_ROWS else None
         return render_template(
             "search.html",
             rows=rows,
@@ -205,8 +207,10 @@ def create_app(settings: Settings, engine: Engine, clock: Callable[[], datetime]
             args=request.args,
             error=None,
             total=f"{reads.COUNT_CAP:,}+" if total > reads.COUNT_CAP else f"{total:,}",
-            older=older,
-            page_args={k: v for k, v in request.args.items() if k != "before"},
+            sort=sort,
+            sorts=SORTS.values(),
+            more=more,
+            page_args={k: v for k, v in request.args.items() if k != "after"},
         ), 200
 
     @app.get("/jobs/<job_ref>")

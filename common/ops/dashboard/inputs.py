@@ -6,6 +6,7 @@ from collections.abc import Mapping
 
 from scrapefleet.common.error_classes import ERROR_CLASSES
 from scrapefleet.common.errors import SubmitError
+from scrapefleet.common.ops.dashboard.job_sorts import DEFAULT_SORT, SORTS, BadCursor, parse_cursor
 from scrapefleet.common.ops.dashboard.reads import JobSearch
 from scrapefleet.common.ops.results_out import parse_since
 from scrapefleet.common.tables import JOB_STATUSES
@@ -41,7 +42,8 @@ def _text_field(name: str, value: str | None) -> str | None:
 
 def parse_search(args: Mapping[str, str]) -> JobSearch:
     """The search form's fields: id, kind, status, host, error_class, since (2h, 7d or a
-    time), and the page (``before``: the last id of the page before); all optional."""
+    time), the order (``sort``, a name in job_sorts.SORTS) and the page (``after``: the cursor
+    of the last row of the page before); all optional."""
     raw_id = (args.get("id") or "").strip()
     status = _text_field("status", args.get("status"))
     if status is not None and status not in JOB_STATUSES:
@@ -52,11 +54,17 @@ def parse_search(args: Mapping[str, str]) -> JobSearch:
             f"error class must be one of {', '.join(ERROR_CLASSES)}, not {error_class!r}"
         )
     raw_since = _text_field("since", args.get("since"))
-    raw_before = (args.get("before") or "").strip()
+    sort_name = (args.get("sort") or "").strip() or DEFAULT_SORT
+    if sort_name not in SORTS:
+        raise BadInput(f"sort must be one of {', '.join(SORTS)}, not {sort_name[:MAX_TEXT]!r}")
+    raw_after = (args.get("after") or "").strip()[: MAX_TEXT + 1]
     try:
         since = parse_since(raw_since) if raw_since else None
+        after = parse_cursor(SORTS[sort_name], raw_after) if raw_after else {}
     except SubmitError as exc:
         raise BadInput(str(exc).replace("--since", "since")) from None
+    except BadCursor as exc:
+        raise BadInput(str(exc)) from None
     return JobSearch(
         job_id=parse_job_id(raw_id) if raw_id else None,
         kind=_text_field("kind", args.get("kind")),
@@ -64,7 +72,8 @@ def parse_search(args: Mapping[str, str]) -> JobSearch:
         host=_text_field("host", args.get("host")),
         error_class=error_class,
         since=since,
-        before=parse_job_id(raw_before) if raw_before else None,
+        sort=sort_name,
+        after=after,
     )
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
+
+from scrapefleet.common.ops.dashboard.job_sorts import DEFAULT_SORT, SORTS
 
 
 @dataclass(frozen=True)
@@ -20,7 +22,10 @@ class JobSearch:
     host: str | None = None
     error_class: str | None = None  # of the job's last failed attempt
     since: datetime | None = None  # finished (or, unfinished, created) at or after
-    before: int | None = None  # the page: jobs with a smaller id (newest first)
+    sort: str = DEFAULT_SORT  # a name in job_sorts.SORTS
+    # The page: the rows after this cursor in the sort's order (job_sorts.parse_cursor's
+    # parameters); empty = the first page.
+    after: dict[str, Any] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
@@ -63,7 +68,7 @@ def finished_counts(conn: Connection, since: datetime, step_s: int) -> dict[tupl
 COUNT_CAP = 100_000  # a count past this says "100,000+" rather than scan the whole table
 
 
-def _search_filter(search: JobSearch) -> tuple[str, dict[str, Any]]:
+def _search_filter(search: JobSearch) -> tuple[list[str], dict[str, Any]]:
     where: list[str] = []
     params: dict[str, Any] = {}
     for column, value in (
@@ -79,21 +84,28 @@ def _search_filter(search: JobSearch) -> tuple[str, dict[str, Any]]:
     if search.since is not None:
         where.append("coalesce(finished_at, created_at) >= :since")
         params["since"] = search.since
-    return (f"WHERE {' AND '.join(where)}" if where else ""), params
+    if (only := SORTS[search.sort].only) is not None:
+        where.append(only)
+    return where, params
+
+
+def _where(conditions: list[str]) -> str:
+    return f"WHERE {' AND '.join(conditions)}" if conditions else ""
 
 
 def search_jobs(conn: Connection, search: JobSearch, limit: int) -> list[dict[str, Any]]:
-    """One page of matching jobs, newest first: those below ``search.before`` (keyset paging,
-    as cheap on the last page as on the first)."""
-    clause, params = _search_filter(search)
-    if search.before is not None:
-        clause = f"{clause} AND id < :before" if clause else "WHERE id < :before"
-        params["before"] = search.before
+    """One page of matching jobs in the search's order: those after its cursor (keyset
+    paging, as cheap on the last page as on the first)."""
+    sort = SORTS[search.sort]
+    where, params = _search_filter(search)
+    if search.after:
+        where.append(sort.after)
+        params.update(search.after)
     rows = conn.execute(
         sa.text(
             "SELECT id, kind, status, host, attempts, max_attempts, priority, created_at,"
             " finished_at, error_class, (regexp_match(last_error, '([^\\n]+)\\s*$'))[1] AS error"
-            f" FROM jobs {clause} ORDER BY id DESC LIMIT :limit"
+            f" FROM jobs {_where(where)} ORDER BY {sort.order_by} LIMIT :limit"
         ),
         {**params, "limit": limit},
     )
@@ -102,7 +114,8 @@ def search_jobs(conn: Connection, search: JobSearch, limit: int) -> list[dict[st
 
 def count_jobs(conn: Connection, search: JobSearch) -> int:
     """How many jobs match (every page), counted up to COUNT_CAP + 1."""
-    clause, params = _search_filter(search)
+    where, params = _search_filter(search)
+    clause = _where(where)
     return int(
         conn.execute(
             sa.text(f"SELECT count(*) FROM (SELECT 1 FROM jobs {clause} LIMIT :cap) AS m"),
