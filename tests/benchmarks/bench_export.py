@@ -67,7 +67,7 @@ def main() -> None:
         print(f"{args.rows:,} completed jobs written in {time.monotonic() - started:.1f} s")
 
         env = cli_env(url)
-        for command in (["--help"], ["status"]):
+        for command in (["--help"], ["jobs", "retry", "--help"], ["status"]):
             runs = sorted(cpu_seconds(command, env) for _ in range(5))
             print(f"scrapefleet {' '.join(command)}: {statistics.median(runs):.3f} s of CPU")
 
