@@ -158,11 +158,23 @@ class ProducerFigures:
 
 
 @dataclass(frozen=True)
+class RateKeyFigures:
+    """One row of the rate_limits view: a site the fleet holds to a limit, or slowed, or
+    paused (queries.rate_keys)."""
+
+    in_flight: int
+    pending: int
+    factor: float  # 1 = full speed; halved per push-back
+    paused: bool  # a Retry-After holds every job of the key
+
+
+@dataclass(frozen=True)
 class FleetSnapshot:
     jobs: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (status, kind) -> n
     hosts: Mapping[str, HostFigures] = field(default_factory=dict)
     producer: ProducerFigures | None = None
     oldest_pending_age_s: float = 0.0  # of a pending job due now; 0 when none waits
+    rate_keys: Mapping[str, RateKeyFigures] = field(default_factory=dict)
 
 
 def job_counts_with_zeros(
@@ -227,11 +239,37 @@ class _FleetCollector(Collector):
         )
         oldest.add_metric([], snapshot.oldest_pending_age_s)
         yield from (jobs, state, memory, restarts, reboots, oldest)
+        yield from _rate_key_families(snapshot.rate_keys)
         if snapshot.producer is not None:
             yield from _producer_families(snapshot.producer)
 
     def describe(self) -> Iterator[Metric]:
         return iter(())  # collected lazily: registration must not call collect()
+
+
+def _rate_key_families(keys: Mapping[str, RateKeyFigures]) -> Iterator[Metric]:
+    families = {
+        "factor": GaugeMetricFamily(
+            "scrapefleet_rate_key_factor",
+            "The key's limits are scaled by this after push-back (1 = full speed)",
+            labels=["key"],
+        ),
+        "paused": GaugeMetricFamily(
+            "scrapefleet_rate_key_paused", "1 while a Retry-After pauses the key", labels=["key"]
+        ),
+        "in_flight": GaugeMetricFamily(
+            "scrapefleet_rate_key_in_flight", "The key's jobs queued or running", labels=["key"]
+        ),
+        "pending": GaugeMetricFamily(
+            "scrapefleet_rate_key_pending", "The key's pending jobs", labels=["key"]
+        ),
+    }
+    for key, figures in sorted(keys.items()):
+        families["factor"].add_metric([key], figures.factor)
+        families["paused"].add_metric([key], 1.0 if figures.paused else 0.0)
+        families["in_flight"].add_metric([key], figures.in_flight)
+        families["pending"].add_metric([key], figures.pending)
+    yield from families.values()
 
 
 def _producer_families(figures: ProducerFigures) -> Iterator[Metric]:

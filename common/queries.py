@@ -204,3 +204,30 @@ def host_maintenance_counts(conn: Connection) -> dict[str, tuple[int, int]]:
         )
     )
     return {r.host: (r.restarts, r.reboots) for r in rows}
+
+
+RATE_KEY_COLUMNS = (
+    "key, in_flight, started_last_minute, pending, concurrency_limit, per_minute_limit, factor,"
+    " paused_until"
+)
+
+
+def rate_keys(conn: Connection, *, every_key: bool, limit: int) -> list[dict[str, Any]]:
+    """Rows of the rate_limits view, the ones an operator looks at first: paused, then the most
+    slowed, then the most pending. Without ``every_key``, only keys held to something: a limit
+    (named or the default), a slow-down or a pause; a fleet crawling 100,000 sites would
+    otherwise list each of them."""
+    held = (
+        ""
+        if every_key
+        else " WHERE concurrency_limit IS NOT NULL OR per_minute_limit IS NOT NULL"
+        " OR factor < 1 OR paused_until IS NOT NULL"
+    )
+    rows = conn.execute(
+        sa.text(
+            f"SELECT {RATE_KEY_COLUMNS} FROM rate_limits{held}"
+            " ORDER BY paused_until IS NULL, factor, pending DESC, key LIMIT :limit"
+        ),
+        {"limit": limit},
+    )
+    return [dict(r._mapping) for r in rows]

@@ -10,10 +10,15 @@ from scrapefleet.common.metrics import (
     FleetSnapshot,
     HostFigures,
     ProducerFigures,
+    RateKeyFigures,
     publish_fleet_snapshot,
 )
 from scrapefleet.common.producer_status import read_producer_status
 from scrapefleet.common.progress import read_progress
+
+# Series per rate key: the keys held to a limit, slowed or paused, the most pressing first; a
+# fleet with a default limit on 100,000 sites would otherwise export 400,000 series.
+METRICS_RATE_KEYS = 100
 
 
 def read_fleet_snapshot(engine: Engine) -> FleetSnapshot:
@@ -23,6 +28,7 @@ def read_fleet_snapshot(engine: Engine) -> FleetSnapshot:
         maintenance = queries.host_maintenance_counts(conn)
         producer = read_producer_status(conn)
         oldest = read_progress(conn)["oldest_pending_age"]
+        rate_keys = queries.rate_keys(conn, every_key=False, limit=METRICS_RATE_KEYS)
     return FleetSnapshot(
         jobs=jobs,
         hosts={
@@ -38,6 +44,15 @@ def read_fleet_snapshot(engine: Engine) -> FleetSnapshot:
             ),
         ),
         oldest_pending_age_s=oldest.total_seconds() if oldest is not None else 0.0,
+        rate_keys={
+            row["key"]: RateKeyFigures(
+                in_flight=row["in_flight"],
+                pending=row["pending"],
+                factor=row["factor"],
+                paused=row["paused_until"] is not None,  # the view shows only a pause to come
+            )
+            for row in rate_keys
+        },
     )
 
 

@@ -30,6 +30,7 @@ from scrapefleet.common.ops.crawl_command import crawl, crawls
 from scrapefleet.common.ops.db_grant_command import db_grant
 from scrapefleet.common.ops.one_line_errors import one_line_errors
 from scrapefleet.common.ops.profiles_command import profiles
+from scrapefleet.common.ops.rate_limits_command import rate_limits
 from scrapefleet.common.ops.results_out import (
     FORMATS,
     jsonl_lines,
@@ -561,9 +562,10 @@ def hosts_remove(ctx: _Context, name: str) -> None:
     click.echo(f"host {name} removed")
 
 
-# ---------------------------------------------------------------- profiles
+# ---------------------------------------------------------------- profiles, rate limits
 
 cli.add_command(profiles)
+cli.add_command(rate_limits)
 
 
 # ---------------------------------------------------------------- dashboard
