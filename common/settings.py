@@ -233,7 +233,8 @@ class Settings(BaseSettings):
         description="a job blocked this many times fails (class blocked); each block before"
         " sends it back to pending without using an attempt",
     )
-    # How fetch_page knows a block page (consumer.block_detection); any one match is a block.
+    # How fetch_page and screenshot know a block page (consumer.block_detection); any one match
+    # is a block.
     block_statuses: Annotated[list[int], NoDecode] = Field(
         default_factory=list, description="HTTP statuses of a block page, e.g. 403,429"
     )

@@ -1,5 +1,6 @@
-"""How ``fetch_page`` knows a block page: the host's rules (settings ``block_statuses``,
-``block_selector``, ``block_title_pattern``), any one of which matching is a block.
+"""How ``fetch_page`` and ``screenshot`` know a block page: the host's rules (settings
+``block_statuses``, ``block_selector``, ``block_title_pattern``), any one of which matching is a
+block.
 
 The decision is a pure function of what the page read gave (its status, its title, whether the
 selector matched). The rules reach the action through a context variable the runner sets for

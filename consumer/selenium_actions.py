@@ -51,7 +51,12 @@ from scrapefleet.common.error_classes import (
 )
 from scrapefleet.common.errors import ScrapefleetError, StackError
 from scrapefleet.consumer.artifacts import full_page_png
-from scrapefleet.consumer.block_detection import BlockRules, block_reason, block_rules_in_effect
+from scrapefleet.consumer.block_detection import (
+    NO_RULES,
+    BlockRules,
+    block_reason,
+    block_rules_in_effect,
+)
 from scrapefleet.consumer.network_log import network_log_of
 
 
@@ -128,13 +133,15 @@ def _first_line(exc: WebDriverException) -> str:
     return text.splitlines()[0]
 
 
-def navigate(driver: Any, url: str, *, allow_http_errors: bool = False) -> None:
-    """Load url; a page-load timeout, a crash or an HTTP error status raises ActionError."""
+def navigate(driver: Any, url: str, *, allow_http_errors: bool = False) -> int | None:
+    """Load url and return the main document's HTTP status (None when the browser does not
+    tell); a page-load timeout, a crash or, unless allowed, an error status raises ActionError."""
     with translated_errors(f"loading {url}"):
         driver.get(url)
         status = driver.execute_script(_STATUS_JS)
     if not allow_http_errors and isinstance(status, int) and status >= 400:
         raise http_error(driver, url, status)
+    return status if isinstance(status, int) else None
 
 
 def http_error(driver: Any, url: str, status: int, final_url: str | None = None) -> HttpError:
@@ -324,11 +331,37 @@ def _default_screenshot_dir() -> Path:
     return load_settings().artifacts_dir / "screenshots"
 
 
+def _raise_if_blocked(driver: Any, url: str, rules: BlockRules) -> None:
+    """Blocked when the host's block rules say the loaded page is a block page (one script
+    round trip; none without rules)."""
+    if rules == NO_RULES:
+        return
+    fields = {_BLOCK_FIELD: FieldSpec(css=rules.selector)} if rules.selector is not None else {}
+    page = read_page(driver, fields, url)
+    matched = page["fields"].get(_BLOCK_FIELD) is not None
+    reason = block_reason(
+        rules, status=page["status"], title=page["title"], selector_matched=matched
+    )
+    if reason is not None:
+        raise Blocked(f"{url}: {reason}")
+
+
 @register("screenshot", ScreenshotParams, needs_browser=True)
 def screenshot(driver: Any, params: ScreenshotParams) -> dict[str, Any]:
-    navigate(driver, params.url)
+    """A picture of the page, unless it is a block page (the same rules as ``fetch_page``: a
+    captcha's picture is no result) or an HTTP error."""
+    rules = block_rules_in_effect()
+    status = navigate(driver, params.url, allow_http_errors=True)
+    if status is not None and status >= 400:
+        _raise_if_blocked(driver, params.url, rules)
+        raise http_error(driver, params.url, status)
     if params.wait_for:
-        wait_for_selector(driver, params.wait_for, params.wait_timeout_s)
+        try:
+            wait_for_selector(driver, params.wait_for, params.wait_timeout_s)
+        except SelectorNotFound:
+            _raise_if_blocked(driver, params.url, rules)
+            raise
+    _raise_if_blocked(driver, params.url, rules)
     with translated_errors(f"screenshot of {params.url}"):
         png = full_page_png(driver) if params.full_page else driver.get_screenshot_as_png()
         title, final_url = driver.title, driver.current_url

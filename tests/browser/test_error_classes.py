@@ -133,11 +133,13 @@ def test_fetch_page_outcomes_by_class(
 _IDS = itertools.count(5000)
 
 
-def _fetch(pool: SessionPool, url: str, rules: BlockRules) -> Outcome:
+def _fetch(
+    pool: SessionPool, url: str, rules: BlockRules, kind: str = "fetch_page", **payload: Any
+) -> Outcome:
     job = ClaimedJob(
         id=next(_IDS),
-        kind="fetch_page",
-        payload={"url": url},
+        kind=kind,
+        payload={"url": url, **payload},
         attempt=1,
         max_attempts=3,
         lock_key=None,
@@ -164,3 +166,30 @@ def test_each_block_rule_on_a_real_page(
     # A page no rule matches is no block page.
     fine = _fetch(job_pool, pushback_site.url("/page"), BlockRules(selector=BLOCK_MARKER))
     assert fine.status == "completed", fine.error
+
+
+def test_a_screenshot_of_a_block_page_is_blocked_not_a_result(
+    job_pool: SessionPool,  # noqa: F811
+    pushback_site: PushbackSite,
+    tmp_path: Path,
+) -> None:
+    """The same rules as fetch_page: a picture of a captcha is no result."""
+    out = str(tmp_path)
+    by_marker = BlockRules(selector=BLOCK_MARKER)
+    blocked = _fetch(
+        job_pool, pushback_site.url("/blocked"), by_marker, "screenshot", output_dir=out
+    )
+    assert blocked.status == "blocked", blocked.error
+    assert f"block selector '{BLOCK_MARKER}' matched" in (blocked.reason or "")
+    by_title = BlockRules(title_pattern=re.compile("(?i)access denied"))
+    blocked = _fetch(
+        job_pool, pushback_site.url("/blocked"), by_title, "screenshot", output_dir=out
+    )
+    assert blocked.status == "blocked" and "'Access denied'" in (blocked.reason or "")
+    assert not list(tmp_path.iterdir())  # no picture kept of either
+    # Without rules the block page is an HTTP error, as before; a page no rule matches is shot.
+    plain = _fetch(job_pool, pushback_site.url("/blocked"), NO_RULES, "screenshot", output_dir=out)
+    assert plain.status == "failed" and "HTTP 403" in (plain.error or "")
+    fine = _fetch(job_pool, pushback_site.url("/page"), by_marker, "screenshot", output_dir=out)
+    assert fine.status == "completed", fine.error
+    assert len(list(tmp_path.glob("*.png"))) == 1
