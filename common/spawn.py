@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scrapefleet.common.errors import ScrapefleetError, SubmitError, UnknownAction
+from scrapefleet.common.profiles import PROFILE_KEY, payload_profile_pool
 
 MAX_SPAWN_PER_ATTEMPT = 1000  # children one attempt may return (the database refuses more too)
 MAX_DEDUPE_KEY_CHARS = 2048
@@ -112,6 +113,13 @@ def _child(index: int, entry: Any) -> Child:
         raise SpawnError(f"{where}.kind: {exc}") from None
     except SubmitError as exc:
         raise SpawnError(f"{where}.{exc}") from None
+    if payload_profile_pool(payload):
+        # The producer binds a profile only to a submitted job (its profile_pool column): a
+        # child would run without it, logged out, and say nothing.
+        raise SpawnError(
+            f"{where}.payload.browser.{PROFILE_KEY}: a spawned job cannot run in a profile;"
+            " submit jobs that need one"
+        )
     dedupe_key = entry.get("dedupe_key")
     if dedupe_key is not None:
         if not isinstance(dedupe_key, str) or not dedupe_key:

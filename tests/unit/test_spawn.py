@@ -75,6 +75,15 @@ def test_valid_entries_become_children() -> None:
         (["noop"], r"spawn\[0\]: must be an object, not str"),
         ([_entry()] * (MAX_SPAWN_PER_ATTEMPT + 1), r"spawn: 1001 entries, at most 1000"),
         ({"kind": "noop"}, r"spawn must be a list of entries, not dict"),
+        (
+            [
+                {
+                    "kind": "fetch_page",
+                    "payload": {"url": "http://a.test/", "browser": {"profile": "p"}},
+                }
+            ],
+            r"spawn\[0\]\.payload\.browser\.profile: a spawned job cannot run in a profile",
+        ),
     ],
 )
 def test_a_bad_entry_is_named(entries: Any, message: str) -> None:
