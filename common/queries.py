@@ -32,16 +32,20 @@ class HostRow:
     memory_available_bytes: int | None
 
 
+# Its columns are HostRow's fields, in order (a test holds them to each other).
+HOSTS_SQL = sa.text(
+    "SELECT h.name, h.capacity, h.state, a.address, coalesce(a.ssh_port, 22) AS ssh_port,"
+    " coalesce(a.ssh_user, 'scrapefleet') AS ssh_user, a.ssh_key_file,"
+    " a.known_hosts_file, h.probe_failures, h.memory_available_bytes"
+    " FROM hosts h LEFT JOIN host_access a ON a.host = h.name ORDER BY h.name"
+)
+
+
 def hosts(conn: Connection) -> list[HostRow]:
-    rows = conn.execute(
-        sa.text(
-            "SELECT h.name, h.capacity, h.state, a.address, coalesce(a.ssh_port, 22) AS ssh_port,"
-            " coalesce(a.ssh_user, 'scrapefleet') AS ssh_user, a.ssh_key_file,"
-            " a.known_hosts_file, h.probe_failures, h.memory_available_bytes"
-            " FROM hosts h LEFT JOIN host_access a ON a.host = h.name ORDER BY h.name"
-        )
-    )
-    return [HostRow(**r._mapping) for r in rows]
+    rows = conn.execute(HOSTS_SQL)
+    # Positional: the columns are in HostRow's field order, and a producer of 1,000 hosts reads
+    # them every wake cycle (a row's mapping costs three times the row).
+    return [HostRow(*r) for r in rows]
 
 
 def host(conn: Connection, name: str) -> HostRow:

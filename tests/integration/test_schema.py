@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -11,7 +12,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common import store
+from scrapefleet.common import queries, store
 from scrapefleet.common.constants import CHANNEL_SUBMITTED, CHANNEL_WEBHOOKS_DUE
 from scrapefleet.common.db import Listener, make_engine
 from scrapefleet.common.migrate import alembic_config
@@ -29,6 +30,13 @@ def test_migrated_database_matches_declared_tables(engine: Engine) -> None:
         context = MigrationContext.configure(conn, opts={"compare_server_default": False})
         diff = compare_metadata(context, metadata)
     assert diff == [], f"migrations and common/tables.py disagree: {diff}"
+
+
+def test_the_hosts_read_has_host_rows_fields_in_order(engine: Engine) -> None:
+    """queries.hosts builds each HostRow from its row by position."""
+    with engine.connect() as conn:
+        columns = list(conn.execute(queries.HOSTS_SQL).keys())
+    assert columns == [f.name for f in dataclasses.fields(queries.HostRow)]
 
 
 def test_views_answer(engine: Engine) -> None:
