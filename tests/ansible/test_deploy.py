@@ -7,6 +7,7 @@ jobs, the second run (changed=0), then a rollout of another version with one hos
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
 import subprocess
@@ -17,13 +18,14 @@ from pathlib import Path
 import pytest
 
 from tests.ansible.deployment import SECRETS, Deployment, build_wheel
-from tests.ansible.playbook import PlaybookRun
+from tests.ansible.playbook import REPO, PlaybookRun
 from tests.ansible.service_control import parse_unit
 from tests.fleet.harness import _free_port
 
 pytestmark = [pytest.mark.ansible, pytest.mark.timeout(900)]
 
 JOB_COUNT = 30
+PIN_FILE = Path("ansible/roles/consumer/files/selenium-server/SHA256SUMS")
 JOBS_DEADLINE_S = 90.0
 
 
@@ -77,6 +79,17 @@ def test_hosts_install_offline_from_the_wheelhouse(deployment: Deployment) -> No
         assert pip.returncode == 0, pip.stderr
         assert "scrapefleet==" in pip.stdout and "pgserver" not in pip.stdout, pip.stdout
     assert "offline (pip --no-index)" in installed, installed
+
+
+def test_consumers_get_the_pinned_jar_from_the_control_node(deployment: Deployment) -> None:
+    """The jar was copied from the control node and checked on both ends: the host's copy has
+    the pinned sha256 and the consumer's settings name it."""
+    digest, name = (REPO / PIN_FILE).read_text().split()
+    for host in deployment.consumers:
+        jar = host.dir / "selenium-server" / name
+        assert hashlib.sha256(jar.read_bytes()).hexdigest() == digest
+        consumer = tomllib.loads((host.dir / "etc" / "consumer.toml").read_text())
+        assert consumer["grid_jar"] == str(jar)
 
 
 def test_diff_output_shows_no_secret(deployment: Deployment) -> None:

@@ -144,3 +144,46 @@ def test_install_browser_accepts_the_pinned_jar(tmp_path: Path) -> None:
     code, output, _ = _run_install_browser(tmp_path, CI_JAR_DIR / name)
     assert code == 0, output
     assert output.strip().splitlines()[-1].endswith(f"/jar/{name}"), output
+
+
+def _run_build_wheelhouse(tmp_path: Path, jar_source: Path) -> tuple[int, str, Path, str]:
+    """ansible/build-wheelhouse.sh offline: wheels from build/wheelhouse (no index), the fake
+    npm first in PATH 'installing' jar_source as the pinned jar."""
+    wheelhouse = REPO / "build" / "wheelhouse"
+    if not any(wheelhouse.glob("setuptools-*.whl")):
+        pytest.skip(f"no wheels in {wheelhouse}: run .ci/install-ansible.sh")
+    log = _fake_npm(tmp_path / "bin", jar_source)
+    out = tmp_path / "out"
+    env = {
+        **os.environ,
+        "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}",
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": str(wheelhouse),
+    }
+    result = subprocess.run(
+        ["sh", str(REPO / "ansible" / "build-wheelhouse.sh"), str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return result.returncode, result.stdout + result.stderr, out, log.read_text()
+
+
+def test_build_wheelhouse_puts_the_pinned_jar_beside_the_wheel(tmp_path: Path) -> None:
+    digest, name = _pin()
+    if not (CI_JAR_DIR / name).exists():
+        pytest.skip("the pinned jar is not installed: run .ci/install-browser.sh")
+    code, output, out, npm_calls = _run_build_wheelhouse(tmp_path, CI_JAR_DIR / name)
+    assert code == 0, output
+    assert _sha256(out / name) == digest
+    assert any(out.glob("scrapefleet-*.whl")) and (out / "wheelhouse.tar").exists()
+    assert npm_calls.split()[:2] == ["ci", "--ignore-scripts"], npm_calls
+
+
+def test_build_wheelhouse_refuses_a_jar_that_is_not_the_pinned_one(tmp_path: Path) -> None:
+    tampered = tmp_path / "tampered.jar"
+    tampered.write_bytes(b"not the jar that was pinned\n")
+    code, output, out, _ = _run_build_wheelhouse(tmp_path, tampered)
+    assert code != 0 and "does not match" in output, output
+    assert not out.exists()  # stopped before anything was written

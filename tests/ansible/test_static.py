@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -54,3 +55,26 @@ def test_missing_required_variable_stops_the_play_naming_it(tmp_path: Path) -> N
     assert "required variable scrapefleet_db_password is not set" in run.output
     assert "TASK [database" not in run.output  # stopped before the first role
     assert all(counts["changed"] == 0 for counts in run.recap().values()), run.output
+
+
+def _runs_or_installs(task: dict[str, object]) -> str:
+    """What a task runs (command/shell) or installs (apt), as one string; "" for other tasks."""
+    parts = []
+    for module in ("ansible.builtin.command", "ansible.builtin.shell", "ansible.builtin.apt"):
+        args = task.get(module)
+        parts.append(json.dumps(args) if args is not None else "")
+    return " ".join(parts)
+
+
+def test_no_task_runs_npm_on_a_host() -> None:
+    """Hosts get the Selenium jar from the control node (build-wheelhouse.sh): no role runs npm
+    or installs it, so no host needs the npm registry."""
+    import yaml
+
+    found = [
+        f"{tasks.relative_to(ANSIBLE_DIR)}: {task.get('name')}"
+        for tasks in sorted(ANSIBLE_DIR.glob("roles/*/tasks/*.yml"))
+        for task in yaml.safe_load(tasks.read_text()) or []
+        if re.search(r"\bnpm\b", _runs_or_installs(task))
+    ]
+    assert not found
