@@ -14,6 +14,7 @@ import subprocess
 import time
 import tomllib
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -21,6 +22,7 @@ from tests.ansible.deployment import SECRETS, Deployment, build_wheel
 from tests.ansible.playbook import REPO, PlaybookRun
 from tests.ansible.service_control import parse_unit
 from tests.fleet.harness import _free_port
+from tests.waiting import scaled, wait_for
 
 pytestmark = [pytest.mark.ansible, pytest.mark.timeout(900)]
 
@@ -79,6 +81,48 @@ def test_hosts_install_offline_from_the_wheelhouse(deployment: Deployment) -> No
         assert pip.returncode == 0, pip.stderr
         assert "scrapefleet==" in pip.stdout and "pgserver" not in pip.stdout, pip.stdout
     assert "offline (pip --no-index)" in installed, installed
+
+
+def test_the_fleet_talks_to_the_database_over_tls_only(deployment: Deployment) -> None:
+    """Every daemon's URL says sslmode=verify-full against the CA the role installed, their
+    connections are TLS (pg_stat_ssl), and a plain connection from a fleet host is refused."""
+    for host in deployment.consumers:
+        url = tomllib.loads((host.dir / "etc" / "consumer.toml").read_text())["database_url"]
+        ca = host.dir / "etc" / "database-ca.crt"
+        assert url.endswith(f"?sslmode=verify-full&sslrootcert={quote(str(ca))}"), url
+        assert ca.read_text().startswith("-----BEGIN CERTIFICATE-----")
+    wait_for(
+        lambda: _admin_sql(deployment, _FLEET_SSL_SQL) or None, scaled(30), "fleet connections"
+    )
+    assert _admin_sql(deployment, _FLEET_SSL_SQL) == "t", "a fleet connection without TLS"
+    host = deployment.consumers[0]
+    url = tomllib.loads((host.dir / "etc" / "consumer.toml").read_text())["database_url"]
+    checked = host.run(
+        ["psql", "-XAtc", "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()", url]
+    )
+    assert checked.returncode == 0 and checked.stdout.strip() == "t", checked.stderr
+    plain = host.run(
+        ["psql", "-XAtc", "SELECT 1", url.replace("sslmode=verify-full", "sslmode=disable")]
+    )
+    assert plain.returncode != 0 and "no encryption" in plain.stderr, plain.stderr
+
+
+# Whether every client connection to the fleet's database is TLS ("" when there is none yet).
+_FLEET_SSL_SQL = (
+    "SELECT bool_and(s.ssl) FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid)"
+    " WHERE a.datname = 'scrapefleet' AND a.client_addr IS NOT NULL"
+)
+
+
+def _admin_sql(deployment: Deployment, sql: str, database: str = "scrapefleet") -> str:
+    """One value, as the database host's postgres superuser reads it over the local socket."""
+    done = subprocess.run(
+        ["runuser", "-u", "postgres", "--", "psql", "-p", str(deployment.db_port), "-d", database,
+         "-XAtc", sql],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
 
 
 def test_consumers_get_the_pinned_jar_from_the_control_node(deployment: Deployment) -> None:
