@@ -1,6 +1,7 @@
 #!/bin/sh
-# Installs what the fleet tests (tests/fleet) need: sshd, ssh-keygen and ip; and pgbouncer,
-# which the pooler test (tests/integration/test_pgbouncer.py) starts on its own port.
+# Installs what the fleet tests (tests/fleet) need: sshd, ssh-keygen and ip; pgbouncer, which
+# the pooler test (tests/integration/test_pgbouncer.py) starts on its own port; and nft, which the
+# Ansible test's firewall role runs inside its namespace hosts (rules there stay there).
 # Idempotent: runs `apt-get update` and `apt-get install` only when something is missing.
 set -eu
 
@@ -9,6 +10,7 @@ missing=""
 command -v ssh-keygen >/dev/null 2>&1 || missing="$missing openssh-client"
 command -v ip >/dev/null 2>&1 || missing="$missing iproute2"
 [ -x /usr/sbin/pgbouncer ] || missing="$missing pgbouncer"
+[ -x /usr/sbin/nft ] || missing="$missing nftables"
 
 if [ -z "$missing" ]; then
     echo "fleet prerequisites present"

@@ -125,6 +125,9 @@ class Deployment:
         self.runs: list[PlaybookRun] = []
         self.fleet = Fleet()
         self.cluster = f"sf{self.fleet.run_id}"
+        self.backup_keep = 3
+        # Each host is a namespace of its own: the roles' default ports do not collide.
+        self.producer_metrics_port, self.consumer_metrics_port = 9464, 9465
         try:
             self._build(wheel)
         except BaseException:
@@ -218,6 +221,12 @@ class Deployment:
             "scrapefleet_db_port": self.db_port,
             "scrapefleet_pg_cluster": self.cluster,
             "scrapefleet_grid_jar_source": str(ci_jar()),
+            # Installed by CI (.ci/install-fleet.sh); the hosts have no route to a mirror.
+            "scrapefleet_firewall_install": False,
+            "scrapefleet_basics_install": False,
+            "scrapefleet_backup_keep": self.backup_keep,
+            "scrapefleet_producer_metrics_port": self.producer_metrics_port,
+            "scrapefleet_consumer_metrics_port": self.consumer_metrics_port,
             "scrapefleet_producer_interval_s": 0.5,
             "scrapefleet_capacity": 4,
             # Each consumer logs in as its own database role (SECURITY.md).
@@ -269,6 +278,14 @@ class Deployment:
             "scrapefleet_reboot_request_dir": str(host.dir / "run-reboot"),
             "scrapefleet_grid_jar_dir": str(host.dir / "selenium-server"),
             "scrapefleet_grid_legacy_npm_prefix": str(host.dir / "node"),
+            # The operations roles' files: the machine's own /etc stays untouched.
+            "scrapefleet_firewall_file": str(host.dir / "nftables.d" / "scrapefleet.nft"),
+            "scrapefleet_firewall_main_conf": str(host.dir / "nftables.conf"),
+            "scrapefleet_timesyncd_conf_dir": str(host.dir / "timesyncd.conf.d"),
+            "scrapefleet_journald_conf_dir": str(host.dir / "journald.conf.d"),
+            "scrapefleet_apt_conf_dir": str(host.dir / "apt.conf.d"),
+            "scrapefleet_backup_dir": str(host.dir / "backups"),
+            "scrapefleet_backup_script": str(host.dir / "scrapefleet-backup"),
             "scrapefleet_reboot_exec": str(host.dir / "fake-reboot"),
             "scrapefleet_ssh_host_key_file": str(host.host_key.with_suffix(".pub")),
         }

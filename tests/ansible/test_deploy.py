@@ -7,6 +7,7 @@ jobs, the second run (changed=0), then a rollout of another version with one hos
 
 from __future__ import annotations
 
+import configparser
 import hashlib
 import json
 import shlex
@@ -14,9 +15,11 @@ import subprocess
 import time
 import tomllib
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
+import yaml
 
 from tests.ansible.deployment import SECRETS, Deployment, build_wheel
 from tests.ansible.playbook import REPO, PlaybookRun
@@ -134,6 +137,108 @@ def test_consumers_get_the_pinned_jar_from_the_control_node(deployment: Deployme
         assert hashlib.sha256(jar.read_bytes()).hexdigest() == digest
         consumer = tomllib.loads((host.dir / "etc" / "consumer.toml").read_text())
         assert consumer["grid_jar"] == str(jar)
+
+
+def test_the_firewall_lets_the_fleet_in_and_no_one_else(deployment: Deployment) -> None:
+    """The fleet's own nftables table on each host: PostgreSQL, SSH and the metrics endpoints
+    answer the fleet's hosts and not a machine on the same network outside the inventory."""
+    outsider = deployment.fleet.add_host("outsider")  # on the bridge, in no inventory group
+    consumer, db = deployment.consumers[0], deployment.db
+    consumer_metrics = deployment.consumer_metrics_port
+    assert _reaches(consumer, db.address, deployment.db_port)
+    assert not _reaches(outsider, db.address, deployment.db_port)
+    assert _reaches(db, consumer.address, 22) and not _reaches(outsider, consumer.address, 22)
+    wait_for(lambda: _reaches(db, consumer.address, consumer_metrics), scaled(30), "metrics")
+    assert not _reaches(outsider, consumer.address, consumer_metrics)
+    tables = {h: h.run(["nft", "list", "table", "inet", "scrapefleet"]) for h in (db, consumer)}
+    assert all(t.returncode == 0 and "set fleet4" in t.stdout for t in tables.values()), tables
+    assert f"tcp dport {deployment.db_port} ip saddr != @fleet4 drop" in tables[db].stdout
+
+
+def _reaches(host: Any, address: str, port: int) -> bool:
+    """Whether a TCP connection from inside ``host`` to address:port is accepted (a dropped
+    SYN times out after 2 s)."""
+    probe = (
+        "import socket, sys\n"
+        f"s = socket.create_connection(({address!r}, {port}), timeout=2)\n"
+        "s.close()\n"
+    )
+    return host.run(["/usr/bin/python3", "-c", probe], timeout=30).returncode == 0
+
+
+def test_metrics_endpoints_answer_and_prometheus_gets_their_targets(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    out = tmp_path / "scrape.yml"
+    run = deployment.play("prometheus-targets.yml", "-e", f"scrapefleet_prometheus_out={out}")
+    assert run.returncode == 0, run.output[-3000:]
+    jobs = {j["job_name"]: j for j in yaml.safe_load(out.read_text())["scrape_configs"]}
+    producer_targets = jobs["scrapefleet-producer"]["static_configs"][0]["targets"]
+    consumer_targets = jobs["scrapefleet-consumer"]["static_configs"][0]["targets"]
+    assert producer_targets == [f"{deployment.db.address}:{deployment.producer_metrics_port}"]
+    assert f"{deployment.consumers[0].address}:{deployment.consumer_metrics_port}" in (
+        consumer_targets
+    )
+    fetch = (
+        "import sys, urllib.request\n"
+        "print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())\n"
+    )
+    for target, series in (
+        (producer_targets[0], "scrapefleet_producer_up"),
+        (
+            f"{deployment.consumers[0].address}:{deployment.consumer_metrics_port}",
+            "scrapefleet_job",
+        ),
+    ):
+        answer = deployment.db.run(["/usr/bin/python3", "-c", fetch, f"http://{target}/metrics"])
+        assert answer.returncode == 0 and series in answer.stdout, (target, answer.stderr[-500:])
+
+
+def test_the_nightly_backup_dumps_restores_and_keeps_the_newest(deployment: Deployment) -> None:
+    db, backups = deployment.db, deployment.db.dir / "backups"
+    keep = deployment.backup_keep
+    # Older dumps than today's, more than the retention keeps.
+    for day in range(1, keep + 2):
+        old = backups / f"scrapefleet-202601{day:02d}T031500Z.dump"
+        old.write_bytes(b"old")
+    script = db.dir / "scrapefleet-backup"
+    done = db.run([str(script)], timeout=120)
+    assert done.returncode == 0, done.stderr
+    dumps = sorted(p.name for p in backups.glob("scrapefleet-*.dump"))
+    assert len(dumps) == keep and not any(backups.glob("*.partial"))
+    newest = backups / dumps[-1]
+    assert newest.name in done.stdout
+    # Restored into a new database, it holds the same jobs.
+    restored = f"restored_{deployment.fleet.run_id}"
+    port = str(deployment.db_port)
+    admin = ["runuser", "-u", "postgres", "--"]
+    subprocess.run([*admin, "createdb", "-p", port, restored], check=True, timeout=60)
+    try:
+        back = subprocess.run(
+            [*admin, "pg_restore", "-p", port, "--no-owner", "--exit-on-error", "-d", restored,
+             str(newest)],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert back.returncode == 0, back.stderr[-2000:]
+        count = "SELECT count(*) FROM jobs"
+        assert _admin_sql(deployment, count, restored) == _admin_sql(deployment, count)
+    finally:
+        subprocess.run([*admin, "dropdb", "-p", port, restored], timeout=60)
+    unit = parse_unit(deployment.unit_file(db, "scrapefleet-backup.timer").read_text())
+    assert unit["OnCalendar"] == ["*-*-* 03:15:00"] and unit["Persistent"] == ["true"]
+
+
+def test_hosts_keep_time_a_bounded_journal_and_security_upgrades(deployment: Deployment) -> None:
+    for host in (deployment.db, *deployment.consumers):
+        journal = configparser.ConfigParser()
+        journal.read_string((host.dir / "journald.conf.d" / "scrapefleet.conf").read_text())
+        assert journal["Journal"]["SystemMaxUse"] and journal["Journal"]["SystemKeepFree"]
+        timesync = configparser.ConfigParser()
+        timesync.read_string((host.dir / "timesyncd.conf.d" / "scrapefleet.conf").read_text())
+        assert "Time" in timesync
+        apt = (host.dir / "apt.conf.d" / "52scrapefleet-unattended-upgrades").read_text()
+        assert 'APT::Periodic::Unattended-Upgrade "1";' in apt
+        assert "label=Debian-Security" in apt and 'Automatic-Reboot "false"' in apt
 
 
 def test_diff_output_shows_no_secret(deployment: Deployment) -> None:
