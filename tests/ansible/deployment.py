@@ -252,7 +252,7 @@ class Deployment:
 
     def _host_vars(self, host: FleetHost) -> dict[str, Any]:
         user = f"sf{self.fleet.run_id}{host.index}"  # /etc/passwd is shared by the hosts
-        self.users.append(user)
+        self.users += [user, f"{user}-browser"]  # the consumer role's browser user too
         (host.dir / "sudoers.d").mkdir()
         # A sudo rule as earlier versions of the role wrote it: the role must remove it.
         (host.dir / "sudoers.d" / "scrapefleet").write_text(f"{user} ALL=(root) NOPASSWD: x\n")

@@ -64,6 +64,17 @@ def main_pid(unit_file: Path) -> int | None:
     return None
 
 
+def _identity(unit: dict[str, list[str]]) -> list[str]:
+    """A unit with AmbientCapabilities= starts as its User= with those capabilities kept, as
+    systemd does it: through setpriv (util-linux). Empty: no capabilities to keep."""
+    caps = " ".join(unit.get("AmbientCapabilities", [])).split()
+    if not caps:
+        return []
+    names = ",".join("+" + c.lower().removeprefix("cap_") for c in caps)
+    return ["setpriv", f"--reuid={unit['User'][0]}", f"--regid={unit['Group'][0]}",
+            "--clear-groups", f"--inh-caps={names}", f"--ambient-caps={names}", "--"]  # fmt: skip
+
+
 def start(unit_file: Path, marker: str | None) -> str:
     if (pid := main_pid(unit_file)) is not None:
         return f"ok: running as {pid}"
@@ -73,12 +84,12 @@ def start(unit_file: Path, marker: str | None) -> str:
         env["SCRAPEFLEET_FLEET_RUN"] = marker
     env.update(dict(item.split("=", 1) for item in unit["Environment"]))
     log = open(unit_file.with_name(unit_file.name + ".log"), "ab")  # noqa: SIM115 - the child's
+    argv, identity = shlex.split(unit["ExecStart"][0]), _identity(unit)
     process = subprocess.Popen(
-        shlex.split(unit["ExecStart"][0]),
+        [*identity, *argv] if identity else argv,
         env=env,
-        user=unit["User"][0],
-        group=unit["Group"][0],
-        extra_groups=[],
+        **({} if identity else {"user": unit["User"][0], "group": unit["Group"][0]}),
+        extra_groups=[] if not identity else None,
         cwd="/",
         stdin=subprocess.DEVNULL,
         stdout=log,

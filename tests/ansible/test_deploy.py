@@ -10,6 +10,8 @@ from __future__ import annotations
 import configparser
 import hashlib
 import json
+import pwd
+import re
 import shlex
 import subprocess
 import time
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import psutil
 import pytest
 import yaml
 
@@ -351,6 +354,52 @@ def test_provisioned_fleet_processes_a_batch(deployment: Deployment) -> None:
     per_host = deployment.scrapefleet("status", "--json")
     loads = {h["host"]: h for h in json.loads(per_host.stdout)["hosts"]}
     assert all(loads[h.name]["state"] == "active" for h in deployment.consumers), loads
+
+
+def test_the_browser_runs_as_its_own_user_sandboxed(deployment: Deployment) -> None:
+    """A browser job on a deployed consumer: its stack (Xvfb, the Grid, Chromium) runs as the
+    role's browser user, not as the consumer's (which holds the settings), with the sandbox on."""
+    host = deployment.consumers[0]
+    site = host.dir / "site"
+    site.mkdir()
+    (site / "index.html").write_text("<title>inside the fleet</title><p>hello</p>")
+    site.chmod(0o755)
+    port = 8765  # inside the host's own namespace: nothing else listens there
+    host.popen(["/usr/bin/python3", "-m", "http.server", "--bind", "127.0.0.1", str(port),
+                "--directory", str(site)])  # fmt: skip
+    job = deployment.db.dir / "browser-job.jsonl"
+    url = f"http://127.0.0.1:{port}/index.html"
+    job.write_text(json.dumps({"kind": "fetch_page", "payload": {"url": url}}) + "\n")
+    submitted = deployment.scrapefleet("submit", "--host", host.name, str(job))
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip().splitlines()[-1].split(": ")[-1]
+
+    def finished() -> str | None:
+        shown = deployment.scrapefleet("jobs", "show", job_id).stdout
+        found = re.search(r"(?m)^\s*status: (\w+)\s*$", shown)
+        return found[1] if found and found[1] in ("completed", "failed") else None
+
+    status = wait_for(finished, scaled(120), f"browser job {job_id}")
+    assert status == "completed", deployment.scrapefleet("jobs", "show", job_id).stdout
+    browser_user = f"{pwd.getpwnam(_service_user(host)).pw_name}-browser"
+    browser_uid = pwd.getpwnam(browser_user).pw_uid
+    stack = [p for p in psutil.process_iter(["uids", "name", "cmdline"])
+             if p.info["uids"] and p.info["uids"].real == browser_uid]  # fmt: skip
+    names = {p.info["name"] for p in stack}
+    assert "Xvfb" in names and "java" in names, names
+    consumer_uid = pwd.getpwnam(_service_user(host)).pw_uid
+    chromium_as_consumer = [
+        p.pid for p in psutil.process_iter(["uids", "name"])
+        if p.info["name"].startswith("chrom") and p.info["uids"].real == consumer_uid
+    ]  # fmt: skip
+    assert not chromium_as_consumer
+    unit = parse_unit(deployment.unit_file(host).read_text())
+    assert "CAP_SETUID" in unit["AmbientCapabilities"][0]
+
+
+def _service_user(host: Any) -> str:
+    settings = host.dir / "systemd" / "scrapefleet-consumer.service"
+    return parse_unit(settings.read_text())["User"][0]
 
 
 def test_probe_key_works_from_the_producer_only(deployment: Deployment) -> None:
