@@ -1,13 +1,16 @@
 """The status document a consumer publishes and every probe reads.
 
-The consumer writes it atomically to ``<state_dir>/hosts/<name>/status.json`` whenever its
-running count changes (and at every heartbeat); ``scrapefleet-consumer status --json`` prints
-the same document, so the local probe and the SSH probe parse one format.
+The consumer writes it atomically to ``<state_dir>/hosts/<name>/status.json`` at every heartbeat
+and whenever its state, its browser stack or its count of stuck threads changes;
+``scrapefleet-consumer status --json`` prints the same document, so the local probe and the SSH
+probe parse one format. Not at every claim and completion: the producer counts a host's jobs in
+the database, which is always current, and takes from the document only what the database
+cannot know (``stuck``: threads still busy with jobs the database no longer counts there).
 
 The producer trusts none of it: every field is checked for its type and range, the document for
 its size, and a defect is a failed probe of that host alone. ``daemon`` (the consumer's
 lifecycle: starting, running, draining, stopped) came later than the rest: a document without
-it, from an older consumer, still parses (as None).
+it, from an older consumer, still parses (as None); so do ``browser*`` and ``stuck``.
 """
 
 from __future__ import annotations
@@ -73,6 +76,9 @@ class HostStatus:
     browser: str | None = None  # BrowserState; None from a consumer that predates it
     browser_reason: str | None = None  # why the stack is failing (one line)
     browser_retry_at: float | None = None  # unix time of the failing stack's next try
+    # Pool threads busy with jobs that are no longer this host's in the database (past their
+    # timeout, stopped, rescued): counted in ``running`` too. None from an older consumer.
+    stuck: int | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -91,7 +97,8 @@ _INT_FIELDS = {
     "pid": INT32_MAX,
     "version": 1_000,
 }
-_OPTIONAL_FIELDS = ("daemon", "browser", "browser_reason", "browser_retry_at")
+_OPTIONAL_FIELDS = ("daemon", "browser", "browser_reason", "browser_retry_at", "stuck")
+MAX_STUCK = _INT_FIELDS["running"]
 # The kernel's boot id is a UUID; a test or a host without one sends a short token instead.
 BOOT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
 MAX_HOST_CHARS = 255
@@ -137,6 +144,11 @@ def parse_status(text: str) -> HostStatus:
     if daemon is not None and (not isinstance(daemon, str) or daemon not in DAEMON_STATES):
         raise ProbeError(f"status field 'daemon' is {_clip(daemon)}, not a daemon state")
     _check_browser_fields(raw)
+    stuck = raw.get("stuck")
+    if stuck is not None and (
+        not isinstance(stuck, int) or isinstance(stuck, bool) or not 0 <= stuck <= MAX_STUCK
+    ):
+        raise ProbeError(f"status field 'stuck' is not an integer from 0 to {MAX_STUCK}")
     known: dict[str, Any] = {k: raw.get(k) for k in HostStatus.__dataclass_fields__}
     known["load_1m"] = float(known["load_1m"])
     known["updated_at"] = float(known["updated_at"])

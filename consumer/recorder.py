@@ -3,9 +3,7 @@
 Worker threads hand their outcome over and are free at once. The recorder writes whatever has
 piled up in ONE transaction (the completions in one conditional UPDATE, each
 failure in its own, one commit for all): at a thousand
-noop jobs a second the commit, not the UPDATE, is what costs. Just before each commit it calls
-``before_commit`` (the daemon rewrites its status file there), so the producer, woken by the
-completion's NOTIFY at commit, already reads the freed slot; after it, ``after_write`` (the
+noop jobs a second the commit, not the UPDATE, is what costs. After it, ``after_write`` (the
 daemon may claim again: a slot counts as free only once its outcome is in the database, so the
 database never shows more jobs processing on a host than its capacity).
 
@@ -56,14 +54,12 @@ class OutcomeRecorder:
         host: str,
         settings: Settings,
         *,
-        before_commit: Callable[[], None],
         after_write: Callable[[], None],
         give_up: Callable[[], bool],
     ) -> None:
         self.engine = engine
         self.host = host
         self.settings = settings
-        self._before_commit = before_commit
         self._after_write = after_write
         self._give_up = give_up
         self._queue: queue.Queue[Finished | None] = queue.Queue()
@@ -119,7 +115,6 @@ class OutcomeRecorder:
         wait_s = RETRY_FIRST_S
         while True:
             try:
-                self._before_commit()
                 with transaction(self.engine) as conn:
                     self._write_batch(conn, batch)
                 return

@@ -102,6 +102,7 @@ class RunningConsumer:
         self._stuck = 0
         self._more_queued = False  # last claim filled every free slot: claim again on a finish
         self._db_state = registration.state
+        self._published: tuple[object, ...] | None = None  # what _publish_if_changed last saw
         self._since_restart = registration.jobs_since_restart
         self._since_boot = registration.jobs_since_boot
         self._threads: list[threading.Thread] = []
@@ -121,7 +122,6 @@ class RunningConsumer:
             engine,
             self.host,
             settings,
-            before_commit=self._publish_status,
             after_write=self._on_outcomes_written,
             give_up=lambda: lifecycle.cold,
         )
@@ -297,6 +297,7 @@ class RunningConsumer:
             try:
                 claimed = self._claim()
                 self._maintain()
+                self._publish_if_changed()
                 failures = 0
                 if until_idle:
                     if claimed or not self._looks_idle():
@@ -353,7 +354,6 @@ class RunningConsumer:
                     if job.id in self._in_flight:
                         self._in_flight[job.id] = InFlight(job, restamped)
         if claim.jobs:
-            self._publish_status()
             for job in claim.jobs:
                 self.executor.submit(self._work, job)
         return len(claim.jobs)
@@ -462,6 +462,8 @@ class RunningConsumer:
             for running in expired:
                 del self._in_flight[running.job.id]
             self._stuck += len(expired)
+        if expired:
+            self._publish_status()  # stuck threads: busy slots the database no longer counts
         for running in expired:
             job = running.job
             log.warning("job %d attempt %d timed out after %g s", job.id, job.attempt, limit)
@@ -478,6 +480,8 @@ class RunningConsumer:
         with self._lock:
             gone = [self._in_flight.pop(i) for i in job_ids if i in self._in_flight]
             self._stuck += len(gone)
+        if gone:
+            self._publish_status()
         for running in gone:
             job = running.job
             log.warning(
@@ -552,9 +556,21 @@ class RunningConsumer:
     def _publish_status(self) -> None:
         self.reporter.publish(self._snapshot)
 
+    def _publish_if_changed(self) -> None:
+        """Rewrite the document if what the producer decides on moved since the last look
+        (the browser stack's state, say) between heartbeats; the running count alone never
+        triggers a write."""
+        with self._lock:
+            stuck = self._stuck
+        seen = (self.state, stuck, self.lifecycle.state, *self._browser_status())
+        if seen != self._published:
+            self._published = seen
+            self._publish_status()
+
     def _snapshot(self) -> Snapshot:
         with self._lock:
             running = len(self._in_flight) + self._stuck
+            stuck = self._stuck
             since_restart, since_boot = self._since_restart, self._since_boot
         return Snapshot(
             running,
@@ -564,6 +580,7 @@ class RunningConsumer:
             since_boot,
             self.lifecycle.state.value,
             *self._browser_status(),
+            stuck=stuck,
         )
 
     def _browser_status(self) -> tuple[str, str | None, float | None]:

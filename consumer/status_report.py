@@ -1,9 +1,12 @@
 """The consumer's side of the status document: gather the figures and write them atomically.
 
 The producer's probe reads this file (locally, or over SSH via ``scrapefleet-consumer status``)
-to learn how many slots are busy, so the daemon rewrites it whenever its running count changes
-and at every heartbeat. Memory and load are sampled at heartbeats only: they move slowly, and
-reading /proc for every job would cost more than the job itself (noop benchmarks).
+to learn whether the host is alive, in which state, and how many of its threads are stuck (busy
+with jobs the database no longer counts there); the daemon rewrites it at every heartbeat and
+when one of those changes, never per job (a rename per claim and per completion was a fifth of a
+noop consumer's time; the producer counts a host's jobs in the database). Memory and load are
+sampled at heartbeats only: they move slowly, and reading /proc for every job would cost more
+than the job itself (noop benchmarks).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ class Snapshot:
     browser: str | None = None  # what its browser stack can do now (host_status.BrowserState)
     browser_reason: str | None = None
     browser_retry_at: float | None = None  # unix time of a failing stack's next try
+    stuck: int = 0  # threads busy with jobs no longer this host's in the database
 
 
 class StatusReporter:
@@ -88,6 +92,7 @@ class StatusReporter:
                 browser=now.browser,
                 browser_reason=now.browser_reason,
                 browser_retry_at=now.browser_retry_at,
+                stuck=now.stuck,
             )
             try:
                 write_status(self.state_dir, status)

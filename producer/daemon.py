@@ -83,7 +83,7 @@ class CycleReport:
 
 
 @dataclass(frozen=True)
-class _Probed:
+class Probed:
     result: HostStatus | ProbeError
     in_flight_at_probe: int  # the database's count read just before the probe
 
@@ -123,7 +123,7 @@ class Producer:
         self._engine = engine
         self._probe: Probe = probe if probe is not None else RoutingProbe(settings)
         self._leader = LeaderSession(engine.url, PRODUCER_ADVISORY_LOCK_KEY, settings=settings)
-        self._probed: dict[str, _Probed] = {}
+        self._probed: dict[str, Probed] = {}
         self._cycle_lock = threading.Lock()
         self._stop_lock = threading.Lock()  # one stop() at a time; a second waits for the first
         self.lifecycle = Lifecycle("producer", drain_timeout_s=drain_timeout_s)
@@ -229,7 +229,7 @@ class Producer:
             with self._cycle_lock_released():
                 results = self._probe_hosts(hosts)
             self._probed = {
-                name: _Probed(result, in_flight.get(name, 0)) for name, result in results.items()
+                name: Probed(result, in_flight.get(name, 0)) for name, result in results.items()
             }
             transitions = self._record_health(hosts, results)
             rescued, requeued = self._rescue()
@@ -322,7 +322,7 @@ class Producer:
             in_flight = queries.in_flight_by_host(conn)
             slots = host_slots(
                 hosts,
-                self._current_probes(in_flight),
+                current_probes(self._probed, in_flight),
                 in_flight,
                 self.settings.min_memory_available_fraction,
             )
@@ -360,23 +360,6 @@ class Producer:
             log.warning("assignment %s by operator", "paused" if paused else "resumed")
             self._paused = paused
         return paused
-
-    def _current_probes(self, in_flight: Mapping[str, int]) -> dict[str, HostStatus | ProbeError]:
-        """The last probe results, their running counts brought up to date.
-
-        Between probes the database's count is fresh and the probe's is not. What the probe
-        adds is the jobs a host runs beyond what the database gives it (e.g. a rescued job still
-        running there); keep that excess on top of today's count, so a slot freed since the
-        probe is refilled now, not at the next tick.
-        """
-        current: dict[str, HostStatus | ProbeError] = {}
-        for name, probed in self._probed.items():
-            result = probed.result
-            if isinstance(result, HostStatus):
-                excess = max(0, result.running - probed.in_flight_at_probe)
-                result = replace(result, running=in_flight.get(name, 0) + excess)
-            current[name] = result
-        return current
 
     # -- the daemon ---------------------------------------------------------------------------
 
@@ -518,3 +501,29 @@ def _quiet_scheduler_logger() -> logging.Logger:
     if not any(isinstance(f, _DropMaxInstancesWarning) for f in logger.filters):
         logger.addFilter(_DropMaxInstancesWarning())
     return logger
+
+
+def current_probes(
+    last_probes: Mapping[str, Probed], in_flight: Mapping[str, int]
+) -> dict[str, HostStatus | ProbeError]:
+    """The last probe results, their running counts brought up to date.
+
+    Between probes the database's count is fresh and the probe's is not. What the probe
+    adds is the jobs a host runs beyond what the database gives it (a job past its timeout
+    or rescued, still running there): its ``stuck`` count. Keep that on top of today's
+    count, so a slot freed since the probe is refilled now, not at the next tick. A
+    consumer too old to report ``stuck``: the excess of its running count over the
+    database's count at the probe.
+    """
+    current: dict[str, HostStatus | ProbeError] = {}
+    for name, probed in last_probes.items():
+        result = probed.result
+        if isinstance(result, HostStatus):
+            excess = (
+                result.stuck
+                if result.stuck is not None
+                else max(0, result.running - probed.in_flight_at_probe)
+            )
+            result = replace(result, running=in_flight.get(name, 0) + excess)
+        current[name] = result
+    return current

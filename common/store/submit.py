@@ -78,6 +78,13 @@ PIN_TO_HOST_SQL = sa.text(
 NOTIFY_HOST_SQL = sa.text("SELECT pg_notify(:channel, :host)")
 
 
+# A submit this large can turn the planner's picture of the pending jobs upside down (none
+# pending, says a fresh table's statistics): refresh it with the jobs (migration 0014), tens of
+# milliseconds, rather than read every pending row each producer cycle until autovacuum does.
+REFRESH_STATISTICS_AFTER_ROWS = 1_000
+REFRESH_STATISTICS_SQL = sa.text("SELECT refresh_job_statistics()")
+
+
 def insert_jobs(
     conn: Connection,
     jobs: Sequence[NewJob],
@@ -118,6 +125,8 @@ def insert_jobs(
         progress(len(jobs) % PROGRESS_EVERY_ROWS)
     inserted = sorted(conn.execute(INSERT_FROM_STAGING_SQL).scalars())
     conn.execute(DROP_STAGING_SQL)
+    if len(inserted) >= REFRESH_STATISTICS_AFTER_ROWS:
+        conn.execute(REFRESH_STATISTICS_SQL)
     return InsertResult(inserted, len(jobs) - len(inserted))
 
 

@@ -221,6 +221,7 @@ def test_claims_and_completes(engine: Engine, database_url: str, tmp_path: Path)
         ids = queue_jobs(engine, [NewJob("noop") for _ in range(25)])
         wait_for(lambda: all_in(engine, ids, "completed"), what="25 completed jobs")
         wait_for(lambda: read_status(settings.state_dir, HOST).running == 0, what="running 0")
+        assert read_status(settings.state_dir, HOST).stuck == 0
     row = job_row(engine, ids[0])
     assert row.result == {"ok": True} and row.attempts == 1
     assert transitions(engine, ids[0])[-1] == ("processing", "completed")
@@ -454,12 +455,16 @@ def test_job_timeout_frees_the_slot(engine: Engine, database_url: str, tmp_path:
         wait_for(lambda: all_in(engine, [slow], "failed"), what="timed-out job failed")
         assert time.monotonic() - started < 2.5
         assert "job_timeout_s" in job_row(engine, slow).last_error
-        assert consumer.stuck == 1 and read_status(settings.state_dir, HOST).running == 1
+        # The document says so at once (not at the next heartbeat): the producer adds it to
+        # the database's count of the host's jobs.
+        stuck_reported = read_status(settings.state_dir, HOST)
+        assert consumer.stuck == 1 and stuck_reported.stuck == 1 and stuck_reported.running == 1
         (quick,) = queue_jobs(engine, [NewJob("noop")])
         wait_for(lambda: all_in(engine, [quick], "completed"), what="the other slot still works")
         assert consumer.stuck == 1  # its thread is still asleep in the action
         wait_for(lambda: consumer.stuck == 0, what="stuck thread returned")
         wait_for(lambda: read_status(settings.state_dir, HOST).running == 0, what="running 0")
+        assert read_status(settings.state_dir, HOST).stuck == 0
     assert job_row(engine, slow).status == "failed"  # the late return changed nothing
 
 

@@ -47,3 +47,16 @@ def test_anything_else_is_not_a_boot_id(boot_id: object) -> None:
 def test_out_of_range_values_are_refused(field: str, value: object) -> None:
     with pytest.raises(ProbeError, match=f"'{field}'"):
         parse_status(_document(**{field: value}))
+
+
+@pytest.mark.parametrize("stuck", [-1, 100_001, True, 1.5, "2"])
+def test_stuck_is_a_bounded_count(stuck: object) -> None:
+    with pytest.raises(ProbeError, match="'stuck'"):
+        parse_status(_document(stuck=stuck))
+
+
+def test_a_document_without_stuck_parses_as_an_older_consumers() -> None:
+    document = json.loads(_document(stuck=3))
+    assert parse_status(json.dumps(document)).stuck == 3
+    del document["stuck"]
+    assert parse_status(json.dumps(document)).stuck is None
