@@ -100,7 +100,7 @@ class RunningConsumer:
         self._lock = threading.Lock()  # guards the fields below
         self._in_flight: dict[int, InFlight] = {}
         self._stuck = 0
-        self._more_queued = False  # last claim filled every free slot: claim again on a finish
+        self._more_queued = False  # jobs were left queued: claim again when a slot frees
         self._db_state = registration.state
         self._published: tuple[object, ...] | None = None  # what _publish_if_changed last saw
         self._since_restart = registration.jobs_since_restart
@@ -338,7 +338,7 @@ class RunningConsumer:
         started = time.monotonic()
         with self._lock:
             self._since_restart, self._since_boot = claim.jobs_since_restart, claim.jobs_since_boot
-            self._more_queued = len(claim.jobs) == free
+            self._more_queued = claim.more
             for job in claim.jobs:
                 self._in_flight[job.id] = InFlight(job, started)
             in_flight = len(self._in_flight)

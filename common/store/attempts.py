@@ -38,7 +38,13 @@ _S = JobStatus
 _OURS = f"status = '{_S.PROCESSING}' AND attempts = :attempt AND host = :host"
 
 # Browser jobs and the others are picked under separate limits (the stack's budget caps the
-# first, free slots both), then the best ``limit`` of the two by priority and age.
+# first, free slots both), then the best ``limit`` of the two by priority and age. The host's
+# browser budgets (jobs since the stack's restart and since boot) count the browser jobs only:
+# they drive restarts and reboots, and only browsers leak. One statement, one round trip: the
+# claim, the host's counters (written only when something was claimed, read otherwise) and
+# whether jobs of this host stay queued (``more``: the consumer claims again as soon as a slot
+# frees, and otherwise waits for the next assignment's NOTIFY). A row per claimed job, or one
+# with no job when nothing was; none at all when the host has no row.
 CLAIM_SQL = sa.text(
     "WITH browser AS ("
     "  SELECT id, priority FROM jobs"
@@ -50,19 +56,31 @@ CLAIM_SQL = sa.text(
     "  ORDER BY priority DESC, id LIMIT :limit FOR UPDATE SKIP LOCKED),"
     " picked AS ("
     "  SELECT id FROM (SELECT * FROM browser UNION ALL SELECT * FROM plain) AS candidates"
-    "  ORDER BY priority DESC, id LIMIT :limit)"
-    f" UPDATE jobs SET status = '{_S.PROCESSING}', attempts = jobs.attempts + 1,"
-    "   started_at = now(), heartbeat_at = now()"
-    " FROM picked WHERE jobs.id = picked.id"
-    " RETURNING jobs.id, jobs.kind, jobs.payload, jobs.attempts, jobs.max_attempts,"
-    "   jobs.lock_key, jobs.needs_browser, jobs.profile"
-)
-# The host's browser budgets (jobs since the stack's restart and since boot) count the browser
-# jobs only: they drive restarts and reboots, and only browsers leak.
-COUNT_CLAIMS_SQL = sa.text(
-    "UPDATE hosts SET jobs_since_restart = jobs_since_restart + :browser,"
-    " jobs_since_boot = jobs_since_boot + :browser, jobs_total = jobs_total + :n"
-    " WHERE name = :host RETURNING jobs_since_restart, jobs_since_boot"
+    "  ORDER BY priority DESC, id LIMIT :limit),"
+    " claimed AS ("
+    f"  UPDATE jobs SET status = '{_S.PROCESSING}', attempts = jobs.attempts + 1,"
+    "    started_at = now(), heartbeat_at = now()"
+    "  FROM picked WHERE jobs.id = picked.id"
+    "  RETURNING jobs.id, jobs.kind, jobs.payload, jobs.attempts, jobs.max_attempts,"
+    "    jobs.lock_key, jobs.needs_browser, jobs.profile),"
+    " tally AS ("
+    "  SELECT count(*) AS n, count(*) FILTER (WHERE needs_browser) AS browser FROM claimed),"
+    " counted AS ("
+    "  UPDATE hosts SET jobs_since_restart = jobs_since_restart + tally.browser,"
+    "    jobs_since_boot = jobs_since_boot + tally.browser, jobs_total = jobs_total + tally.n"
+    "  FROM tally WHERE hosts.name = :host AND tally.n > 0"
+    "  RETURNING hosts.jobs_since_restart, hosts.jobs_since_boot),"
+    " counters AS ("
+    "  SELECT jobs_since_restart, jobs_since_boot FROM counted"
+    "  UNION ALL"
+    "  SELECT jobs_since_restart, jobs_since_boot FROM hosts"
+    "  WHERE name = :host AND NOT EXISTS (SELECT 1 FROM claimed))"
+    " SELECT counters.jobs_since_restart, counters.jobs_since_boot,"
+    "   EXISTS (SELECT 1 FROM jobs AS left_over WHERE left_over.host = :host"
+    f"    AND left_over.status = '{_S.QUEUED}'"
+    "    AND left_over.id NOT IN (SELECT id FROM picked)) AS more,"
+    "   claimed.*"
+    " FROM counters LEFT JOIN claimed ON true"
 )
 COMPLETE_SQL = sa.text(
     "WITH done AS ("
@@ -115,16 +133,12 @@ HEARTBEAT_HOST_SQL = sa.text(
 def claim_jobs(conn: Connection, host: str, limit: int, browser_limit: int | None = None) -> Claim:
     """queued -> processing for up to ``limit`` of this host's jobs, of which at most
     ``browser_limit`` browser jobs (None: no separate limit), attempts + 1. The host's browser
-    budgets count the browser jobs claimed, in the same transaction."""
+    budgets count the browser jobs claimed, in the same statement."""
     browser_limit = limit if browser_limit is None else min(browser_limit, limit)
     rows = conn.execute(
         CLAIM_SQL, {"host": host, "limit": limit, "browser_limit": browser_limit}
     ).all()
-    browser_jobs = sum(1 for r in rows if r.needs_browser)
-    counters = conn.execute(
-        COUNT_CLAIMS_SQL, {"host": host, "n": len(rows), "browser": browser_jobs}
-    ).one_or_none()
-    if counters is None:
+    if not rows:
         raise NotFound(f"host {host!r} is not registered")
     claimed = [
         ClaimedJob(
@@ -137,9 +151,11 @@ def claim_jobs(conn: Connection, host: str, limit: int, browser_limit: int | Non
             r.needs_browser,
             profile=r.profile,
         )
-        for r in sorted(rows, key=lambda r: r.id)
+        for r in sorted(rows, key=lambda r: r.id or 0)
+        if r.id is not None
     ]
-    return Claim(claimed, counters.jobs_since_restart, counters.jobs_since_boot)
+    first = rows[0]
+    return Claim(claimed, first.jobs_since_restart, first.jobs_since_boot, more=first.more)
 
 
 def complete_job(

@@ -82,6 +82,7 @@ class Claim:
     jobs: list[ClaimedJob]
     jobs_since_restart: int
     jobs_since_boot: int
+    more: bool = True  # jobs of this host were left queued (claim again when a slot frees)
 
 
 @dataclass(frozen=True)

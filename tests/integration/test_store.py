@@ -15,6 +15,7 @@ from sqlalchemy.engine import Engine
 
 from scrapefleet.common import queries, store
 from scrapefleet.common.clock import utcnow
+from scrapefleet.common.errors import NotFound
 from scrapefleet.common.store import HostSpec, JobFilter, NewJob
 from scrapefleet.common.store.statuses import (
     ATTEMPTS_EXHAUSTED_SQL,
@@ -224,6 +225,36 @@ def test_claims_count_browser_jobs_and_respect_their_own_limit(engine: Engine) -
         assert store.claim_jobs(conn, "h1", 4, browser_limit=0).jobs == []
         claim = store.claim_jobs(conn, "h1", 1)
     assert [j.id for j in claim.jobs] == [ids[1]] and claim.jobs_since_restart == 2
+
+
+def test_a_claim_says_whether_jobs_stay_queued_and_counts_only_what_it_took(
+    engine: Engine,
+) -> None:
+    """``more`` tells the consumer to claim again when a slot frees; without it, it waits for
+    the next assignment. An empty claim reads the counters and writes nothing."""
+    _setup_host(engine)
+    with engine.begin() as conn:
+        ids = store.insert_jobs(conn, [NewJob("noop")] * 3, default_max_attempts=3).ids
+        store.assign_jobs(conn, [(i, "h1") for i in ids])
+    with engine.begin() as conn:
+        first = store.claim_jobs(conn, "h1", 2)
+        second = store.claim_jobs(conn, "h1", 2)
+    assert [j.id for j in first.jobs] == ids[:2] and first.more
+    assert [j.id for j in second.jobs] == ids[2:] and not second.more
+
+    def host_row_version() -> object:
+        with engine.connect() as conn:
+            return conn.execute(sa.text("SELECT xmin::text FROM hosts WHERE name = 'h1'")).scalar()
+
+    before = host_row_version()
+    with engine.begin() as conn:
+        empty = store.claim_jobs(conn, "h1", 6)
+    assert empty.jobs == [] and not empty.more and host_row_version() == before
+    with engine.connect() as conn:
+        total = conn.execute(sa.text("SELECT jobs_total FROM hosts WHERE name = 'h1'")).scalar()
+    assert total == 3
+    with pytest.raises(NotFound, match="nosuch"), engine.begin() as conn:
+        store.claim_jobs(conn, "nosuch", 6)
 
 
 def test_the_store_fails_an_attempt_that_was_the_last_even_when_told_to_retry(
