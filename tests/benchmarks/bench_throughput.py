@@ -64,6 +64,9 @@ def end_to_end(url: str, jobs: int, hosts: int) -> dict[str, float]:
     engine = make_engine(url)
     names = [f"bench-{i:02d}" for i in range(hosts)]
     with engine.begin() as conn:
+        # What an earlier phase left (the idle fleet's jobs and hosts) would count: its jobs'
+        # creation times in the span, its hosts' heartbeats as this fleet's readiness.
+        conn.execute(sa.text("TRUNCATE jobs, job_events, hosts CASCADE"))
         for name in names:
             store.add_host(conn, HostSpec(name=name, capacity=6))
     state = Path(tempfile.mkdtemp(prefix="scrapefleet-bench-"))
