@@ -42,9 +42,10 @@ _OURS = f"status = '{_S.PROCESSING}' AND attempts = :attempt AND host = :host"
 # browser budgets (jobs since the stack's restart and since boot) count the browser jobs only:
 # they drive restarts and reboots, and only browsers leak. One statement, one round trip: the
 # claim, the host's counters (written only when something was claimed, read otherwise) and
-# whether jobs of this host stay queued (``more``: the consumer claims again as soon as a slot
-# frees, and otherwise waits for the next assignment's NOTIFY). A row per claimed job, or one
-# with no job when nothing was; none at all when the host has no row.
+# whether jobs of this host stay queued that a freed slot could take (``more``: the consumer
+# claims again as soon as a slot frees, and otherwise waits for the next assignment's NOTIFY).
+# A row per claimed job, or one with no job when nothing was; none at all when the host has no
+# row.
 CLAIM_SQL = sa.text(
     "WITH browser AS ("
     "  SELECT id, priority FROM jobs"
@@ -78,7 +79,11 @@ CLAIM_SQL = sa.text(
     " SELECT counters.jobs_since_restart, counters.jobs_since_boot,"
     "   EXISTS (SELECT 1 FROM jobs AS left_over WHERE left_over.host = :host"
     f"    AND left_over.status = '{_S.QUEUED}'"
-    "    AND left_over.id NOT IN (SELECT id FROM picked)) AS more,"
+    "    AND left_over.id NOT IN (SELECT id FROM picked)"
+    # A browser job left behind by the stack's budget waits for the budget (a restart wakes
+    # the consumer), not for a slot.
+    "    AND (NOT left_over.needs_browser"
+    "      OR CAST(:browser_limit AS int) >= CAST(:limit AS int))) AS more,"
     "   claimed.*"
     " FROM counters LEFT JOIN claimed ON true"
 )

@@ -225,6 +225,12 @@ def test_claims_count_browser_jobs_and_respect_their_own_limit(engine: Engine) -
         assert store.claim_jobs(conn, "h1", 4, browser_limit=0).jobs == []
         claim = store.claim_jobs(conn, "h1", 1)
     assert [j.id for j in claim.jobs] == [ids[1]] and claim.jobs_since_restart == 2
+    # The browser job left (ids[2]): with budget to spare, a freed slot takes it; with the
+    # stack's budget spent, it waits for the budget (a restart wakes the consumer), not a slot.
+    assert claim.more
+    with engine.begin() as conn:
+        assert store.claim_jobs(conn, "h1", 2, browser_limit=0).more is False
+        assert store.claim_jobs(conn, "h1", 2, browser_limit=2).jobs[0].id == ids[2]
 
 
 def test_a_claim_says_whether_jobs_stay_queued_and_counts_only_what_it_took(
