@@ -58,7 +58,9 @@ BACKOFF_MAX_S: Final = 600.0
 BACKOFF_JITTER: Final = 0.2  # +/- this fraction of the delay, so retries do not stampede
 
 # NOTIFY channels.
-CHANNEL_ASSIGNED: Final = "scrapefleet_assigned"  # payload: host name that got work
+# A host's own channel is this, a digest of its name appended (common.channels); payload: the
+# host's name.
+CHANNEL_ASSIGNED: Final = "scrapefleet_assigned"
 CHANNEL_FINISHED: Final = "scrapefleet_finished"  # payload: host name that freed a slot
 CHANNEL_SUBMITTED: Final = "scrapefleet_submitted"  # by trigger, once per INSERT into jobs
 CHANNEL_WEBHOOKS_DUE: Final = "scrapefleet_webhooks_due"  # by trigger, a delivery was enqueued

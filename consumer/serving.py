@@ -15,7 +15,7 @@ from sqlalchemy.engine import Engine
 
 from scrapefleet.common import metrics, queries, store
 from scrapefleet.common.actions import load_user_actions
-from scrapefleet.common.constants import CHANNEL_ASSIGNED
+from scrapefleet.common.channels import assigned_channel
 from scrapefleet.common.db import Listener, describe, sqlalchemy_url, transaction
 from scrapefleet.common.db_pooler import listen_url
 from scrapefleet.common.errors import DatabaseUnavailable, ScrapefleetError
@@ -534,7 +534,9 @@ class RunningConsumer:
             {"application_name": f"scrapefleet-consumer {self.host} listen"}
         )
         listener = Listener(
-            url.render_as_string(hide_password=False), [CHANNEL_ASSIGNED], self.settings
+            url.render_as_string(hide_password=False),
+            [assigned_channel(self.host)],
+            self.settings,
         )
         failures = 0
         try:

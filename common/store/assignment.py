@@ -12,7 +12,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from scrapefleet.common.constants import CHANNEL_ASSIGNED
+from scrapefleet.common.channels import assigned_channel
 from scrapefleet.common.store.records import PendingJob
 from scrapefleet.common.store.statuses import IN_FLIGHT, HostState, JobStatus, sql_list
 
@@ -83,8 +83,10 @@ ASSIGN_SQL = sa.text(
 )
 # One statement for every host that got work: a round trip per host was a third of a cycle's
 # assignment at a thousand hosts.
+# Each host on its channel of its own (common.channels), the host's name as the payload.
 NOTIFY_HOSTS_SQL = sa.text(
-    "SELECT pg_notify(:channel, h) FROM unnest(CAST(:hosts AS text[])) WITH ORDINALITY AS n(h, i)"
+    "SELECT pg_notify(c, h)"
+    " FROM unnest(CAST(:channels AS text[]), CAST(:hosts AS text[])) WITH ORDINALITY AS n(c, h, i)"
     " ORDER BY i"
 )
 
@@ -134,5 +136,6 @@ def assign_jobs(conn: Connection, assignments: Sequence[tuple[int, str]]) -> lis
     ).all()
     hosts = sorted({r.host for r in rows})
     if hosts:
-        conn.execute(NOTIFY_HOSTS_SQL, {"channel": CHANNEL_ASSIGNED, "hosts": hosts})
+        channels = [assigned_channel(h) for h in hosts]
+        conn.execute(NOTIFY_HOSTS_SQL, {"channels": channels, "hosts": hosts})
     return [(r.id, r.host) for r in rows]

@@ -15,7 +15,7 @@ from sqlalchemy.engine import Connection
 
 from scrapefleet.common import tables
 from scrapefleet.common.actions import get_action
-from scrapefleet.common.constants import CHANNEL_ASSIGNED
+from scrapefleet.common.channels import assigned_channel
 from scrapefleet.common.errors import UnknownAction
 from scrapefleet.common.profiles import payload_profile_pool
 from scrapefleet.common.store.events import set_audit_message
@@ -137,7 +137,7 @@ def pin_jobs_to_host(conn: Connection, ids: Sequence[int], host: str) -> list[in
     set_audit_message(conn, f"pinned to host {host} at submit")
     pinned = sorted(conn.execute(PIN_TO_HOST_SQL, {"ids": list(ids), "host": host}).scalars())
     if pinned:
-        conn.execute(NOTIFY_HOST_SQL, {"channel": CHANNEL_ASSIGNED, "host": host})
+        conn.execute(NOTIFY_HOST_SQL, {"channel": assigned_channel(host), "host": host})
     return pinned
 
 

@@ -14,7 +14,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common import queries, store
+from scrapefleet.common.channels import assigned_channel
 from scrapefleet.common.clock import utcnow
+from scrapefleet.common.db import Listener
 from scrapefleet.common.errors import NotFound
 from scrapefleet.common.store import HostSpec, JobFilter, NewJob
 from scrapefleet.common.store.statuses import (
@@ -24,6 +26,7 @@ from scrapefleet.common.store.statuses import (
     JobStatus,
     attempts_exhausted,
 )
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
@@ -334,3 +337,27 @@ def test_host_moves_are_recorded_and_allowed(engine: Engine) -> None:
     assert (HostState.RESTARTING, HostState.ACTIVE) in made
     assert (HostState.DISABLED, HostState.ACTIVE) in made
     assert all(JobStatus.PENDING not in move for move in made)
+
+
+def test_an_assignment_wakes_its_own_host_alone(engine: Engine, database_url: str) -> None:
+    """The producer NOTIFYs each host on its own channel: h2's consumer hears nothing of h1's
+    work, h1's hears its own, and a job pinned at submit wakes its host the same way."""
+    _setup_host(engine)
+    _setup_host(engine, "h2")
+    listeners = {h: Listener(database_url, [assigned_channel(h)]) for h in ("h1", "h2")}
+    try:
+        for listener in listeners.values():
+            listener.wait(0)  # connects and LISTENs
+        with engine.begin() as conn:
+            ids = store.insert_jobs(conn, [NewJob("noop")] * 2, default_max_attempts=3).ids
+            store.assign_jobs(conn, [(i, "h1") for i in ids])
+        assert wait_for(lambda: listeners["h1"].wait(0.2), 10, "h1's NOTIFY") == ["h1"]
+        assert listeners["h2"].wait(0.3) == []
+        with engine.begin() as conn:
+            (pinned,) = store.insert_jobs(conn, [NewJob("noop")], default_max_attempts=3).ids
+            store.pin_jobs_to_host(conn, [pinned], "h2")
+        assert wait_for(lambda: listeners["h2"].wait(0.2), 10, "h2's NOTIFY") == ["h2"]
+        assert listeners["h1"].wait(0.3) == []
+    finally:
+        for listener in listeners.values():
+            listener.close()
