@@ -99,15 +99,17 @@ def test_fetch_page_outcomes_by_class(
     assert "HTTP 404" in row.last_error
     assert len(site.hit_times("/gone")) == 1
 
-    # A 429 with Retry-After: 3 -> its next attempt started no sooner than 3 s after the first
-    # ended (the backoff alone is 0.1 s here), by the attempts' recorded times.
+    # A 429 with Retry-After: 3 -> its next attempt came no sooner than 3 s after the site said
+    # so (the backoff alone is 0.1 s here), by the site's own clock: from the request it
+    # answered with 429 to the next. (Not by the audit rows: each is stamped when its
+    # transaction began, and the one recording the failure begins a moment after the retry
+    # time was set, so that gap can read a few milliseconds short of 3 s.)
     row = _job(engine, busy)
     assert (row.status, row.attempts, row.error_class) == ("completed", 2, "rate_limited")
     moves = _moves(engine, busy)
-    ended = next(at for f, t, at, _ in moves if (f, t) == ("processing", "pending"))
-    starts = [at for f, t, at, _ in moves if (f, t) == ("queued", "processing")]
-    assert len(starts) == 2
-    assert (starts[1] - ended).total_seconds() >= RETRY_AFTER_S
+    assert len([m for m in moves if (m[0], m[1]) == ("queued", "processing")]) == 2
+    hits = site.hit_times("/busy")
+    assert len(hits) == 2 and hits[1] - hits[0] >= RETRY_AFTER_S, hits
 
     # A block page (403 + marker), with and without a wait: handed back MAX_BLOCKS times, no
     # attempt used (max_attempts is 1), then failed with class blocked.
