@@ -15,12 +15,16 @@ Revises: 0013
 Create Date: 2026-11-25
 """
 
+import importlib
+
 from alembic import op
 
 revision = "0014"
 down_revision = "0013"
 branch_labels = None
 depends_on = None
+
+_ROLES = importlib.import_module("scrapefleet.migrations.versions.0008_roles_by_duty")
 
 REFRESH_FUNCTION = """
 CREATE FUNCTION refresh_job_statistics() RETURNS void
@@ -38,11 +42,7 @@ $$
 
 def upgrade() -> None:
     op.execute(REFRESH_FUNCTION)
-    op.execute(
-        "DO $$ BEGIN EXECUTE format("
-        "'ALTER FUNCTION refresh_job_statistics() SET search_path = %I, pg_temp',"
-        " current_schema()); END $$"
-    )
+    _ROLES._pin_search_path("refresh_job_statistics()")
 
 
 def downgrade() -> None:
