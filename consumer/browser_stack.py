@@ -50,9 +50,11 @@ from scrapefleet.consumer.stack_processes import (
     TOKEN_ENV,
     WORK_DIR_ENV,
     StackMarker,
+    await_exit,
     end_processes_naming,
     end_stack_processes,
     find_stack_processes,
+    processes_naming,
     pss_bytes,
 )
 
@@ -83,6 +85,9 @@ XVFB_READY_TIMEOUT_S = 10.0
 STATUS_PROBE_TIMEOUT_S = 2.0
 SESSION_RETRY_INTERVAL_S = 1  # Grid re-offers a queued session request this often
 LOG_TAIL_CHARS = 3000
+# Chromium lingers up to ~1.5 s after its session is deleted (measured here); one that takes
+# longer than this is killed, so that a quit always ends with the browser gone.
+BROWSER_EXIT_TIMEOUT_S = 5.0
 MAX_TMPDIR_CHARS = 50  # + "/.org.chromium.Chromium.XXXXXX/SingletonSocket" stays under 108
 # urllib must not send loopback status probes through an http_proxy from the environment.
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -115,6 +120,28 @@ class StackWebDriver(Remote):
             "executeCdpCommand", {"cmd": cmd, "params": cmd_args}
         )["value"]
         return result
+
+    def quit(self) -> None:
+        """End the session and return once its browser's processes are gone (killed after
+        BROWSER_EXIT_TIMEOUT_S). The session pool frees the session's permit when this returns:
+        the next session's Chromium never starts beside one still exiting, so a host runs no
+        more browsers than its capacity, even for an instant."""
+        profile_dir = session_profile_dir(self)
+        browser = processes_naming(profile_dir) if profile_dir is not None else []
+        try:
+            super().quit()
+        finally:
+            await_exit(browser, BROWSER_EXIT_TIMEOUT_S)
+
+
+def session_profile_dir(driver: Any) -> Path | None:
+    """The user-data-dir chromedriver reported for the session's browser, if any."""
+    with contextlib.suppress(Exception):
+        profile = (getattr(driver, "capabilities", None) or {}).get("chrome", {})
+        user_data_dir = profile.get("userDataDir")
+        if user_data_dir:
+            return Path(user_data_dir)
+    return None
 
 
 def find_grid_jar(configured: Path | None) -> Path:
@@ -380,12 +407,8 @@ class BrowserStack:
         profile directory chromedriver reported, then the session itself. The session's own
         pending command fails at once, so the thread running it returns. Returns the number of
         processes killed; never raises."""
-        killed = 0
-        with contextlib.suppress(Exception):
-            profile = (getattr(driver, "capabilities", None) or {}).get("chrome", {})
-            user_data_dir = profile.get("userDataDir")
-            if user_data_dir:
-                killed = end_processes_naming(Path(user_data_dir), timeout_s)
+        profile_dir = session_profile_dir(driver)
+        killed = end_processes_naming(profile_dir, timeout_s) if profile_dir is not None else 0
         _quit_quietly(driver)  # the Grid frees the slot and ends chromedriver
         return killed
 

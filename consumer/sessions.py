@@ -567,16 +567,13 @@ class SessionPool:
             owed = self._owed > 0 and slot.driver is not None and not closed
             if owed:
                 self._owed -= 1
-        if owed:  # another pool waits for a permit: this session's goes to it
+        # Owed: this session's permit goes to another pool that waits for one. Either way off
+        # the job's thread: a quit lasts until the browser has exited (up to seconds).
+        work = self._retire if owed or closed else self._recycle
+        try:
+            self._background.submit(work, slot)
+        except RuntimeError:  # closed meanwhile: no more background work
             self._retire(slot)
-            return
-        if not closed:
-            try:
-                self._background.submit(self._recycle, slot)
-                return
-            except RuntimeError:  # closed meanwhile: no more background work
-                pass
-        self._retire(slot)
 
     def _recycle(self, slot: _Slot) -> None:
         """Close the job's context and open the next job's; replace a session that died."""

@@ -153,9 +153,9 @@ def pss_bytes(procs: Iterable[psutil.Process]) -> int:
     return total
 
 
-def end_processes_naming(folder: Path, timeout_s: float) -> int:
-    """End the processes whose command line names ``folder`` (one browser session's profile
-    directory: its Chromium and every helper of it); returns how many were found."""
+def processes_naming(folder: Path) -> list[psutil.Process]:
+    """The live processes whose command line names ``folder`` (one browser session's profile
+    directory: its Chromium and every helper of it)."""
     needle = str(folder)
     protected = _protected_pids()
     procs = []
@@ -165,6 +165,22 @@ def end_processes_naming(folder: Path, timeout_s: float) -> int:
         with contextlib.suppress(psutil.Error):
             if any(needle in arg for arg in proc.cmdline()):
                 procs.append(proc)
+    return procs
+
+
+def end_processes_naming(folder: Path, timeout_s: float) -> int:
+    """End the processes whose command line names ``folder``; returns how many were found."""
+    procs = processes_naming(folder)
     _signal_all(procs, signal.SIGKILL)  # a hung renderer is why we are here: no SIGTERM round
     _wait_gone(procs, time.monotonic() + timeout_s)
     return len(procs)
+
+
+def await_exit(procs: list[psutil.Process], timeout_s: float) -> int:
+    """Wait for ``procs`` to exit by themselves, for up to ``timeout_s``; SIGKILL the ones still
+    alive then (and wait for them as long again). Returns how many had to be killed."""
+    alive = _wait_gone(procs, time.monotonic() + timeout_s)
+    if alive:
+        _signal_all(alive, signal.SIGKILL)
+        _wait_gone(alive, time.monotonic() + timeout_s)
+    return len(alive)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from scrapefleet.common.errors import StackError
-from scrapefleet.consumer.browser_stack import BrowserStack
+from scrapefleet.consumer.browser_stack import BrowserStack, session_profile_dir
 from scrapefleet.consumer.selenium_actions import (
     FetchPageParams,
     ScreenshotParams,
@@ -20,8 +20,8 @@ from scrapefleet.consumer.selenium_actions import (
     navigate,
     screenshot,
 )
-from scrapefleet.consumer.sessions import ISOLATION_VALUES, SessionPool
-from scrapefleet.consumer.stack_processes import end_processes_naming
+from scrapefleet.consumer.sessions import ISOLATION_VALUES, SessionPool, quit_driver
+from scrapefleet.consumer.stack_processes import end_processes_naming, is_gone, processes_naming
 from tests.browser.conftest import grid_session_ids
 from tests.browser.site import LocalSite
 from tests.waiting import scaled, wait_for
@@ -177,6 +177,23 @@ def test_isolation_session_gets_a_browser_of_its_own(
     assert pool.session_ids() == [warm]
     with pool.lease() as driver:
         assert driver.session_id == warm
+
+
+def test_a_quit_returns_once_the_sessions_browser_has_exited(
+    pool_stack: BrowserStack, site: LocalSite
+) -> None:
+    """The pool frees a session's permit when its quit returns: were the browser still exiting
+    then, the next session's would run beside it, one more than the host's capacity."""
+    for _ in range(3):  # Chromium's linger after a quit varies; each round must hold
+        driver = pool_stack.new_driver()
+        driver.get(site.url("/plain"))
+        profile = session_profile_dir(driver)
+        assert profile is not None
+        browser = processes_naming(profile)
+        assert browser, "no process names the session's profile directory"
+        quit_driver(driver)
+        assert [p.pid for p in browser if not is_gone(p)] == []
+        assert processes_naming(profile) == []
 
 
 def test_an_unknown_isolation_is_refused(make_pool: MakePool) -> None:
