@@ -267,6 +267,16 @@ def transaction(engine: Engine) -> Iterator[Connection]:
         yield conn
 
 
+@contextlib.contextmanager
+def one_statement(engine: Engine) -> Iterator[Connection]:
+    """A connection for ONE statement, which commits by itself (autocommit): one round trip to
+    the server where ``transaction`` takes three (BEGIN, the statement, COMMIT). For the hot
+    single-statement writes (a consumer's claim, a batch of completions); a second statement
+    through it would be a transaction of its own."""
+    with wrapped_errors(), engine.connect() as conn:
+        yield conn.execution_options(isolation_level="AUTOCOMMIT")
+
+
 def check_reachable(engine: Engine) -> None:
     with wrapped_errors(), engine.connect() as conn:
         conn.execute(sa.text("SELECT 1"))

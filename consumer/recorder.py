@@ -26,7 +26,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from scrapefleet.common import store
 from scrapefleet.common.clock import utcnow
-from scrapefleet.common.db import describe, transaction
+from scrapefleet.common.db import describe, one_statement, transaction
 from scrapefleet.common.error_classes import ErrorClass, next_try_at
 from scrapefleet.common.errors import DatabaseUnavailable
 from scrapefleet.common.retry import retry_at
@@ -115,7 +115,9 @@ class OutcomeRecorder:
         wait_s = RETRY_FIRST_S
         while True:
             try:
-                with transaction(self.engine) as conn:
+                # Completions alone are one statement: no transaction around it needed.
+                simple = all(i.outcome.status == "completed" and not i.outcome.spawn for i in batch)
+                with (one_statement if simple else transaction)(self.engine) as conn:
                     self._write_batch(conn, batch)
                 return
             except DatabaseUnavailable as exc:

@@ -16,7 +16,13 @@ from sqlalchemy.engine import Engine
 from scrapefleet.common import metrics, queries, store
 from scrapefleet.common.actions import load_user_actions
 from scrapefleet.common.channels import assigned_channel
-from scrapefleet.common.db import Listener, describe, sqlalchemy_url, transaction
+from scrapefleet.common.db import (
+    Listener,
+    describe,
+    one_statement,
+    sqlalchemy_url,
+    transaction,
+)
 from scrapefleet.common.db_pooler import listen_url
 from scrapefleet.common.errors import DatabaseUnavailable, ScrapefleetError
 from scrapefleet.common.host_status import HOST_STATES, BrowserState
@@ -333,7 +339,7 @@ class RunningConsumer:
             free, browser_free = self.supervisor.claim_budget(free, since_restart, since_boot)
             if free <= 0:
                 return 0
-        with transaction(self.engine) as conn:
+        with one_statement(self.engine) as conn:  # the claim is one statement
             claim = store.claim_jobs(conn, self.host, free, browser_free)
         started = time.monotonic()
         with self._lock:
