@@ -46,14 +46,17 @@ _OURS = f"status = '{_S.PROCESSING}' AND attempts = :attempt AND host = :host"
 # claims again as soon as a slot frees, and otherwise waits for the next assignment's NOTIFY).
 # A row per claimed job, or one with no job when nothing was; none at all when the host has no
 # row.
+# The statement runs alone (autocommit): a host with no row claims nothing, rather than taking
+# jobs it will never be told about (the caller raises NotFound on the empty answer).
+_REGISTERED = "EXISTS (SELECT 1 FROM hosts WHERE hosts.name = :host)"
 CLAIM_SQL = sa.text(
     "WITH browser AS ("
     "  SELECT id, priority FROM jobs"
-    f"  WHERE host = :host AND status = '{_S.QUEUED}' AND needs_browser"
+    f"  WHERE host = :host AND status = '{_S.QUEUED}' AND needs_browser AND {_REGISTERED}"
     "  ORDER BY priority DESC, id LIMIT :browser_limit FOR UPDATE SKIP LOCKED),"
     " plain AS ("
     "  SELECT id, priority FROM jobs"
-    f"  WHERE host = :host AND status = '{_S.QUEUED}' AND NOT needs_browser"
+    f"  WHERE host = :host AND status = '{_S.QUEUED}' AND NOT needs_browser AND {_REGISTERED}"
     "  ORDER BY priority DESC, id LIMIT :limit FOR UPDATE SKIP LOCKED),"
     " picked AS ("
     "  SELECT id FROM (SELECT * FROM browser UNION ALL SELECT * FROM plain) AS candidates"
