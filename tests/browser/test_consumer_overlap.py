@@ -50,18 +50,25 @@ def _is_browser(process: psutil.Process) -> bool:
 
 
 def browsers_in(tmp_dirs: list[Path]) -> int:
-    """The browsers whose profile lies in one of ``tmp_dirs``, in one pass over the processes.
+    """The browsers whose profile lies in one of ``tmp_dirs``, in one pass over the processes,
+    counted by profile directory: one per session.
 
     Counted from the processes rather than the Grids' /status, which may list a session a
-    moment after it was deleted; and in one pass rather than stack by stack, which takes long
-    enough under load to see a browser of one stack and then its successor in the other."""
+    moment after it was deleted; in one pass rather than stack by stack, which takes long
+    enough under load to see a browser of one stack and then its successor in the other; by
+    profile rather than by process, because a starting Chromium forks its helpers and each
+    child carries the browser's own command line until it execs its own (a few ms, longer
+    under load: seen here as a fourth browser on capacity 3, while the Grids' logs had never
+    more than 3 sessions)."""
     needles = [f"--user-data-dir={folder}{os.sep}" for folder in tmp_dirs]
-    count = 0
+    profiles: set[str] = set()
     for process in psutil.process_iter():
         if _is_browser(process):
             with contextlib.suppress(psutil.Error):
-                count += any(n in arg for arg in process.cmdline() for n in needles)
-    return count
+                profiles.update(
+                    arg for arg in process.cmdline() if any(arg.startswith(n) for n in needles)
+                )
+    return len(profiles)
 
 
 class StackWatch:
