@@ -72,8 +72,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 # their time waiting (on playbooks over SSH, browsers, daemons), so the two share two cores
 # well: the Ansible suite and the database tests in one, the browser, fleet, end-to-end and
 # packaging tests in the other (about ten minutes of work each). Within a group nothing runs
-# beside its neighbours as before: two browser stacks, or the demo's embedded PostgreSQL and
-# the packaging test's, never start at once.
+# beside its neighbours: two browser stacks, or the demo's embedded PostgreSQL and the
+# packaging test's, never start at once.
 _WORKER_GROUPS = {
     "ansible": "playbooks-and-database",
     "unit": "playbooks-and-database",

@@ -82,7 +82,7 @@ def end_to_end(url: str, jobs: int, hosts: int) -> dict[str, float]:
         # clock, like finished_at). The span from the submit's start is printed too.
         queue_filled = _scalar(engine, "SELECT clock_timestamp()")
         done = "SELECT count(*) FROM jobs WHERE status = 'completed'"
-        # The span is the database's (first created to last finished), so how often this
+        # The span is read off the database's clock (to the last finished), so how often this
         # looks does not change it; looking every 50 ms cost PostgreSQL ~8% of a core, a
         # load PGQueuer's run does not carry.
         _wait(engine, done, jobs, 600, every_s=0.5)

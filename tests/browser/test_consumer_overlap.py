@@ -49,17 +49,16 @@ def _is_browser(process: psutil.Process) -> bool:
     )
 
 
-def browsers_in(tmp_dirs: list[Path]) -> int:
-    """The browsers whose profile lies in one of ``tmp_dirs``, in one pass over the processes,
-    counted by profile directory: one per session.
+def browser_sessions_in(tmp_dirs: list[Path]) -> int:
+    """The browser sessions whose profile lies in one of ``tmp_dirs``: their browser processes
+    counted by profile directory, in one pass over the processes.
 
-    Counted from the processes rather than the Grids' /status, which may list a session a
-    moment after it was deleted; in one pass rather than stack by stack, which takes long
-    enough under load to see a browser of one stack and then its successor in the other; by
-    profile rather than by process, because a starting Chromium forks its helpers and each
-    child carries the browser's own command line until it execs its own (a few ms, longer
-    under load: seen here as a fourth browser on capacity 3, while the Grids' logs had never
-    more than 3 sessions)."""
+    From the processes rather than the Grids' /status, which may list a session a moment after
+    it was deleted; in one pass rather than stack by stack, which under load takes long enough
+    to see a browser of one stack and then its successor in the other; by profile rather than
+    by process, because a starting Chromium forks its helpers and each child carries the
+    browser's own command line until it execs its own (up to three such processes for one
+    browser, longer under load)."""
     needles = [f"--user-data-dir={folder}{os.sep}" for folder in tmp_dirs]
     profiles: set[str] = set()
     for process in psutil.process_iter():
@@ -90,7 +89,7 @@ class StackWatch:
             if supervisor is None or not supervisor.running:
                 continue
             stacks = supervisor.stacks()
-            sessions = browsers_in([stack.tmp_dir for stack in stacks])
+            sessions = browser_sessions_in([stack.tmp_dir for stack in stacks])
             self.most_sessions = max(self.most_sessions, sessions)
             for stack in stacks:
                 try:
@@ -126,7 +125,7 @@ def test_an_overlapped_restart_stays_within_capacity_and_leaves_nothing_of_the_o
         wait_for(lambda: finished(engine, ids), 240, "every job to finish")
         first = watch.first
 
-    # Sessions across both stacks, counted by their browsers' processes: a session's permit is
+    # Sessions across both stacks, counted by their browsers' profiles: a session's permit is
     # freed only once its browser has exited, so none starts beside one still exiting.
     assert 2 <= watch.most_sessions <= CAPACITY, f"{watch.most_sessions} sessions at once"
     # A next stack takes a directory no running or retiring stack holds: b, then a or c
