@@ -268,9 +268,10 @@ class StackSupervisor:
             return sum(1 for _, pool in self._retiring if self._busy(pool) == 0)
 
     def _busy(self, pool: SessionPool) -> int:
-        """Leased from ``pool``, or claimed for it and not leased yet (under self._lock)."""
-        waiting = sum(1 for claimed_on in self._claimed_on.values() if claimed_on is pool)
-        return pool.leased + waiting
+        """Browser jobs counted on ``pool``: claimed for it (or leasing from it) and not yet
+        returned (under self._lock). Once a retired pool counts none it never will again: a
+        lease takes a pool it is counted on, or else the running one."""
+        return sum(1 for claimed_on in self._claimed_on.values() if claimed_on is pool)
 
     # -- what the daemon tells --------------------------------------------------------------
 
@@ -310,18 +311,26 @@ class StackSupervisor:
         """The job's driver, for as long as the job runs (a job thread). StackError when the
         stack has no session to give. ``launch``: a persistent profile's browser."""
         with self._lock:
-            pool = self._claimed_on.pop(job_id, None) or self._pool
-        if not self.running or pool is None:
-            raise StackError(f"the browser stack of {self.host} is not running")
-        extra = {} if launch is None else {"launch": launch}
-        with pool.lease(isolation, **extra) as driver:
-            with self._lock:
-                self._sessions[job_id] = driver
-            try:
-                yield driver
-            finally:
+            pool = self._claimed_on.get(job_id) or self._pool
+            if pool is not None:
+                # Counted as the pool's until the job is done, also while its lease waits for
+                # a slot: a retired stack is stopped only once no job counts on it.
+                self._claimed_on[job_id] = pool
+        try:
+            if not self.running or pool is None:
+                raise StackError(f"the browser stack of {self.host} is not running")
+            extra = {} if launch is None else {"launch": launch}
+            with pool.lease(isolation, **extra) as driver:
                 with self._lock:
-                    self._sessions.pop(job_id, None)
+                    self._sessions[job_id] = driver
+                try:
+                    yield driver
+                finally:
+                    with self._lock:
+                        self._sessions.pop(job_id, None)
+        finally:
+            with self._lock:
+                self._claimed_on.pop(job_id, None)
 
     def job_returned(self, job_id: int, browser: bool, released: bool) -> None:
         """A job thread is done with its job (a job thread)."""

@@ -110,6 +110,22 @@ def finished(engine: Engine, ids: list[int]) -> bool:
     return bool(done == len(ids))
 
 
+def finished_unreleased(engine: Engine, ids: list[int]) -> bool:
+    """``finished``, for a test that runs no producer: a job released (the host's fault) goes
+    back to pending and would never come back, so a release fails the test at once, with its
+    reason, instead of as a timeout."""
+    released = rows(
+        engine,
+        "SELECT job_id, message FROM job_events WHERE job_id = ANY(:ids)"
+        " AND from_status = 'processing' AND to_status = 'pending' ORDER BY id",
+        ids=ids,
+    )
+    if released:
+        reasons = "; ".join(f"job {r.job_id}: {r.message}" for r in released)
+        raise AssertionError(f"{len(released)} job(s) released: {reasons}")
+    return finished(engine, ids)
+
+
 def host_events(engine: Engine, event: str, host: str = HOST) -> list[Any]:
     return rows(
         engine,

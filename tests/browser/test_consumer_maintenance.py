@@ -21,6 +21,7 @@ from tests.browser.consumer_helpers import (
     consumer_thread,
     fetch,
     finished,
+    finished_unreleased,
     host_events,
     queue_jobs,
     rows,
@@ -69,7 +70,7 @@ def test_restart_after_exactly_restart_every_jobs(
         # All queued at once: only the consumer's budget keeps it from claiming more.
         ids = queue_jobs(engine, [fetch(site.url("/item")) for _ in range(every + 2)])
         wait_for(lambda: host_events(engine, "restart"), 240, "a restart event")
-        wait_for(lambda: finished(engine, ids), 240, "every job to finish")
+        wait_for(lambda: finished_unreleased(engine, ids), 240, "every job to finish")
         assert old.seen, "no Chromium process of the first stack was seen"
         assert old.survivors() == [], "Chromium of the old stack outlived the restart"
 
@@ -205,14 +206,14 @@ def test_budgets_count_browser_jobs_only(
     with consumer_thread(settings, database_url):
         http = [NewJob("http_get", {"url": site.url("/plain")}) for _ in range(60)]
         first = queue_jobs(engine, [fetch(site.url("/item")), *http])
-        wait_for(lambda: finished(engine, first), 240, "1 fetch_page and 60 http_get")
+        wait_for(lambda: finished_unreleased(engine, first), 240, "1 fetch_page and 60 http_get")
         assert completed_once(engine, first)
         assert host_events(engine, "restart") == []
         since = scalar(engine, "SELECT jobs_since_restart FROM hosts WHERE name = :h", h=HOST)
         assert since == 1
 
         browser = queue_jobs(engine, [fetch(site.url("/item")) for _ in range(45)])
-        wait_for(lambda: finished(engine, browser), 300, "45 fetch_page")
+        wait_for(lambda: finished_unreleased(engine, browser), 300, "45 fetch_page")
         assert completed_once(engine, browser)
     assert len(host_events(engine, "restart")) == 2
     assert scalar(engine, "SELECT jobs_since_restart FROM hosts WHERE name = :h", h=HOST) == 6

@@ -22,7 +22,7 @@ from tests.browser.consumer_helpers import (
     consumer_settings,
     consumer_thread,
     fetch,
-    finished,
+    finished_unreleased,
     host_events,
     queue_jobs,
     rows,
@@ -122,7 +122,7 @@ def test_an_overlapped_restart_stays_within_capacity_and_leaves_nothing_of_the_o
         # Slow pages: jobs are still in flight on the old stack at the switch.
         ids = queue_jobs(engine, [fetch(site.url("/slow")) for _ in range(2 * every + 2)])
         wait_for(lambda: len(host_events(engine, "stack_retired")) >= 2, 300, "two stacks retired")
-        wait_for(lambda: finished(engine, ids), 240, "every job to finish")
+        wait_for(lambda: finished_unreleased(engine, ids), 240, "every job to finish")
         first = watch.first
 
     # Sessions across both stacks, counted by their browsers' profiles: a session's permit is

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -68,9 +69,16 @@ class FakePool:
         self.make_driver = make_driver
         self.closed = False
         self.leased = 0
+        # Set: a lease waits for it before it takes a slot, as a real one waits for a session
+        # being prepared; ``at_gate`` says one is waiting.
+        self.gate: threading.Event | None = None
+        self.at_gate = threading.Event()
 
     @contextlib.contextmanager
     def lease(self, isolation: str = "context") -> Iterator[Any]:
+        if self.gate is not None:
+            self.at_gate.set()
+            self.gate.wait(10)
         if self.closed:
             raise StackError("the browser session pool is closed")
         driver = self.make_driver()
@@ -170,6 +178,7 @@ class Host:
         self.settings = Settings(**values).model_copy(update={"reboot_command": command})
         self.clock = FakeClock()
         self.stacks: list[FakeStack] = []  # every stack made, in order
+        self.pools: list[FakePool] = []  # and their pools
         self.next_failures = 0  # failed starts of each next stack made
         self.records = FakeRecords()
         self.reboots: list[str] = []
@@ -189,10 +198,15 @@ class Host:
             clock=self.clock,
             records=self.records,
             reboot=self._reboot,
-            make_pool=FakePool,  # type: ignore[arg-type]
+            make_pool=self._new_pool,  # type: ignore[arg-type]
             make_stack=self._new_stack,  # type: ignore[arg-type]
         )
         self.stack = self.stacks[0]
+
+    def _new_pool(self, make_driver: Callable[[], Any], size: int, *rest: Any) -> FakePool:
+        pool = FakePool(make_driver, size, *rest)
+        self.pools.append(pool)
+        return pool
 
     def _new_stack(self, work_dir: Path) -> FakeStack:
         stack = FakeStack(work_dir, self.next_failures)
@@ -531,6 +545,42 @@ def test_the_retired_stack_stops_only_after_its_last_job() -> None:
     assert new.up and host.claim(6) == 6
     host.finish()
     assert (old.drivers, new.drivers) == (13, 7)  # claims after the switch: the new stack
+
+
+def test_a_retired_stack_is_not_stopped_under_a_lease_still_waiting_for_its_session() -> None:
+    host = Host(overlap_restarts=True, restart_every=12, reboot_every=0)
+    run_overlapped(host, 6)
+    wait_for(lambda: len(host.stacks) == 2 and host.stacks[1].up, 5, "the next stack up")
+    assert host.claim(6) == 6  # the budget spent: these six run on the old stack
+    old, _new = host.stacks
+    old_pool = host.pools[0]
+    for job in host.in_flight[:5]:
+        with host.supervisor.lease(job.id, "context"):
+            pass
+        host.supervisor.job_returned(job.id, browser=True, released=False)
+    last = host.in_flight[5]
+    old_pool.gate = threading.Event()
+    outcome: list[str] = []
+
+    def run_last() -> None:
+        try:
+            with host.supervisor.lease(last.id, "context"):
+                outcome.append("ran on the old stack" if old.up else "ran on a stopped stack")
+        except StackError as exc:
+            outcome.append(f"released: {exc}")
+
+    leasing = threading.Thread(target=run_last)
+    leasing.start()
+    assert old_pool.at_gate.wait(5), "the last lease never reached the old pool"
+    host.tick()  # the retired stack is stopped once no job counts on it
+    assert host.supervisor.retiring_busy == 1 and old.up and not old_pool.closed
+    old_pool.gate.set()
+    leasing.join(5)
+    assert outcome == ["ran on the old stack"]
+    host.supervisor.job_returned(last.id, browser=True, released=False)
+    host.in_flight = []
+    host.tick()
+    wait_for(lambda: not old.up, 5, "the retired stack stopped after its last job")
 
 
 def test_a_next_stack_that_fails_to_start_makes_the_restart_a_draining_one() -> None:
