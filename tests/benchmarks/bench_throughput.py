@@ -19,6 +19,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import psutil
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
@@ -30,6 +31,7 @@ from scrapefleet.common.settings import load_settings
 from scrapefleet.common.store import HostSpec, NewJob
 from scrapefleet.producer.daemon import Producer
 from scrapefleet.producer.probe import LocalProbe
+from tests.benchmarks.cpu_use import CpuMeter, describe, per_job_ms, postgres_processes, these
 from tests.host_status_factory import status_for
 from tests.throwaway_db import throwaway_database
 
@@ -81,11 +83,20 @@ def end_to_end(url: str, jobs: int, hosts: int) -> dict[str, float]:
         # PGQueuer's clock starts once its queue is filled; so does this one (the database's
         # clock, like finished_at). The span from the submit's start is printed too.
         queue_filled = _scalar(engine, "SELECT clock_timestamp()")
+        meter = CpuMeter(
+            {
+                "consumers": these(fleet_processes(fleet, [f"consumer-{n}" for n in names])),
+                "producer": these(fleet_processes(fleet, ["producer"])),
+                "PostgreSQL": postgres_processes(engine),
+            }
+        )
+        meter.start()
         done = "SELECT count(*) FROM jobs WHERE status = 'completed'"
         # The span is read off the database's clock (to the last finished), so how often this
         # looks does not change it; looking every 50 ms cost PostgreSQL ~8% of a core, a
         # load PGQueuer's run does not carry.
         _wait(engine, done, jobs, 600, every_s=0.5)
+        cpu = per_job_ms(meter.stop(), jobs)
         with engine.connect() as conn:
             drained_s, with_submit_s = conn.execute(
                 sa.text(
@@ -117,12 +128,22 @@ def end_to_end(url: str, jobs: int, hosts: int) -> dict[str, float]:
         fleet.stop()
         engine.dispose()
     return {
+        **{f"cpu_ms_per_job_{name}": ms for name, ms in cpu.items()},
         "jobs_per_s": jobs / float(drained_s),
         "jobs_per_s_with_submit": jobs / float(with_submit_s),
         "dispatch_p50_ms": float(p50) * 1000,
         "dispatch_p99_ms": float(p99) * 1000,
         "paced_offered_jobs_per_s": 200.0,
     }
+
+
+def fleet_processes(fleet: LocalFleet, names: list[str]) -> list[psutil.Process]:
+    """The named daemons of ``fleet`` and whatever they started."""
+    processes = []
+    for name in names:
+        daemon = psutil.Process(fleet.processes[name].pid)
+        processes += [daemon, *daemon.children(recursive=True)]
+    return processes
 
 
 def idle_dispatch(url: str, jobs: int = 100, hosts: int = 2) -> dict[str, float]:
@@ -205,16 +226,22 @@ def cycle_time(url: str, history_rows: int, hosts: int = 10, cycles: int = 40) -
     return statistics.median(durations) * 1000
 
 
-def pgqueuer(url: str, jobs: int, concurrency: int = 60) -> float:
+def pgqueuer(url: str, jobs: int, concurrency: int = 60) -> dict[str, float]:
     """PGQueuer 0.x/1.x with the psycopg driver: one QueueManager, ``concurrency`` no-op jobs
-    at a time, drained; returns jobs/s."""
+    at a time, drained; its jobs/s and CPU per job (its process, PostgreSQL's)."""
     import psycopg
     from pgqueuer.db import PsycopgDriver
     from pgqueuer.domain.types import QueueExecutionMode
     from pgqueuer.qm import QueueManager
     from pgqueuer.queries import Queries
 
-    async def run() -> float:
+    engine = make_engine(url)
+    meter = CpuMeter(
+        {"PGQueuer": these([psutil.Process()]), "PostgreSQL": postgres_processes(engine)}
+    )
+    engine.dispose()
+
+    async def run() -> dict[str, float]:
         conn = await psycopg.AsyncConnection.connect(libpq_url(url), autocommit=True)
         try:
             queries = Queries(PsycopgDriver(conn))
@@ -229,6 +256,7 @@ def pgqueuer(url: str, jobs: int, concurrency: int = 60) -> float:
                 done += 1
 
             started = time.perf_counter()
+            meter.start()
             await manager.run(
                 mode=QueueExecutionMode.drain,
                 batch_size=concurrency // 2,
@@ -236,12 +264,22 @@ def pgqueuer(url: str, jobs: int, concurrency: int = 60) -> float:
                 dequeue_timeout=timedelta(seconds=1),
             )
             elapsed = time.perf_counter() - started
+            cpu = per_job_ms(meter.stop(), jobs)
             assert done == jobs, f"PGQueuer ran {done} of {jobs}"
-            return jobs / elapsed
+            return {
+                "pgqueuer_jobs_per_s": jobs / elapsed,
+                **{f"pgqueuer_cpu_ms_per_job_{name}": ms for name, ms in cpu.items()},
+            }
         finally:
             await conn.close()
 
     return asyncio.run(run())
+
+
+def _prefixed(figures: dict[str, float], prefix: str) -> dict[str, float]:
+    return {
+        name[len(prefix) :]: value for name, value in figures.items() if name.startswith(prefix)
+    }
 
 
 def _throughput_and_cycles(url: str, args: argparse.Namespace, figures: dict[str, float]) -> None:
@@ -253,13 +291,15 @@ def _throughput_and_cycles(url: str, args: argparse.Namespace, figures: dict[str
         " 200 jobs/s offered:"
         f" p50 {figures['dispatch_p50_ms']:.1f} ms, p99 {figures['dispatch_p99_ms']:.1f} ms"
     )
+    print("  " + describe(_prefixed(figures, "cpu_ms_per_job_")))
     print(f"PGQueuer (psycopg driver), {args.jobs} no-op jobs, 60 concurrent ...")
-    figures["pgqueuer_jobs_per_s"] = pgqueuer(url, args.jobs)
+    figures.update(pgqueuer(url, args.jobs))
     figures["ratio_to_pgqueuer"] = figures["jobs_per_s"] / figures["pgqueuer_jobs_per_s"]
     print(
         f"  PGQueuer: {figures['pgqueuer_jobs_per_s']:.0f} jobs/s;"
         f" scrapefleet / PGQueuer = {figures['ratio_to_pgqueuer']:.2f}"
     )
+    print("  " + describe(_prefixed(figures, "pgqueuer_cpu_ms_per_job_")))
     print("producer cycle (probe 10 hosts, health, rescue, assign 60) ...")
     figures["cycle_ms_10k"] = cycle_time(url, 10_000 - 1000)
     figures["cycle_ms_1m"] = cycle_time(url, args.big_table - 1000)
