@@ -26,6 +26,7 @@ import psycopg.sql
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 
+from scrapefleet.common.db_ping import ping_after_idle
 from scrapefleet.common.db_pooler import pooled_connect_args, uses_pooler
 from scrapefleet.common.errors import DatabaseUnavailable, SchemaOutOfDate, SettingsError
 from scrapefleet.common.settings import Settings, load_settings
@@ -199,13 +200,14 @@ def make_engine(
     whether ``url`` is a transaction pooler (common.db_pooler)."""
     settings = settings if settings is not None else ambient_settings()
     pooled = uses_pooler(settings)
-    return sa.create_engine(
+    engine = sa.create_engine(
         with_connection_defaults(url, settings, session_options=not pooled),
         pool_size=pool_size,
         max_overflow=pool_size,
-        pool_pre_ping=True,
         connect_args={"application_name": application_name, **pooled_connect_args(settings)},
     )
+    ping_after_idle(engine)  # not at every checkout: a round trip per claim and completion
+    return engine
 
 
 # Set on the database by `scrapefleet db grant` (ALTER DATABASE ... SET): the role that owns the

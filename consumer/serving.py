@@ -348,7 +348,8 @@ class RunningConsumer:
             for job in claim.jobs:
                 self._in_flight[job.id] = InFlight(job, started)
             in_flight = len(self._in_flight)
-        if self.supervisor is not None and claim.jobs:
+        # A claim without browser jobs changes none of the stack's budgets: not told.
+        if self.supervisor is not None and any(job.needs_browser for job in claim.jobs):
             # May start the stack (first browser job), seconds in this thread: the jobs wait.
             self.supervisor.after_claim(
                 claim.jobs, in_flight, claim.jobs_since_restart, claim.jobs_since_boot
@@ -434,10 +435,9 @@ class RunningConsumer:
         duration_s = time.monotonic() - started
         metrics.observe_job(job.kind, outcome.status, duration_s, retried=retried)
         log_attempt(job, self.host, outcome.status, retried, duration_s)
-        if self.supervisor is not None:
-            self.supervisor.job_returned(
-                job.id, job.needs_browser, released=outcome.status == "released"
-            )
+        # A job without a browser changes nothing of the stack's state: not told.
+        if self.supervisor is not None and job.needs_browser:
+            self.supervisor.job_returned(job.id, True, released=outcome.status == "released")
         with self._lock:
             ours = self._in_flight.pop(job.id, None) is not None
             if not ours:
