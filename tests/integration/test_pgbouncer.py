@@ -111,11 +111,16 @@ def _answers(url: str) -> bool:
 def _backends(engine: Engine, pooler_pid: int | None) -> dict[str, int]:
     """Backends on the test database: the pooler's server connections as "pgbouncer" (they
     carry the application_name of whichever client used them last), the others by their
-    application_name; this test's own left out."""
-    pooler_ports = set()
-    if pooler_pid is not None:
+    application_name; this test's own left out. The pooler's ports are read before and after
+    the backends: a server connection it opens in between is still its own."""
+
+    def ports() -> set[int]:
+        if pooler_pid is None:
+            return set()
         connections = psutil.Process(pooler_pid).net_connections("tcp")
-        pooler_ports = {c.laddr.port for c in connections if c.raddr}
+        return {c.laddr.port for c in connections if c.raddr}
+
+    pooler_ports = ports()
     with engine.connect() as conn:
         rows = conn.execute(
             sa.text(
@@ -123,6 +128,7 @@ def _backends(engine: Engine, pooler_pid: int | None) -> dict[str, int]:
                 " WHERE datname = current_database() AND pid <> pg_backend_pid()"
             )
         ).all()
+    pooler_ports |= ports()
     counts: dict[str, int] = {}
     for name, port in rows:
         key = "pgbouncer" if port in pooler_ports else name
