@@ -506,10 +506,13 @@ class SessionPool:
         return slot.driver
 
     def _answers(self, slot: _Slot) -> bool:
-        """One round trip: the session lives and its current window is the prepared tab."""
+        """One round trip that reaches the browser: it lives and the prepared tab (the
+        session's current window since it was opened) is still there. Not
+        current_window_handle: chromedriver answers that from its own state, for a browser
+        SIGSTOPped and for one just killed that it has not yet noticed (seen here)."""
         assert slot.driver is not None and slot.context is not None
         try:
-            return bool(slot.driver.current_window_handle == slot.context.tab)
+            return slot.context.tab in slot.driver.window_handles
         except Exception:
             return False
 
