@@ -437,7 +437,8 @@ class RunningConsumer:
         log_attempt(job, self.host, outcome.status, retried, duration_s)
         # A job without a browser changes nothing of the stack's state: not told.
         if self.supervisor is not None and job.needs_browser:
-            self.supervisor.job_returned(job.id, True, released=outcome.status == "released")
+            released = outcome.status == "released"
+            self.supervisor.job_returned(job.id, job.needs_browser, released=released)
         with self._lock:
             ours = self._in_flight.pop(job.id, None) is not None
             if not ours:

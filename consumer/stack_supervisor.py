@@ -207,7 +207,8 @@ class StackSupervisor:
         self._next_thread: threading.Thread | None = None
         self._retiring: list[tuple[BrowserStack, SessionPool]] = []
         # Browser jobs claimed and not yet returned -> the pool of the stack whose budget they
-        # were claimed under: a job claimed just before a switch still runs on the old stack.
+        # were claimed under (or, claimed before the first stack ran, the pool they lease
+        # from): a job claimed just before a switch still runs on the old stack.
         self._claimed_on: dict[int, SessionPool] = {}
         self._retire_thread: threading.Thread | None = None
         self._unwritten: SetHostState | None = None  # host back to active, still to be written

@@ -11,6 +11,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from scrapefleet.common.db import sqlalchemy_url
 from scrapefleet.common.db_ping import ping_after_idle
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
@@ -32,9 +33,7 @@ def clock() -> Clock:
 @pytest.fixture
 def pinged(database_url: str, clock: Clock) -> Iterator[Engine]:
     """An engine of one connection, pinged after 1 s idle on ``clock``."""
-    engine = sa.create_engine(
-        database_url.replace("postgresql://", "postgresql+psycopg://", 1), pool_size=1
-    )
+    engine = sa.create_engine(sqlalchemy_url(database_url), pool_size=1)
     ping_after_idle(engine, idle_s=1.0, clock=clock)
     yield engine
     engine.dispose()
