@@ -129,10 +129,11 @@ def run(
         check_listen_url(settings)
     except SettingsError as exc:
         _fail(str(exc), 2)
-    # Only the main loop, the heartbeat and the recorder use the pool; workers never do.
+    # The heartbeat, and the main loop's and the recorder's rarer writes; workers never use it.
+    # Claims and completions go through a connection of their own (consumer.serving).
     engine = make_engine(
         settings.database_url,
-        pool_size=3,
+        pool_size=2,
         application_name=f"scrapefleet-consumer {name}",
         settings=settings,
     )

@@ -26,9 +26,10 @@ from sqlalchemy.engine import Connection, Engine
 
 from scrapefleet.common import store
 from scrapefleet.common.clock import utcnow
-from scrapefleet.common.db import describe, one_statement, transaction
+from scrapefleet.common.db import describe, transaction
 from scrapefleet.common.error_classes import ErrorClass, next_try_at
 from scrapefleet.common.errors import DatabaseUnavailable
+from scrapefleet.common.executes import Executes
 from scrapefleet.common.retry import retry_at
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import ClaimedJob
@@ -54,10 +55,12 @@ class OutcomeRecorder:
         host: str,
         settings: Settings,
         *,
+        statements: Executes,
         after_write: Callable[[], None],
         give_up: Callable[[], bool],
     ) -> None:
         self.engine = engine
+        self._statements = statements  # the held connection for a batch that is one statement
         self.host = host
         self.settings = settings
         self._after_write = after_write
@@ -116,9 +119,11 @@ class OutcomeRecorder:
         while True:
             try:
                 # Completions alone are one statement: no transaction around it needed.
-                simple = all(i.outcome.status == "completed" and not i.outcome.spawn for i in batch)
-                with (one_statement if simple else transaction)(self.engine) as conn:
-                    self._write_batch(conn, batch)
+                if all(i.outcome.status == "completed" and not i.outcome.spawn for i in batch):
+                    self._write_completions(self._statements, batch)
+                else:
+                    with transaction(self.engine) as conn:
+                        self._write_batch(conn, batch)
                 return
             except DatabaseUnavailable as exc:
                 if self._give_up():
@@ -153,24 +158,25 @@ class OutcomeRecorder:
 
     def _write_batch(self, conn: Connection, batch: list[Finished]) -> None:
         """Completions in one statement (the hot path); failures and releases one by one."""
-        completed = [item for item in batch if item.outcome.status == "completed"]
-        if completed:
-            moved = set(
-                store.complete_jobs(
-                    conn,
-                    self.host,
-                    [(i.job.id, i.job.attempt, i.outcome.result or {}) for i in completed],
-                    {i.job.id: _spawn_entries(i.outcome) for i in completed if i.outcome.spawn},
-                )
-            )
-            for item in completed:
-                if item.job.id not in moved:
-                    log.warning(
-                        "job %d attempt %d is no longer ours: result dropped", *_key(item.job)
-                    )
+        self._write_completions(conn, [i for i in batch if i.outcome.status == "completed"])
         for item in batch:
             if item.outcome.status != "completed":
                 self._write(conn, item)
+
+    def _write_completions(self, conn: Executes, completed: list[Finished]) -> None:
+        if not completed:
+            return
+        moved = set(
+            store.complete_jobs(
+                conn,
+                self.host,
+                [(i.job.id, i.job.attempt, i.outcome.result or {}) for i in completed],
+                {i.job.id: _spawn_entries(i.outcome) for i in completed if i.outcome.spawn},
+            )
+        )
+        for item in completed:
+            if item.job.id not in moved:
+                log.warning("job %d attempt %d is no longer ours: result dropped", *_key(item.job))
 
     def _write(self, conn: Connection, item: Finished) -> None:
         job, outcome = item.job, item.outcome

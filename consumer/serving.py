@@ -16,18 +16,13 @@ from sqlalchemy.engine import Engine
 from scrapefleet.common import metrics, queries, store
 from scrapefleet.common.actions import load_user_actions
 from scrapefleet.common.channels import assigned_channel
-from scrapefleet.common.db import (
-    Listener,
-    describe,
-    one_statement,
-    sqlalchemy_url,
-    transaction,
-)
+from scrapefleet.common.db import Listener, describe, sqlalchemy_url, transaction
 from scrapefleet.common.db_pooler import listen_url
 from scrapefleet.common.errors import DatabaseUnavailable, ScrapefleetError
 from scrapefleet.common.host_status import HOST_STATES, BrowserState
 from scrapefleet.common.lifecycle import DaemonState, Lifecycle
 from scrapefleet.common.logging_setup import fields
+from scrapefleet.common.statement_connection import StatementConnection
 from scrapefleet.common.store import ClaimedJob, Registration
 from scrapefleet.common.store.statuses import HostState
 from scrapefleet.consumer.artifact_janitor import ArtifactJanitor
@@ -124,10 +119,16 @@ class RunningConsumer:
                 on_host_state=self._set_own_state,
                 on_stack_counter=self._set_since_restart,
             )
+        # The claims and the batches of completions, each one statement, hundreds a second at
+        # full load: on a connection held open rather than through the engine's pool.
+        self._statements = StatementConnection(
+            engine.url, settings, application_name=f"scrapefleet-consumer {self.host}"
+        )
         self.recorder = OutcomeRecorder(
             engine,
             self.host,
             settings,
+            statements=self._statements,
             after_write=self._on_outcomes_written,
             give_up=lambda: lifecycle.cold,
         )
@@ -281,6 +282,7 @@ class RunningConsumer:
             thread.join(self.settings.consumer_poll_s + 1)
         self._publish_status()
         self.executor.shutdown(wait=False, cancel_futures=True)
+        self._statements.close()
         if self.stuck:
             log.warning("%d job thread(s) still busy at exit, not waited for", self.stuck)
         log.info(
@@ -339,8 +341,7 @@ class RunningConsumer:
             free, browser_free = self.supervisor.claim_budget(free, since_restart, since_boot)
             if free <= 0:
                 return 0
-        with one_statement(self.engine) as conn:  # the claim is one statement
-            claim = store.claim_jobs(conn, self.host, free, browser_free)
+        claim = store.claim_jobs(self._statements, self.host, free, browser_free)
         started = time.monotonic()
         with self._lock:
             self._since_restart, self._since_boot = claim.jobs_since_restart, claim.jobs_since_boot

@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection
 
 from scrapefleet.common.constants import CHANNEL_FINISHED
 from scrapefleet.common.errors import NotFound
+from scrapefleet.common.executes import Executes
 from scrapefleet.common.store.crawls import spawn_children
 from scrapefleet.common.store.records import Claim, ClaimedJob, Heartbeat
 from scrapefleet.common.store.statuses import ATTEMPTS_EXHAUSTED_SQL, JobStatus
@@ -138,7 +139,7 @@ HEARTBEAT_HOST_SQL = sa.text(
 )
 
 
-def claim_jobs(conn: Connection, host: str, limit: int, browser_limit: int | None = None) -> Claim:
+def claim_jobs(conn: Executes, host: str, limit: int, browser_limit: int | None = None) -> Claim:
     """queued -> processing for up to ``limit`` of this host's jobs, of which at most
     ``browser_limit`` browser jobs (None: no separate limit), attempts + 1. The host's browser
     budgets count the browser jobs claimed, in the same statement."""
@@ -189,7 +190,7 @@ def complete_job(
 
 
 def complete_jobs(
-    conn: Connection,
+    conn: Executes,
     host: str,
     completions: Sequence[tuple[int, int, dict[str, Any]]],
     spawns: Mapping[int, Sequence[Mapping[str, Any]]] | None = None,

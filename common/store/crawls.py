@@ -19,6 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from scrapefleet.common.executes import Executes
 from scrapefleet.common.store.statuses import JobStatus
 
 __all__ = ["SPAWN_SQL", "START_CRAWL_SQL", "spawn_children", "start_crawl"]
@@ -47,7 +48,7 @@ START_CRAWL_SQL = sa.text(
 
 
 def spawn_children(
-    conn: Connection,
+    conn: Executes,
     host: str,
     spawns: Sequence[tuple[int, int, Sequence[Mapping[str, Any]]]],
 ) -> dict[int, int]:

@@ -13,16 +13,9 @@ from sqlalchemy.engine import Engine
 
 from scrapefleet.common.db import sqlalchemy_url
 from scrapefleet.common.db_ping import ping_after_idle
+from tests.integration.backends import Clock, terminate
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -42,11 +35,6 @@ def pinged(database_url: str, clock: Clock) -> Iterator[Engine]:
 def backend_pid(engine: Engine) -> int:
     with engine.connect() as conn:
         return int(conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one())
-
-
-def terminate(admin: Engine, pid: int) -> None:
-    with admin.connect() as conn:
-        assert conn.execute(sa.text("SELECT pg_terminate_backend(:p, 5000)"), {"p": pid}).scalar()
 
 
 def count_pings(engine: Engine) -> list[int]:
