@@ -17,6 +17,13 @@ User actions are loaded from 'module:function' paths named in the ``actions`` se
 the module runs its ``@register`` decorators. A plain function not decorated is registered under
 its attribute name with free-form params.
 
+An action that returns within a millisecond and never waits (no network, no file, no sleep) may
+say so with ``light``: a consumer then runs its jobs in the thread that claimed them, with no
+hand-off to a worker thread and back, which at hundreds of jobs a second is most of what such a
+job costs. ``light`` is True, or a function of the payload (``noop`` is light unless it sleeps).
+A light job is not timed out (nothing can interrupt the claiming thread): an action that blocks
+must not be light. A consumer logs a warning once per kind when one took over 100 ms.
+
 An action says what kind of failure it met by raising ``Permanent`` (do not retry),
 ``RateLimited(reason, retry_after_s=None)`` (retry after the site's wait) or ``Blocked(reason)``
 (the site refused us: back to pending without using an attempt); anything else it raises is a
@@ -52,6 +59,7 @@ __all__ = [
     "Action",
     "Blocked",
     "FreeParams",
+    "Lightness",
     "Permanent",
     "RateLimited",
     "action_names",
@@ -67,6 +75,11 @@ class FreeParams(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
+# Whether a job of a light action runs in the claiming thread: True, False, or a function of
+# the job's payload.
+Lightness = bool | Callable[[dict[str, Any]], bool]
+
+
 @dataclass(frozen=True)
 class Action:
     name: str
@@ -74,6 +87,20 @@ class Action:
     params_model: type[BaseModel]
     needs_browser: bool = False
     isolation: Isolation = DEFAULT_ISOLATION  # a browser action's own default
+    light: Lightness = False
+
+    def is_light(self, payload: Any) -> bool:
+        """Whether this job may run in the claiming thread. A payload the function cannot read
+        (it is validated only when the job runs) makes it not light: the worker thread reports
+        the problem as for any other job."""
+        if isinstance(self.light, bool):
+            return self.light
+        if not isinstance(payload, dict):
+            return False
+        try:
+            return bool(self.light(payload))
+        except Exception:
+            return False
 
     def validate(self, payload: Any) -> BaseModel:
         """Validate a payload; SubmitError names the first bad field."""
@@ -140,12 +167,16 @@ def register(
     *,
     needs_browser: bool = False,
     isolation: Isolation = DEFAULT_ISOLATION,
+    light: Lightness = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     isolation = validate_isolation(isolation)
+    if needs_browser and light is not False:
+        # A browser job waits on the browser for its whole run: never in the claiming thread.
+        raise ValueError(f"action {name!r}: a browser action cannot be light")
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
         with _LOCK:
-            _REGISTRY[name] = Action(name, func, params_model, needs_browser, isolation)
+            _REGISTRY[name] = Action(name, func, params_model, needs_browser, isolation, light)
         func.__scrapefleet_action__ = name  # type: ignore[attr-defined]
         return func
 

@@ -26,7 +26,8 @@ class NoopParams(BaseModel):
     fail: bool = False  # raise, to exercise retries and failure handling
 
 
-@register("noop", NoopParams)
+# Light unless it sleeps: the scheduler's own cost, measured without a thread per job.
+@register("noop", NoopParams, light=lambda payload: not payload.get("sleep_s"))
 def noop(params: NoopParams) -> dict[str, Any]:
     if params.sleep_s:
         time.sleep(params.sleep_s)

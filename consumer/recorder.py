@@ -65,7 +65,7 @@ class OutcomeRecorder:
         self.settings = settings
         self._after_write = after_write
         self._give_up = give_up
-        self._queue: queue.Queue[Finished | None] = queue.Queue()
+        self._queue: queue.Queue[list[Finished] | None] = queue.Queue()
         self._outstanding = 0  # submitted and not yet written (or given up on)
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"recorder-{host}", daemon=True)
@@ -79,9 +79,13 @@ class OutcomeRecorder:
         self._thread.start()
 
     def submit(self, job: ClaimedJob, outcome: Outcome) -> None:
+        self.submit_many([(job, outcome)])
+
+    def submit_many(self, finished: list[tuple[ClaimedJob, Outcome]]) -> None:
+        """Several outcomes in one hand-off (the thread is woken once)."""
         with self._lock:
-            self._outstanding += 1
-        self._queue.put(Finished(job, outcome))
+            self._outstanding += len(finished)
+        self._queue.put([Finished(job, outcome) for job, outcome in finished])
 
     def close(self, timeout_s: float) -> None:
         """Write what is queued (bounded by give_up), then stop the thread."""
@@ -98,16 +102,16 @@ class OutcomeRecorder:
             if first is None:
                 closing = True
             else:
-                batch.append(first)
+                batch += first
             while len(batch) < MAX_BATCH:
                 try:
-                    item = self._queue.get_nowait()
+                    items = self._queue.get_nowait()
                 except queue.Empty:
                     break
-                if item is None:
+                if items is None:
                     closing = True
                 else:
-                    batch.append(item)
+                    batch += items
             if batch:
                 self._write_until_done(batch)
                 with self._lock:

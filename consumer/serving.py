@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common import metrics, queries, store
-from scrapefleet.common.actions import load_user_actions
+from scrapefleet.common.actions import get_action, load_user_actions
 from scrapefleet.common.channels import assigned_channel
 from scrapefleet.common.db import Listener, describe, sqlalchemy_url, transaction
 from scrapefleet.common.db_pooler import listen_url
-from scrapefleet.common.errors import DatabaseUnavailable, ScrapefleetError
+from scrapefleet.common.errors import DatabaseUnavailable, ScrapefleetError, UnknownAction
 from scrapefleet.common.host_status import HOST_STATES, BrowserState
 from scrapefleet.common.lifecycle import DaemonState, Lifecycle
 from scrapefleet.common.logging_setup import fields
@@ -48,6 +48,19 @@ IDLE_POLLS_TO_EXIT = 2  # run(until_idle=True): idle for this many polls -> exit
 # A cold stop still gives the outcomes already in hand this long to reach the database: a job
 # that did finish is worth a moment, a rerun costs more.
 COLD_WRITE_GRACE_S = 2.0
+# A light job (common.actions) that took longer than this held up the claiming thread.
+LIGHT_SLOW_S = 0.1
+
+
+def _is_light(job: ClaimedJob) -> bool:
+    """Whether ``job`` runs in the claiming thread (common.actions, ``light``)."""
+    if job.needs_browser:
+        return False
+    try:
+        action = get_action(job.kind)
+    except UnknownAction:  # a worker thread reports it, as for any job
+        return False
+    return action.is_light(job.payload)
 
 
 @dataclass(frozen=True)
@@ -107,6 +120,7 @@ class RunningConsumer:
         self._since_restart = registration.jobs_since_restart
         self._since_boot = registration.jobs_since_boot
         self._threads: list[threading.Thread] = []
+        self._slow_light_kinds: set[str] = set()  # warned about (_run_light)
         self.reporter = StatusReporter(settings.state_dir, self.host, boot_id)
         self.executor = ThreadPoolExecutor(self.capacity, thread_name_prefix=f"job-{self.host}")
         self.supervisor: StackSupervisor | None = None
@@ -361,9 +375,14 @@ class RunningConsumer:
                 for job in claim.jobs:
                     if job.id in self._in_flight:
                         self._in_flight[job.id] = InFlight(job, restamped)
-        if claim.jobs:
-            for job in claim.jobs:
+        light: list[ClaimedJob] = []
+        for job in claim.jobs:  # the others started first: they run beside the light ones
+            if _is_light(job):
+                light.append(job)
+            else:
                 self.executor.submit(self._work, job)
+        if light:
+            self._run_light(light)
         return len(claim.jobs)
 
     def _maintain(self) -> None:
@@ -411,6 +430,28 @@ class RunningConsumer:
 
     def _work(self, job: ClaimedJob) -> None:
         """In a pool thread."""
+        self._hand_over([(job, self._attempt(job))])
+
+    def _run_light(self, jobs: list[ClaimedJob]) -> None:
+        """In the claiming thread, one after the other: jobs of light actions (common.actions),
+        their outcomes handed to the recorder together."""
+        finished = []
+        for job in jobs:
+            started = time.monotonic()
+            finished.append((job, self._attempt(job)))
+            took_s = time.monotonic() - started
+            if took_s > LIGHT_SLOW_S and job.kind not in self._slow_light_kinds:
+                self._slow_light_kinds.add(job.kind)  # once per kind: it is the action's doing
+                log.warning(
+                    "job %d of light kind %r took %.2f s in the claiming thread, which claimed"
+                    " nothing meanwhile; an action that waits must not be light",
+                    job.id,
+                    job.kind,
+                    took_s,
+                )
+        self._hand_over(finished)
+
+    def _attempt(self, job: ClaimedJob) -> Outcome:
         lease: DriverLease | None = None
         if self.supervisor is not None:
             lease = functools.partial(self.supervisor.lease, job.id)
@@ -440,13 +481,21 @@ class RunningConsumer:
         if self.supervisor is not None and job.needs_browser:
             released = outcome.status == "released"
             self.supervisor.job_returned(job.id, job.needs_browser, released=released)
+        return outcome
+
+    def _hand_over(self, finished: list[tuple[ClaimedJob, Outcome]]) -> None:
+        """Outcomes to the recorder, but for attempts given up meanwhile (timed out, stopped,
+        rescued): those are dropped, their slots free again."""
+        ours: list[tuple[ClaimedJob, Outcome]] = []
+        late: list[tuple[ClaimedJob, Outcome]] = []
         with self._lock:
-            ours = self._in_flight.pop(job.id, None) is not None
-            if not ours:
-                self._stuck -= 1
+            for job, outcome in finished:
+                still_ours = self._in_flight.pop(job.id, None) is not None
+                (ours if still_ours else late).append((job, outcome))
+            self._stuck -= len(late)
         if ours:
-            self.recorder.submit(job, outcome)
-        else:
+            self.recorder.submit_many(ours)
+        for job, outcome in late:
             log.warning(
                 "job %d attempt %d returned after it was given up (timeout, stop or cold stop);"
                 " outcome (%s) dropped",
@@ -454,7 +503,8 @@ class RunningConsumer:
                 job.attempt,
                 outcome.status,
             )
-            self._publish_status()  # the stuck thread's slot is free again
+        if late:
+            self._publish_status()  # the stuck threads' slots are free again
             self._wake.set()
 
     def _on_outcomes_written(self) -> None:

@@ -25,6 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
+from scrapefleet.common.actions import register
 from scrapefleet.common.db import make_engine
 from scrapefleet.common.host_status import parse_status, read_status
 from scrapefleet.common.lifecycle import DaemonState
@@ -230,6 +231,47 @@ def test_claims_and_completes(engine: Engine, database_url: str, tmp_path: Path)
     assert status.daemon == "stopped"
     # Budgets count what leaks: noop jobs never bring a restart or a reboot closer.
     assert host_row(engine).jobs_since_boot == 0
+
+
+@register("test_light_thread", light=True)
+def _light_thread(params: Any) -> dict[str, Any]:
+    return {"thread": threading.current_thread().name}
+
+
+@register("test_plain_thread")
+def _plain_thread(params: Any) -> dict[str, Any]:
+    return {"thread": threading.current_thread().name}
+
+
+@register("test_light_but_slow", light=True)
+def _light_but_slow(params: Any) -> dict[str, Any]:
+    time.sleep(0.15)  # what a light action must not do: the warning names it
+    return {"thread": threading.current_thread().name}
+
+
+def test_light_jobs_run_in_the_claiming_thread_the_others_in_workers(
+    engine: Engine, database_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = make_settings(tmp_path, database_url, capacity=6)
+    kinds = ["test_light_thread", "test_plain_thread", "test_light_but_slow"] * 2
+    with consumer_thread(settings, database_url):
+        wait_started(engine, settings)
+        ids = queue_jobs(engine, [NewJob(kind) for kind in kinds])
+        wait_for(lambda: all_in(engine, ids, "completed"), what="6 completed jobs")
+    threads = {i: job_row(engine, i).result["thread"] for i in ids}
+    for job_id, kind in zip(ids, kinds, strict=True):
+        if kind == "test_plain_thread":
+            assert threads[job_id].startswith(f"job-{HOST}"), threads
+        else:
+            assert threads[job_id] == "consumer-under-test", threads
+    slow = [r for r in caplog.records if "light kind 'test_light_but_slow'" in r.getMessage()]
+    assert len(slow) == 1, [r.getMessage() for r in slow]  # once per kind, not per job
+    assert transitions(engine, ids[0]) == [
+        (None, "pending"),
+        ("pending", "queued"),
+        ("queued", "processing"),
+        ("processing", "completed"),
+    ]
 
 
 def test_respects_capacity(engine: Engine, database_url: str, tmp_path: Path) -> None:
