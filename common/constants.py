@@ -13,7 +13,7 @@ REBOOT_EVERY_JOBS: Final = 80  # host rebooted after this many claims since boot
 
 # Producer.
 PRODUCER_INTERVAL_S: Final = 2.0  # assignment cycle period when nothing wakes it earlier
-PRODUCER_WAKE_DEBOUNCE_S: Final = 0.005  # at most one wake cycle this often (producer.wakeup)
+PRODUCER_WAKE_DEBOUNCE_S: Final = 0.005  # batch notifications this long (producer.wakeup)
 PRODUCER_ADVISORY_LOCK_KEY: Final = 0x5C_4A_9E_F1  # pg_advisory_lock key of the active producer
 PENDING_SCAN_FACTOR: Final = 4  # read this many pending rows per free slot (lock keys skip some)
 PROBE_TIMEOUT_S: Final = 3.0  # one host probe, connect + command
@@ -83,7 +83,7 @@ WEBHOOK_BACKOFF_BASE_S: Final = 5.0  # delay before the 2nd POST; doubles each a
 WEBHOOK_BACKOFF_MAX_S: Final = 3600.0
 WEBHOOK_BATCH: Final = 50  # deliveries taken per round
 WEBHOOK_WORKERS: Final = 8  # POSTs in flight at once
-WEBHOOK_WAKE_DEBOUNCE_S: Final = 0.02  # at most one webhook sender wake this often
+WEBHOOK_WAKE_DEBOUNCE_S: Final = 0.02  # batch delivery notifications this long (producer.wakeup)
 RETENTION_DAYS: Final = 30.0  # finished jobs older than this move to jobs_archive
 RETENTION_INTERVAL_S: Final = 3600.0  # how often the producer runs retention
 RETENTION_BATCH_ROWS: Final = 1000  # jobs moved per transaction (short locks on the hot table)
