@@ -1,9 +1,10 @@
 """Writes the outcomes of finished job attempts to the database, from one thread.
 
-Worker threads hand their outcome over and are free at once. The recorder writes whatever has
-piled up in ONE transaction (the completions in one conditional UPDATE, each
-failure in its own, one commit for all): at a thousand
-noop jobs a second the commit, not the UPDATE, is what costs. After it, ``after_write`` (the
+Worker threads hand their outcome over and are free at once; the claiming thread writes the
+completions of its light jobs itself (``record_here``) and hands over only what it cannot write.
+The recorder writes whatever has piled up in ONE transaction (the completions in one
+conditional UPDATE, each failure in its own, one commit for all): at a thousand noop jobs a
+second the commit, not the UPDATE, is what costs. After it, ``after_write`` (the
 daemon may claim again: a slot counts as free only once its outcome is in the database, so the
 database never shows more jobs processing on a host than its capacity).
 
@@ -86,6 +87,22 @@ class OutcomeRecorder:
         with self._lock:
             self._outstanding += len(finished)
         self._queue.put([Finished(job, outcome) for job, outcome in finished])
+
+    def record_here(self, finished: list[tuple[ClaimedJob, Outcome]]) -> bool:
+        """Completions written in the caller's thread, one statement, sparing the hand-off to
+        this recorder's thread; True if they were. Anything else (a failure to record, a spawn)
+        and any error goes to the thread as ``submit_many`` would, with its retries."""
+        items = [Finished(job, outcome) for job, outcome in finished]
+        if not all(i.outcome.status == "completed" and not i.outcome.spawn for i in items):
+            self.submit_many(finished)
+            return False
+        try:
+            self._write_completions(self._statements, items)
+        except Exception as exc:
+            log.info("writing %d completion(s) in place failed (%s); handed over", len(items), exc)
+            self.submit_many(finished)
+            return False
+        return True
 
     def close(self, timeout_s: float) -> None:
         """Write what is queued (bounded by give_up), then stop the thread."""

@@ -449,7 +449,8 @@ class RunningConsumer:
                     job.kind,
                     took_s,
                 )
-        self._hand_over(finished)
+        # The claiming thread writes their completions itself: no thread woken for them.
+        self._hand_over(finished, here=True)
 
     def _attempt(self, job: ClaimedJob) -> Outcome:
         lease: DriverLease | None = None
@@ -483,9 +484,10 @@ class RunningConsumer:
             self.supervisor.job_returned(job.id, job.needs_browser, released=released)
         return outcome
 
-    def _hand_over(self, finished: list[tuple[ClaimedJob, Outcome]]) -> None:
-        """Outcomes to the recorder, but for attempts given up meanwhile (timed out, stopped,
-        rescued): those are dropped, their slots free again."""
+    def _hand_over(self, finished: list[tuple[ClaimedJob, Outcome]], *, here: bool = False) -> None:
+        """Outcomes to the recorder (``here``: written in this thread if it can), but for
+        attempts given up meanwhile (timed out, stopped, rescued): those are dropped, their
+        slots free again."""
         ours: list[tuple[ClaimedJob, Outcome]] = []
         late: list[tuple[ClaimedJob, Outcome]] = []
         with self._lock:
@@ -493,8 +495,10 @@ class RunningConsumer:
                 still_ours = self._in_flight.pop(job.id, None) is not None
                 (ours if still_ours else late).append((job, outcome))
             self._stuck -= len(late)
-        if ours:
+        if ours and not here:
             self.recorder.submit_many(ours)
+        elif ours and self.recorder.record_here(ours):
+            self._on_outcomes_written()
         for job, outcome in late:
             log.warning(
                 "job %d attempt %d returned after it was given up (timeout, stop or cold stop);"
