@@ -434,7 +434,7 @@ class RunningConsumer:
 
     def _run_light(self, jobs: list[ClaimedJob]) -> None:
         """In the claiming thread, one after the other: jobs of light actions (common.actions),
-        their outcomes handed to the recorder together."""
+        their completions written together from this thread."""
         finished = []
         for job in jobs:
             started = time.monotonic()
@@ -449,8 +449,7 @@ class RunningConsumer:
                     job.kind,
                     took_s,
                 )
-        # The claiming thread writes their completions itself: no thread woken for them.
-        self._hand_over(finished, here=True)
+        self._hand_over(finished, here=True)  # no thread woken for them
 
     def _attempt(self, job: ClaimedJob) -> Outcome:
         lease: DriverLease | None = None
@@ -512,7 +511,8 @@ class RunningConsumer:
             self._wake.set()
 
     def _on_outcomes_written(self) -> None:
-        """In the recorder's thread: slots are free now; claim if more may be queued."""
+        """After outcomes were written (by the recorder's thread, or by the claiming thread for
+        light jobs): slots are free now; claim if more may be queued."""
         if self._more_queued or self.lifecycle.stopping:
             self._wake.set()
 
