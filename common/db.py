@@ -245,21 +245,31 @@ def describe(exc: BaseException) -> str:
     return text[0] if text else type(cause).__name__
 
 
+def unavailable(exc: BaseException) -> DatabaseUnavailable:
+    """The error to raise (from ``exc``) for a lost or refused connection."""
+    return DatabaseUnavailable(f"database unavailable: {describe(exc)}")
+
+
+def out_of_date(exc: BaseException) -> SchemaOutOfDate:
+    """The error to raise (from ``exc``) for a statement naming what the schema lacks."""
+    return SchemaOutOfDate(
+        f"{describe(exc)}: the database's schema is older than this scrapefleet"
+        " (or was never created); run `scrapefleet db upgrade`"
+    )
+
+
 @contextlib.contextmanager
 def wrapped_errors() -> Iterator[None]:
     """Turn a lost or refused connection into DatabaseUnavailable."""
     try:
         yield
     except (sa.exc.OperationalError, sa.exc.InterfaceError, psycopg.OperationalError) as exc:
-        raise DatabaseUnavailable(f"database unavailable: {describe(exc)}") from exc
+        raise unavailable(exc) from exc
     except sa.exc.DBAPIError as exc:
         if is_connection_error(exc):
-            raise DatabaseUnavailable(f"database unavailable: {describe(exc)}") from exc
+            raise unavailable(exc) from exc
         if isinstance(exc.orig, MISSING_OBJECT_ERRORS):
-            raise SchemaOutOfDate(
-                f"{describe(exc)}: the database's schema is older than this scrapefleet"
-                " (or was never created); run `scrapefleet db upgrade`"
-            ) from exc
+            raise out_of_date(exc) from exc
         raise
 
 
@@ -267,16 +277,6 @@ def wrapped_errors() -> Iterator[None]:
 def transaction(engine: Engine) -> Iterator[Connection]:
     with wrapped_errors(), engine.begin() as conn:
         yield conn
-
-
-@contextlib.contextmanager
-def one_statement(engine: Engine) -> Iterator[Connection]:
-    """A connection for ONE statement, which commits by itself (autocommit): one round trip to
-    the server where ``transaction`` takes three (BEGIN, the statement, COMMIT). For the hot
-    single-statement writes (a consumer's claim, a batch of completions); a second statement
-    through it would be a transaction of its own."""
-    with wrapped_errors(), engine.connect() as conn:
-        yield conn.execution_options(isolation_level="AUTOCOMMIT")
 
 
 def check_reachable(engine: Engine) -> None:

@@ -6,7 +6,7 @@ connection out of the pool, sets and resets its isolation level, checks it back 
 result object: about 230 us of the client's CPU per claim on the development machine, against
 about 93 us through a psycopg connection held open (`python -m
 tests.benchmarks.bench_statement_connection`). This class is that held connection. The store's
-functions take it where they take a SQLAlchemy connection (common.store.executes).
+functions take it where they take a SQLAlchemy connection (common.executes).
 
 It keeps the engine's behaviour where it matters: the same connection parameters and server
 settings (common.db.with_connection_defaults), no server-side prepared statement behind a
@@ -32,13 +32,13 @@ from sqlalchemy.sql.elements import TextClause
 
 from scrapefleet.common.db import (
     MISSING_OBJECT_ERRORS,
-    describe,
     libpq_url,
+    out_of_date,
+    unavailable,
     with_connection_defaults,
 )
 from scrapefleet.common.db_ping import PING_AFTER_IDLE_S
 from scrapefleet.common.db_pooler import pooled_connect_args, uses_pooler
-from scrapefleet.common.errors import DatabaseUnavailable, SchemaOutOfDate
 from scrapefleet.common.settings import Settings
 
 __all__ = ["StatementConnection", "StatementResult"]
@@ -104,13 +104,10 @@ class StatementConnection:
             cursor = conn.execute(sql, parameters)
             rows = cursor.fetchall() if cursor.description is not None else []
         except MISSING_OBJECT_ERRORS as exc:
-            raise SchemaOutOfDate(
-                f"{describe(exc)}: the database's schema is older than this scrapefleet"
-                " (or was never created); run `scrapefleet db upgrade`"
-            ) from exc
+            raise out_of_date(exc) from exc
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             self._close()  # replaced on the next call
-            raise DatabaseUnavailable(f"database unavailable: {describe(exc)}") from exc
+            raise unavailable(exc) from exc
         finally:
             self._last_used = self._clock()
         return StatementResult(rows)

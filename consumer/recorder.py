@@ -49,6 +49,11 @@ class Finished:
     outcome: Outcome
 
 
+def _one_statement(items: list[Finished]) -> bool:
+    """Completions alone, none spawning children: one statement writes them all."""
+    return all(i.outcome.status == "completed" and not i.outcome.spawn for i in items)
+
+
 class OutcomeRecorder:
     def __init__(
         self,
@@ -93,7 +98,7 @@ class OutcomeRecorder:
         this recorder's thread; True if they were. Anything else (a failure to record, a spawn)
         and any error goes to the thread as ``submit_many`` would, with its retries."""
         items = [Finished(job, outcome) for job, outcome in finished]
-        if not all(i.outcome.status == "completed" and not i.outcome.spawn for i in items):
+        if not _one_statement(items):
             self.submit_many(finished)
             return False
         try:
@@ -139,8 +144,7 @@ class OutcomeRecorder:
         wait_s = RETRY_FIRST_S
         while True:
             try:
-                # Completions alone are one statement: no transaction around it needed.
-                if all(i.outcome.status == "completed" and not i.outcome.spawn for i in batch):
+                if _one_statement(batch):  # no transaction around it needed
                     self._write_completions(self._statements, batch)
                 else:
                     with transaction(self.engine) as conn:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 
 from scrapefleet.common import store
-from scrapefleet.common.db import make_engine, one_statement
+from scrapefleet.common.db import make_engine
 from scrapefleet.common.settings import load_settings
 from scrapefleet.common.statement_connection import StatementConnection
 from scrapefleet.common.store import HostSpec
@@ -45,8 +45,9 @@ def main() -> None:
         held = StatementConnection(url, load_settings(None), "bench held")
 
         def pooled() -> object:
-            with one_statement(engine) as conn:
-                return store.claim_jobs(conn, HOST, 6)
+            with engine.connect() as conn:  # as the consumer claimed before: autocommit
+                autocommit = conn.execution_options(isolation_level="AUTOCOMMIT")
+                return store.claim_jobs(autocommit, HOST, 6)
 
         def kept() -> object:
             return store.claim_jobs(held, HOST, 6)

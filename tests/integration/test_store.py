@@ -16,7 +16,7 @@ from sqlalchemy.engine import Engine
 from scrapefleet.common import queries, store
 from scrapefleet.common.channels import assigned_channel
 from scrapefleet.common.clock import utcnow
-from scrapefleet.common.db import Listener, one_statement
+from scrapefleet.common.db import Listener
 from scrapefleet.common.errors import NotFound
 from scrapefleet.common.store import HostSpec, JobFilter, NewJob
 from scrapefleet.common.store.statuses import (
@@ -274,8 +274,8 @@ def test_a_claim_in_autocommit_takes_nothing_for_a_host_without_a_row(engine: En
         ids = store.insert_jobs(conn, [NewJob("noop")] * 2, default_max_attempts=3).ids
         store.assign_jobs(conn, [(job_id, "h1") for job_id in ids])
         conn.execute(sa.text("DELETE FROM hosts WHERE name = 'h1'"))  # behind its queue's back
-    with pytest.raises(NotFound, match="h1"), one_statement(engine) as conn:
-        store.claim_jobs(conn, "h1", 6)
+    with pytest.raises(NotFound, match="h1"), engine.connect() as conn:
+        store.claim_jobs(conn.execution_options(isolation_level="AUTOCOMMIT"), "h1", 6)
     with engine.connect() as conn:
         statuses = conn.execute(sa.text("SELECT status, attempts FROM jobs")).all()
     assert sorted(statuses) == [("queued", 0), ("queued", 0)]
