@@ -152,7 +152,7 @@ def with_connection_defaults(
     url: str | URL,
     settings: Settings | None = None,
     *,
-    server: Mapping[str, int] | None = None,
+    server: Mapping[str, int | str] | None = None,
     session_options: bool = True,
 ) -> URL:
     """``url`` with our connection parameters and server settings added where it names none.
@@ -177,7 +177,7 @@ def with_connection_defaults(
     if not isinstance(given, str):  # repeated in the URL: libpq takes one; leave them be
         return parsed.set(query=query)
     named = option_names(given)
-    wanted = {**server_params(settings, query), **(server or {})}
+    wanted: dict[str, int | str] = {**server_params(settings, query), **(server or {})}
     ours = [f"-c {name}={value}" for name, value in wanted.items() if name not in named]
     if ours:
         query["options"] = " ".join([*ours, given]).strip()
