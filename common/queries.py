@@ -33,12 +33,13 @@ class HostRow:
 
 
 # Its columns are HostRow's fields, in order (a test holds them to each other).
-HOSTS_SQL = sa.text(
-    "SELECT h.name, h.capacity, h.state, a.address, coalesce(a.ssh_port, 22) AS ssh_port,"
+_HOST_COLUMNS = (
+    "h.name, h.capacity, h.state, a.address, coalesce(a.ssh_port, 22) AS ssh_port,"
     " coalesce(a.ssh_user, 'scrapefleet') AS ssh_user, a.ssh_key_file,"
     " a.known_hosts_file, h.probe_failures, h.memory_available_bytes"
-    " FROM hosts h LEFT JOIN host_access a ON a.host = h.name ORDER BY h.name"
 )
+_HOSTS_FROM = "hosts h LEFT JOIN host_access a ON a.host = h.name"
+HOSTS_SQL = sa.text(f"SELECT {_HOST_COLUMNS} FROM {_HOSTS_FROM} ORDER BY h.name")
 
 
 def hosts(conn: Connection) -> list[HostRow]:
@@ -55,14 +56,34 @@ def host(conn: Connection, name: str) -> HostRow:
     raise NotFound(f"no host named {name!r}")
 
 
-IN_FLIGHT_BY_HOST_SQL = sa.text(
-    f"SELECT host, count(*) AS n FROM jobs WHERE {_IN_FLIGHT} GROUP BY host"
+@dataclass(frozen=True)
+class FleetSnapshot:
+    """What an assignment starts from, read in one round trip: the operator's pause, the hosts,
+    and each host's in-flight jobs (hosts with none are left out)."""
+
+    paused: bool
+    hosts: list[HostRow]
+    in_flight: dict[str, int]
+
+
+# A row per host (one row of NULL host columns when there is none), each with the pause and the
+# host's in-flight count: three reads of every producer cycle in one statement.
+FLEET_SNAPSHOT_SQL = sa.text(
+    "SELECT coalesce((SELECT assignment_paused FROM fleet_control), false) AS paused,"
+    f" f.n AS in_flight, {_HOST_COLUMNS}"
+    f" FROM (SELECT) AS one LEFT JOIN ({_HOSTS_FROM}"
+    f"   LEFT JOIN (SELECT host, count(*) AS n FROM jobs WHERE {_IN_FLIGHT} GROUP BY host) AS f"
+    "   ON f.host = h.name) ON true"
+    " ORDER BY h.name"
 )
 
 
-def in_flight_by_host(conn: Connection) -> dict[str, int]:
-    """Queued + processing jobs per host, as the database counts them."""
-    return {r.host: r.n for r in conn.execute(IN_FLIGHT_BY_HOST_SQL)}
+def fleet_snapshot(conn: Connection) -> FleetSnapshot:
+    rows = conn.execute(FLEET_SNAPSHOT_SQL).all()
+    paused = bool(rows[0].paused)
+    hosts = [HostRow(*r[2:]) for r in rows if r.name is not None]
+    in_flight = {r.name: r.in_flight for r in rows if r.in_flight}
+    return FleetSnapshot(paused, hosts, in_flight)
 
 
 def busy_lock_keys(conn: Connection) -> set[str]:
@@ -177,15 +198,6 @@ def fleet_control(conn: Connection) -> FleetControl:
         sa.text("SELECT assignment_paused, changed_by, changed_at, reason FROM fleet_control")
     ).first()
     return FleetControl(**row._mapping) if row is not None else FleetControl(False)
-
-
-def assignment_paused(conn: Connection) -> bool:
-    """Read by the producer at the start of every assignment (one primary-key row)."""
-    return bool(
-        conn.execute(
-            sa.text("SELECT coalesce((SELECT assignment_paused FROM fleet_control), false)")
-        ).scalar_one()
-    )
 
 
 def jobs_by_status_and_kind(conn: Connection) -> dict[tuple[str, str], int]:

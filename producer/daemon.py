@@ -224,8 +224,8 @@ class Producer:
         report = CycleReport(leader=True, full=full)
         if full:
             with self._leader.transaction() as conn:
-                hosts = queries.hosts(conn)
-                in_flight = queries.in_flight_by_host(conn)
+                snapshot = queries.fleet_snapshot(conn)
+            hosts, in_flight = snapshot.hosts, snapshot.in_flight
             with self._cycle_lock_released():
                 results = self._probe_hosts(hosts)
             self._probed = {
@@ -311,17 +311,17 @@ class Producer:
         with self._leader.transaction() as conn:
             if record_cycle:  # a full cycle: one upsert of this producer's row, never per wake
                 store.record_leader_cycle(conn, self.identity, self.last_full_cycle_duration_s)
-            # An operator's fleet-wide pause (dashboard): read every cycle, one indexed row.
-            if self._note_pause(queries.assignment_paused(conn)):
+            # An operator's fleet-wide pause (dashboard), read every cycle with the hosts.
+            snapshot = queries.fleet_snapshot(conn)
+            if self._note_pause(snapshot.paused):
                 return 0
             now = datetime.now(UTC)
             # A site's push-back slows its key from this very cycle: the attempt that got it
             # woke us. One read of the audit rows since the last cycle's.
             self._rates.learn(conn, now)
-            hosts = queries.hosts(conn)
-            in_flight = queries.in_flight_by_host(conn)
+            in_flight = snapshot.in_flight
             slots = host_slots(
-                hosts,
+                snapshot.hosts,
                 current_probes(self._probed, in_flight),
                 in_flight,
                 self.settings.min_memory_available_fraction,

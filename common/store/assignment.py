@@ -75,19 +75,25 @@ LOCK_PENDING_SQL = sa.text(_PENDING.format(browser=""))
 # to be skipped by the planner while the other jobs wait behind it.
 LOCK_PENDING_NO_BROWSER_SQL = sa.text(_PENDING.format(browser=" AND NOT needs_browser"))
 
+# The move and the NOTIFY of every host that got work in one statement (one round trip of a
+# wake cycle's few): each host on its channel of its own (common.channels), the host's name as
+# the payload, in the order the caller gives its channels. A row not pending any more (taken
+# back by an operator meanwhile) moves nowhere, and a host none of whose rows moved is not
+# told. The NOTIFYs are evaluated after the sort (PostgreSQL evaluates a volatile output
+# column above the ORDER BY), and ``notified`` is joined so that it runs at all.
 ASSIGN_SQL = sa.text(
-    f"UPDATE jobs SET status = '{JobStatus.QUEUED}', host = a.host, queued_at = now()"
-    " FROM unnest(CAST(:ids AS bigint[]), CAST(:hosts AS text[])) AS a(id, host)"
-    f" WHERE jobs.id = a.id AND jobs.status = '{JobStatus.PENDING}'"
-    " RETURNING jobs.id, jobs.host"
-)
-# One statement for every host that got work: a round trip per host was a third of a cycle's
-# assignment at a thousand hosts.
-# Each host on its channel of its own (common.channels), the host's name as the payload.
-NOTIFY_HOSTS_SQL = sa.text(
-    "SELECT pg_notify(c, h)"
-    " FROM unnest(CAST(:channels AS text[]), CAST(:hosts AS text[])) WITH ORDINALITY AS n(c, h, i)"
-    " ORDER BY i"
+    "WITH assigned AS ("
+    f"  UPDATE jobs SET status = '{JobStatus.QUEUED}', host = a.host, queued_at = now()"
+    "   FROM unnest(CAST(:ids AS bigint[]), CAST(:hosts AS text[])) AS a(id, host)"
+    f"  WHERE jobs.id = a.id AND jobs.status = '{JobStatus.PENDING}'"
+    "   RETURNING jobs.id, jobs.host),"
+    " notified AS ("
+    "  SELECT count(*) AS hosts FROM ("
+    "    SELECT pg_notify(c.channel, c.host)"
+    "    FROM unnest(CAST(:channels AS text[]), CAST(:channel_hosts AS text[]))"
+    "      WITH ORDINALITY AS c(channel, host, i)"
+    "    WHERE c.host IN (SELECT host FROM assigned) ORDER BY c.i) AS sent)"
+    " SELECT assigned.id, assigned.host FROM assigned, notified"
 )
 
 
@@ -127,15 +133,17 @@ def pending_jobs(rows: Iterable[sa.Row[Any]]) -> list[PendingJob]:
 
 
 def assign_jobs(conn: Connection, assignments: Sequence[tuple[int, str]]) -> list[tuple[int, str]]:
-    """pending -> queued on the planned host, then NOTIFY each host that got work."""
+    """pending -> queued on the planned host, and a NOTIFY to each host that got work."""
     if not assignments:
         return []
+    hosts = sorted({host for _, host in assignments})
     rows = conn.execute(
         ASSIGN_SQL,
-        {"ids": [a[0] for a in assignments], "hosts": [a[1] for a in assignments]},
+        {
+            "ids": [a[0] for a in assignments],
+            "hosts": [a[1] for a in assignments],
+            "channels": [assigned_channel(h) for h in hosts],
+            "channel_hosts": hosts,
+        },
     ).all()
-    hosts = sorted({r.host for r in rows})
-    if hosts:
-        channels = [assigned_channel(h) for h in hosts]
-        conn.execute(NOTIFY_HOSTS_SQL, {"channels": channels, "hosts": hosts})
     return [(r.id, r.host) for r in rows]

@@ -1,12 +1,17 @@
 """With 1,000,000 job rows, the producer's pending query (and its rate-limit reads) and a
-consumer's claim stay index scans."""
+consumer's claim stay index scans; so do the producer's statements as its lock session runs
+them, on one generic plan each (producer.leader.LEADER_PLANNING)."""
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from psycopg import sql
 from sqlalchemy.engine import Connection, Engine
 
 from scrapefleet.common import queries, store
@@ -17,6 +22,47 @@ pytestmark = pytest.mark.integration
 def _plan(conn: Connection, statement: sa.TextClause, **params: object) -> str:
     plan = conn.execute(sa.text(f"EXPLAIN (FORMAT JSON) {statement.text}"), params).scalar_one()
     return json.dumps(plan)
+
+
+def _generic_plan(conn: Connection, statement: sa.TextClause, **params: object) -> str:
+    """The plan PostgreSQL keeps for ``statement`` prepared under the leader's planning: planned
+    without its parameters' values."""
+    names: list[str] = []
+
+    def positional(match: re.Match[str]) -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    text = re.sub(r"(?<!:):(\w+)", positional, statement.text)
+    driver = conn.connection.driver_connection
+    values = ", ".join(sql.Literal(params[n]).as_string(driver) for n in names)
+    conn.execute(sa.text("SET LOCAL plan_cache_mode = force_generic_plan"))
+    conn.exec_driver_sql(f"PREPARE generic AS {text}")
+    try:
+        args = f"({values})" if names else ""
+        plan = conn.exec_driver_sql(f"EXPLAIN (FORMAT JSON) EXECUTE generic{args}").scalar_one()
+    finally:
+        conn.exec_driver_sql("DEALLOCATE generic")
+    return json.dumps(plan)
+
+
+def _scans(plan: str) -> set[tuple[str, str]]:
+    """(node type, relation) of every scan in a JSON plan."""
+
+    def nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        yield node
+        for child in node.get("Plans", []):
+            yield from nodes(child)
+
+    return {
+        (n["Node Type"], n["Relation Name"])
+        for n in nodes(json.loads(plan)[0]["Plan"])
+        if "Relation Name" in n
+    }
+
+
+SEQ_SCAN_ON_JOBS = ("Seq Scan", "jobs")
 
 
 @pytest.mark.timeout(300)
@@ -51,7 +97,7 @@ def test_hot_queries_use_partial_indexes_at_one_million_rows(engine: Engine) -> 
             conn, store.LOCK_PENDING_NO_BROWSER_SQL, limit=240, skip_keys=none, skip_kinds=none
         )
         claim = _plan(conn, store.CLAIM_SQL, host="h3", limit=6, browser_limit=6)
-        in_flight = _plan(conn, queries.IN_FLIGHT_BY_HOST_SQL)
+        in_flight = _plan(conn, queries.FLEET_SNAPSHOT_SQL)
         # Rate limits: a key or kind with a little budget left, read for it alone; the
         # in-flight figures; the trailing minute's use.
         key = ["site-7.test"]
@@ -60,13 +106,29 @@ def test_hot_queries_use_partial_indexes_at_one_million_rows(engine: Engine) -> 
         rate_in_flight = _plan(conn, store.RATE_IN_FLIGHT_SQL)
         rate_window = _plan(conn, store.RATE_WINDOW_SQL)
         skipping = _plan(conn, store.LOCK_PENDING_SQL, limit=240, skip_keys=key, skip_kinds=none)
+    with engine.begin() as conn:
+        generic = [
+            _generic_plan(conn, store.LOCK_PENDING_SQL, limit=240, skip_keys=none, skip_kinds=none),
+            _generic_plan(
+                conn, store.LOCK_PENDING_NO_BROWSER_SQL, limit=240, skip_keys=key, skip_kinds=none
+            ),
+            _generic_plan(conn, queries.FLEET_SNAPSHOT_SQL),
+            _generic_plan(conn, store.TIGHT_KEYS_SQL, names=key, budgets=[2], skip=none),
+            _generic_plan(conn, store.TIGHT_KINDS_SQL, names=["noop"], budgets=[2], skip=none),
+            _generic_plan(conn, store.RATE_IN_FLIGHT_SQL),
+            _generic_plan(conn, store.RATE_WINDOW_SQL),
+        ]
     assert "jobs_pending_idx" in pending and "Seq Scan" not in pending, pending
     assert "jobs_pending_no_browser_idx" in no_browser, no_browser
-    assert "Seq Scan on jobs " not in no_browser, no_browser
+    assert SEQ_SCAN_ON_JOBS not in _scans(no_browser), no_browser
     assert "jobs_in_flight_by_host_idx" in claim and "Seq Scan" not in claim, claim
-    assert "jobs_in_flight_by_host_idx" in in_flight and "Seq Scan" not in in_flight, in_flight
+    assert "jobs_in_flight_by_host_idx" in in_flight, in_flight
+    assert SEQ_SCAN_ON_JOBS not in _scans(in_flight), in_flight
     assert "jobs_pending_by_rate_key_idx" in tight_key, tight_key
     for plan in (tight_key, tight_kind, rate_in_flight, rate_window, skipping):
-        assert "Seq Scan on jobs " not in plan, plan
+        assert SEQ_SCAN_ON_JOBS not in _scans(plan), plan
     assert "jobs_started_at_idx" in rate_window, rate_window
     assert "jobs_pending_idx" in skipping, skipping
+    assert "jobs_pending_idx" in generic[0], generic[0]
+    for plan in generic:
+        assert SEQ_SCAN_ON_JOBS not in _scans(plan), plan

@@ -356,7 +356,8 @@ def test_host_moves_are_recorded_and_allowed(engine: Engine) -> None:
 
 def test_an_assignment_wakes_its_own_host_alone(engine: Engine, database_url: str) -> None:
     """The producer NOTIFYs each host on its own channel: h2's consumer hears nothing of h1's
-    work, h1's hears its own, and a job pinned at submit wakes its host the same way."""
+    work, h1's hears its own, a job pinned at submit wakes its host the same way, and a host
+    none of whose planned jobs moved is not woken."""
     _setup_host(engine)
     _setup_host(engine, "h2")
     listeners = {h: Listener(database_url, [assigned_channel(h)]) for h in ("h1", "h2")}
@@ -373,6 +374,16 @@ def test_an_assignment_wakes_its_own_host_alone(engine: Engine, database_url: st
             store.pin_jobs_to_host(conn, [pinned], "h2")
         assert wait_for(lambda: listeners["h2"].wait(0.2), 10, "h2's NOTIFY") == ["h2"]
         assert listeners["h1"].wait(0.3) == []
+        # A host planned for whose job was taken back meanwhile moves nothing and hears nothing.
+        with engine.begin() as conn:
+            mine, taken_back = store.insert_jobs(
+                conn, [NewJob("noop")] * 2, default_max_attempts=3
+            ).ids
+            assert store.cancel_jobs(conn, JobFilter(ids=[taken_back])) == [taken_back]
+            moved = store.assign_jobs(conn, [(mine, "h1"), (taken_back, "h2")])
+        assert moved == [(mine, "h1")]
+        assert wait_for(lambda: listeners["h1"].wait(0.2), 10, "h1's NOTIFY") == ["h1"]
+        assert listeners["h2"].wait(0.3) == []
     finally:
         for listener in listeners.values():
             listener.close()
