@@ -40,8 +40,11 @@ def pooled_connect_args(settings: Settings) -> dict[str, Any]:
 
 
 def listen_url(settings: Settings, engine_url: URL) -> str | URL | None:
-    """Where a daemon LISTENs: ``listen_database_url`` if set, else the engine's own server,
-    or nowhere (None) when that is a transaction pooler."""
+    """Where a consumer LISTENs: nowhere (None) when it polls (``consumer_wakeup``), else
+    ``listen_database_url`` if set, else the engine's own server, or nowhere when that is a
+    transaction pooler."""
+    if settings.consumer_wakeup == "poll":
+        return None
     if settings.listen_database_url:
         return settings.listen_database_url
     if uses_pooler(settings):
@@ -50,8 +53,15 @@ def listen_url(settings: Settings, engine_url: URL) -> str | URL | None:
 
 
 def check_listen_url(settings: Settings) -> None:
-    """A LISTEN through the pooler itself would wait, silently, for NOTIFYs that never come."""
-    if uses_pooler(settings) and settings.listen_database_url == settings.database_url:
+    """A LISTEN through the pooler itself would wait, silently, for NOTIFYs that never come;
+    a LISTEN address for a consumer that polls would never be used."""
+    if settings.consumer_wakeup == "poll" and settings.listen_database_url:
+        raise SettingsError(
+            "invalid setting listen_database_url: consumer_wakeup is poll, which opens no"
+            " LISTEN connection; unset one of them"
+        )
+    listen = settings.listen_database_url
+    if uses_pooler(settings) and listen is not None and listen == settings.database_url:
         raise SettingsError(
             "invalid setting listen_database_url: it is database_url, the pooler; give"
             " PostgreSQL's own address, or leave it unset to poll"

@@ -70,6 +70,12 @@ class Settings(BaseSettings):
         description="a direct PostgreSQL URL for the consumer's one LISTEN connection when"
         " database_url is a pooler; unset -> no LISTEN, the claim poll (consumer_poll_s) only",
     )
+    consumer_wakeup: Literal["listen", "poll"] = Field(
+        default="listen",
+        description="listen: a LISTEN connection wakes the consumer when its host gets work;"
+        " poll: none, the claim poll (consumer_poll_s) only (large fleets: every listening"
+        " connection costs the server CPU at each NOTIFY in the database)",
+    )
     state_dir: Path = Field(default=Path("/var/lib/scrapefleet"), description="status files")
     artifacts_dir: Path = Field(default=Path("/var/lib/scrapefleet/artifacts"))
     # NoDecode: a list setting's environment value reaches _comma_separated as it is, so that

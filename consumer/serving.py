@@ -158,8 +158,13 @@ class RunningConsumer:
         loops = [(self._heartbeat_loop, "heartbeat")]
         if listen_url(self.settings, self.engine.url) is not None:
             loops.append((self._listen_loop, "listen"))
-        else:  # a transaction pooler never delivers a NOTIFY: the claim poll alone
-            log.info("no LISTEN connection (database_pooler, no listen_database_url)")
+        else:  # polling by choice, or a transaction pooler (it never delivers a NOTIFY)
+            log.info(
+                "no LISTEN connection (consumer_wakeup=%s, database_pooler=%s): claims every %g s",
+                self.settings.consumer_wakeup,
+                self.settings.database_pooler,
+                self.settings.consumer_poll_s,
+            )
         for target, name in loops:
             thread = threading.Thread(target=target, name=f"{name}-{self.host}", daemon=True)
             thread.start()

@@ -205,12 +205,17 @@ def test_fleet_through_pgbouncer_completes_every_job_once(
     assert 1 <= peak.get("pgbouncer", 0) <= POOL_SIZE, peak
 
 
+@pytest.mark.parametrize("wakeup", ["listen", "poll"])
 def test_direct_fleet_connections_for_comparison(
-    engine: Engine, database_url: str, tmp_path: Path
+    engine: Engine, database_url: str, tmp_path: Path, wakeup: str
 ) -> None:
-    peak = _run_fleet(engine, database_url, {}, None, tmp_path / "state")
+    """Direct, as by default, and direct with consumer_wakeup = poll: no LISTEN connection,
+    every job still done once, on the claim poll."""
+    env = {"SCRAPEFLEET_CONSUMER_WAKEUP": wakeup}
+    peak = _run_fleet(engine, database_url, env, None, tmp_path / "state")
     for host in HOSTS:
-        assert peak.get(f"scrapefleet-consumer {host} listen") == 1, peak
+        listening = 1 if wakeup == "listen" else None
+        assert peak.get(f"scrapefleet-consumer {host} listen") == listening, peak
         # The connection it holds for claims and completions (consumer.serving), and its
         # engine's: pool_size 2 plus as many again in overflow (consumer/main.py).
         assert 1 <= peak.get(f"scrapefleet-consumer {host}", 0) <= 5, peak

@@ -30,6 +30,16 @@ def test_listen_goes_to_the_direct_url_or_nowhere_behind_a_pooler() -> None:
     assert listen_url(pooled, ENGINE_URL) == direct
 
 
+def test_a_polling_consumer_listens_nowhere_and_refuses_a_listen_url() -> None:
+    direct = "postgresql://u@db:5432/db"
+    assert listen_url(Settings(consumer_wakeup="poll"), ENGINE_URL) is None
+    pooled = Settings(database_pooler="pgbouncer", consumer_wakeup="poll")
+    assert listen_url(pooled, ENGINE_URL) is None
+    check_listen_url(pooled)
+    with pytest.raises(SettingsError, match="listen_database_url: consumer_wakeup is poll"):
+        check_listen_url(Settings(consumer_wakeup="poll", listen_database_url=direct))
+
+
 def test_listening_through_the_pooler_itself_is_refused() -> None:
     pooler = "postgresql://u@pooler:6432/db"
     check_listen_url(Settings(database_pooler="pgbouncer", database_url=pooler))
@@ -50,6 +60,7 @@ def test_producer_refuses_a_pooler() -> None:
     [
         ("DATABASE_POOLER", "odyssey", "database_pooler"),
         ("LISTEN_DATABASE_URL", "mysql://x", "listen_database_url"),
+        ("CONSUMER_WAKEUP", "smoke-signals", "consumer_wakeup"),
     ],
 )
 def test_bad_pooler_settings_name_the_field(
