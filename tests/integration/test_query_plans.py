@@ -117,6 +117,9 @@ def test_hot_queries_use_partial_indexes_at_one_million_rows(engine: Engine) -> 
             _generic_plan(conn, store.TIGHT_KINDS_SQL, names=["noop"], budgets=[2], skip=none),
             _generic_plan(conn, store.RATE_IN_FLIGHT_SQL),
             _generic_plan(conn, store.RATE_WINDOW_SQL),
+            # The full cycle's rescue and requeue, on the same session.
+            _generic_plan(conn, store.RESCUE_SQL, stale=60.0, reason="rescued", max_releases=5),
+            _generic_plan(conn, store.REQUEUE_FROM_UNAVAILABLE_SQL, grace=60.0),
         ]
     assert "jobs_pending_idx" in pending and "Seq Scan" not in pending, pending
     assert "jobs_pending_no_browser_idx" in no_browser, no_browser
