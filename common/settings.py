@@ -68,13 +68,13 @@ class Settings(BaseSettings):
     listen_database_url: str | None = Field(
         default=None,
         description="a direct PostgreSQL URL for the consumer's one LISTEN connection when"
-        " database_url is a pooler; unset -> no LISTEN, the claim poll (consumer_poll_s) only",
+        " database_url is a pooler; unset -> no LISTEN: it polls (as consumer_wakeup = poll)",
     )
     consumer_wakeup: Literal["listen", "poll"] = Field(
         default="listen",
         description="listen: a LISTEN connection wakes the consumer when its host gets work;"
-        " poll: none, the claim poll (consumer_poll_s) only (large fleets: every listening"
-        " connection costs the server CPU at each NOTIFY in the database)",
+        " poll: none, it claims every consumer_poll_s and soon after each of its jobs ends"
+        " (large fleets: every listening connection costs the server CPU at each NOTIFY)",
     )
     state_dir: Path = Field(default=Path("/var/lib/scrapefleet"), description="status files")
     artifacts_dir: Path = Field(default=Path("/var/lib/scrapefleet/artifacts"))

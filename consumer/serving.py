@@ -30,6 +30,7 @@ from scrapefleet.consumer.attempt_log import log_attempt
 from scrapefleet.consumer.block_detection import BlockRules
 from scrapefleet.consumer.browser_options import host_defaults
 from scrapefleet.consumer.config import ConsumerConfig
+from scrapefleet.consumer.poll_schedule import PollSchedule
 from scrapefleet.consumer.profile_sessions import job_proxy, profile_lease, profiles_root
 from scrapefleet.consumer.recorder import OutcomeRecorder
 from scrapefleet.consumer.runner import DriverLease, Outcome, leases_from, run_job
@@ -115,6 +116,9 @@ class RunningConsumer:
         self._in_flight: dict[int, InFlight] = {}
         self._stuck = 0
         self._more_queued = False  # jobs were left queued: claim again when a slot frees
+        # Without a LISTEN connection, claims follow a schedule (consumer.poll_schedule).
+        polling = listen_url(settings, engine.url) is None
+        self._poll = PollSchedule(settings.consumer_poll_s) if polling else None
         self._db_state = registration.state
         self._published: tuple[object, ...] | None = None  # what _publish_if_changed last saw
         self._since_restart = registration.jobs_since_restart
@@ -156,7 +160,7 @@ class RunningConsumer:
         self.janitor.start()
         self.recorder.start()
         loops = [(self._heartbeat_loop, "heartbeat")]
-        if listen_url(self.settings, self.engine.url) is not None:
+        if self._poll is None:
             loops.append((self._listen_loop, "listen"))
         else:  # polling by choice, or a transaction pooler (it never delivers a NOTIFY)
             log.info(
@@ -322,7 +326,10 @@ class RunningConsumer:
             self._expire_timed_out()
             wait_s = poll_s
             try:
-                claimed = self._claim()
+                if self._poll is None:
+                    claimed = self._claim()
+                else:
+                    claimed, wait_s = self._claim_on_schedule()
                 self._maintain()
                 self._publish_if_changed()
                 failures = 0
@@ -340,6 +347,28 @@ class RunningConsumer:
             if self.supervisor is not None:
                 wait_s = min(wait_s, self.supervisor.next_check_s())
             self._wake.wait(min(wait_s, self._until_next_timeout()))
+
+    def _claim_on_schedule(self) -> tuple[int, float]:
+        """Claim if the poll schedule says so; the jobs claimed and the seconds until its next
+        claim."""
+        assert self._poll is not None
+        with self._lock:
+            started = time.monotonic()
+            due_in = self._poll.claim_due_in(started)
+            if due_in == 0:
+                self._poll.claim_started()
+        if due_in > 0:
+            return 0, due_in
+        try:
+            claimed = self._claim()
+        except BaseException:
+            with self._lock:
+                self._poll.claim_failed(time.monotonic())
+            raise
+        with self._lock:
+            now = time.monotonic()
+            self._poll.claimed(started, now, claimed)
+            return claimed, self._poll.claim_due_in(now)
 
     def _claim(self) -> int:
         if self._db_state in NOT_CLAIMING_STATES:
@@ -517,8 +546,13 @@ class RunningConsumer:
 
     def _on_outcomes_written(self) -> None:
         """After outcomes were written (by the recorder's thread, or by the claiming thread for
-        light jobs): slots are free now; claim if more may be queued."""
-        if self._more_queued or self.lifecycle.stopping:
+        light jobs): slots are free now; claim if more may be queued, or, polling, once the
+        producer has had a moment to refill them."""
+        if self._poll is not None:
+            with self._lock:
+                self._poll.slot_freed(time.monotonic(), more_queued=self._more_queued)
+            self._wake.set()
+        elif self._more_queued or self.lifecycle.stopping:
             self._wake.set()
 
     def _expire_timed_out(self) -> None:

@@ -2,6 +2,7 @@
 
     .venv/bin/pip install -e '.[bench]'
     .venv/bin/python -m tests.benchmarks.bench_throughput [--jobs 20000] [--hosts 10]
+        [--consumer-wakeup listen|poll]
 
 Figures only: nothing here passes or fails on time. Every phase runs in one process on the same
 PostgreSQL, so the ratios printed compare like with like on this (noisy, shared) machine.
@@ -320,8 +321,15 @@ def main() -> None:
     parser.add_argument(
         "--idle-only", action="store_true", help="only the idle-fleet dispatch latency"
     )
+    parser.add_argument(
+        "--consumer-wakeup",
+        choices=["listen", "poll"],
+        default="listen",
+        help="the consumers' consumer_wakeup setting (poll: no LISTEN connection)",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
+    FLEET_ENV["SCRAPEFLEET_CONSUMER_WAKEUP"] = args.consumer_wakeup
     figures: dict[str, float] = {}
     with throwaway_database("SCRAPEFLEET_BENCH_DATABASE_URL", "scrapefleet_bench") as url:
         print(f"idle fleet: {args.idle_jobs} noop jobs submitted one at a time, 2 hosts ...")

@@ -3,6 +3,7 @@ consumer is killed with SIGKILL mid-job or the active producer dies."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -44,6 +45,21 @@ def completions_per_job(engine: Engine) -> dict[int, int]:
             )
         ).all()
     return dict(rows)
+
+
+@contextlib.contextmanager
+def stopped_after(fleet: LocalFleet) -> Iterator[LocalFleet]:
+    """Stops ``fleet`` on the way out, then holds that every process exited 0; a failed
+    assertion inside carries the tail of each process's log."""
+    try:
+        try:
+            yield fleet
+        except AssertionError as exc:
+            logs = "\n".join(fleet.log_tail(name) for name in fleet.processes)
+            raise AssertionError(f"{exc}\n{logs}") from None
+    finally:
+        codes = fleet.stop()
+    assert all(code == 0 for code in codes.values()), codes
 
 
 @pytest.fixture

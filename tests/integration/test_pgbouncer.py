@@ -23,7 +23,7 @@ from scrapefleet.common import store
 from scrapefleet.common.db import libpq_url
 from scrapefleet.common.local.local_fleet import LocalFleet
 from scrapefleet.common.store import HostSpec, NewJob
-from tests.e2e.test_local_fleet import FAST, completions_per_job, scalar
+from tests.e2e.test_local_fleet import FAST, completions_per_job, scalar, stopped_after
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -159,27 +159,18 @@ def _run_fleet(
         for name, count in _backends(engine, pooler_pid).items():
             peak[name] = max(peak.get(name, 0), count)
 
-    try:
+    with stopped_after(fleet):
         for host in HOSTS:
             fleet.start_consumer(host, consumer_env)
         fleet.start_producer()
-        try:
-            wait_for(
-                lambda: (
-                    scalar(engine, "SELECT count(*) FROM jobs WHERE status = 'completed'") == JOBS
-                ),
-                90,
-                f"{JOBS} jobs completed",
-                between=sample,
-                poll_s=0.2,
-            )
-        except AssertionError as exc:
-            logs = "\n".join(fleet.log_tail(name) for name in fleet.processes)
-            raise AssertionError(f"{exc}\n{logs}") from None
-    finally:
-        codes = fleet.stop()
+        wait_for(
+            lambda: scalar(engine, "SELECT count(*) FROM jobs WHERE status = 'completed'") == JOBS,
+            90,
+            f"{JOBS} jobs completed",
+            between=sample,
+            poll_s=0.2,
+        )
     assert completions_per_job(engine) == dict.fromkeys(ids, 1)
-    assert all(code == 0 for code in codes.values()), codes
     print(f"\npeak backends per name: {peak}")
     return peak
 
