@@ -35,6 +35,11 @@ class PollSchedule:
         self.refill_step_s = REFILL_FIRST_S
         self.next_claim_at = min(self.next_claim_at, now + REFILL_FIRST_S)
 
+    def claim_now(self, now: float) -> None:
+        """Something other than a job's end may have made work claimable here (the host's
+        state changed, a stuck thread returned): claim on the next pass."""
+        self.next_claim_at = min(self.next_claim_at, now)
+
     def claim_started(self) -> None:
         """A claim runs now: the next is set when it ends (claimed), or by slots freed while
         it runs."""

@@ -438,7 +438,7 @@ class RunningConsumer:
         """The supervisor changed the host's state in the database (restarting, disabled...)."""
         self._db_state = state
         self._publish_status()
-        self._wake.set()
+        self._claim_soon()
 
     def _set_since_restart(self, count: int) -> None:
         """The supervisor reset the stack's job counter (a start, a restart)."""
@@ -542,7 +542,15 @@ class RunningConsumer:
             )
         if late:
             self._publish_status()  # the stuck threads' slots are free again
-            self._wake.set()
+            self._claim_soon()
+
+    def _claim_soon(self) -> None:
+        """Let the main loop claim now: with LISTEN it claims on every wake; polling, the
+        schedule's next claim is brought forward."""
+        if self._poll is not None:
+            with self._lock:
+                self._poll.claim_now(time.monotonic())
+        self._wake.set()
 
     def _on_outcomes_written(self) -> None:
         """After outcomes were written (by the recorder's thread, or by the claiming thread for
@@ -624,7 +632,7 @@ class RunningConsumer:
             if state != self._db_state:
                 log.info("host %s state %s -> %s", self.host, self._db_state, state)
                 self._db_state = state
-                self._wake.set()
+                self._claim_soon()
         self.reporter.sample_system()
         self._publish_status()
 

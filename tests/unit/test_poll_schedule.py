@@ -71,3 +71,14 @@ def test_a_claim_that_failed_is_tried_again_on_the_next_pass() -> None:
     schedule.claim_started()
     schedule.claim_failed(3.0)
     assert schedule.claim_due_in(3.0) == 0
+
+
+def test_claim_now_brings_the_next_claim_forward_never_back() -> None:
+    schedule = PollSchedule(POLL_S)
+    schedule.claimed(0.0, 0.0, 0)  # the next plain poll at 1.0
+    schedule.claim_now(0.4)  # the host became active again
+    assert schedule.claim_due_in(0.4) == 0
+    schedule.claimed(0.4, 0.4, 0)
+    schedule.slot_freed(0.5, more_queued=False)  # a refill due at 0.55
+    schedule.claim_now(0.6)
+    assert schedule.claim_due_in(0.5) == pytest.approx(REFILL_FIRST_S)
