@@ -36,18 +36,15 @@ class PollSchedule:
         self.next_claim_at = min(self.next_claim_at, now + REFILL_FIRST_S)
 
     def claim_now(self, now: float) -> None:
-        """Something other than a job's end may have made work claimable here (the host's
-        state changed, a stuck thread returned): claim on the next pass."""
+        """Claim on the next pass: something other than a job's end may have made work
+        claimable here (the host's state changed, a stuck thread returned), or the last claim
+        raised (the database away)."""
         self.next_claim_at = min(self.next_claim_at, now)
 
     def claim_started(self) -> None:
         """A claim runs now: the next is set when it ends (claimed), or by slots freed while
         it runs."""
         self.next_claim_at = math.inf
-
-    def claim_failed(self, now: float) -> None:
-        """The claim raised (the database away): the caller's next pass tries again."""
-        self.next_claim_at = now
 
     def claim_due_in(self, now: float) -> float:
         """Seconds until the next claim (0: claim now)."""

@@ -363,7 +363,7 @@ class RunningConsumer:
             claimed = self._claim()
         except BaseException:
             with self._lock:
-                self._poll.claim_failed(time.monotonic())
+                self._poll.claim_now(time.monotonic())
             raise
         with self._lock:
             now = time.monotonic()

@@ -46,9 +46,9 @@ LEADER_IDLE_TIMEOUT_MIN_S = 60.0  # the default's floor: well above a slow probe
 LEADER_IDLE_INTERVALS = 4  # ... and above this many producer intervals
 
 # How the lock session's statements are planned. Under PostgreSQL's default the assignment's
-# pending read was planned again on every run (its LIMIT is a parameter, so its generic plan
-# is costed as a scan of the whole index, dearer than any custom plan): 0.3-0.5 ms of planning
-# a cycle for 0.1-0.2 ms of execution. Every statement on this session is the producer's own
+# pending read is planned again on every run (its LIMIT is a parameter, so its generic plan is
+# costed as a scan of the whole index, dearer than any custom plan): 0.3-0.5 ms of planning a
+# cycle for 0.1-0.2 ms of execution. Every statement on this session is the producer's own
 # and writes its statuses into the SQL, so a generic plan still matches the partial indexes;
 # it is planned once per statement and connection. JIT off: over a large backlog that same
 # generic estimate passes jit_above_cost, and compiling took ~280 ms of a 0.2 ms read.

@@ -69,7 +69,7 @@ def test_a_slot_freed_never_postpones_a_claim_already_due() -> None:
 def test_a_claim_that_failed_is_tried_again_on_the_next_pass() -> None:
     schedule = PollSchedule(POLL_S)
     schedule.claim_started()
-    schedule.claim_failed(3.0)
+    schedule.claim_now(3.0)
     assert schedule.claim_due_in(3.0) == 0
 
 
