@@ -2,9 +2,11 @@
 
 An action is a plain function with a pydantic params model. Plain actions take ``(params)``;
 browser actions take ``(driver, params)``: a warm Selenium session of the host's Grid whose
-current window is a fresh user context of the job's own (no cookie, storage or cache of an
-earlier job), or, with ``isolation="session"`` (the action's default, or the job's payload key
-``isolation``), a browser started for the job alone. Both return a JSON-serialisable dict,
+current window holds no cookie or storage of an earlier job, at the job's isolation level
+(common.browser_isolation: the action's default, or the job's payload key ``isolation``): the
+slot's tab cleared after every job (``"cleared"``, the default), a fresh user context
+(``"context"``), or a browser started for the job alone (``"session"``). Both return a
+JSON-serialisable dict,
 stored as the job's result, or a ``Spawned`` (common.spawn): a result and follow-up jobs.
 A browser job's payload key ``browser`` (user agent, proxy, headers, cookies, window, locale,
 timezone, blocked resource types: scrapefleet.common.browser_options) is validated here and

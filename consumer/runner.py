@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from scrapefleet.common.actions import get_action
-from scrapefleet.common.browser_isolation import Isolation
+from scrapefleet.common.browser_isolation import Isolation, with_options
 from scrapefleet.common.browser_options import NO_OPTIONS, BrowserOptions
 from scrapefleet.common.error_classes import ErrorClass, classify, reason_of, retry_after_of
 from scrapefleet.common.errors import StackError, SubmitError, UnknownAction
@@ -171,6 +171,7 @@ def _run_job(
         options = action.browser_options_of(job.payload)
         if action.needs_browser:
             options = options.over(browser_defaults)
+            isolation = with_options(isolation, not options.empty)
     except UnknownAction as exc:
         return Outcome.failed(f"UnknownAction: {exc}", retryable=False)
     except SubmitError as exc:

@@ -1,11 +1,14 @@
-"""Warm WebDriver sessions, one per slot, and a fresh isolated browsing context for each job.
+"""Warm WebDriver sessions, one per slot, each with a user context and tab for the next job.
 
-A job leases a driver from the pool:
+A job leases a driver from the pool, at its isolation level (common.browser_isolation):
 
-- ``isolation="context"`` (the default): a warm session of the pool whose current window is a
-  tab in a user context opened for this job alone. A user context is a Chromium browser context
-  of its own (cookies, localStorage, IndexedDB, HTTP cache, service workers); when the job
-  returns, the pool removes it with every tab the job opened, and opens the next job's context.
+- ``isolation="cleared"`` (the default): a warm session whose current window is the slot's
+  tab, in the slot's user context; after the job the pool clears what the job stored, in
+  place (consumer.context_clearing), or, when it cannot vouch for that, replaces the context;
+- ``isolation="context"``: a warm session whose current window is a tab in a user context
+  opened for this job alone. A user context is a Chromium browser context of its own (cookies,
+  localStorage, IndexedDB, HTTP cache, service workers); when the job returns, the pool
+  removes it with every tab the job opened, and opens the next job's context;
 - ``isolation="session"``: a browser session started for this job and quit after it (a job that
   needs a browser of its own: a proxy, a clean profile).
 
@@ -67,6 +70,7 @@ from scrapefleet.common.browser_isolation import (
     validate_isolation,
 )
 from scrapefleet.common.errors import StackError
+from scrapefleet.consumer.context_clearing import clear_in_place
 
 __all__ = [
     "DEFAULT_ISOLATION",
@@ -108,6 +112,9 @@ class BrowserLaunch:
 class JobContext:
     user_context: str
     tab: str  # its tab's browsing context id, which is also its classic window handle
+    # The session's windows once it was open (the session's first window is one of them): a
+    # job that leaves another one behind gets no in-place clearing.
+    windows: frozenset[str] = frozenset()
 
 
 class SlotState(Enum):
@@ -123,7 +130,14 @@ class _Slot:
         self.driver: Any | None = None
         self.context: JobContext | None = None
         self.own_session = False  # an isolation="session" lease's browser: quit after the job
+        self.fresh = False  # its context has had no job yet (what a "context" job needs)
+        self.job_isolation: Isolation | None = None  # the level the slot's last job ran at
         self.last_used = 0.0
+
+    def open_context(self) -> None:
+        assert self.driver is not None
+        self.context = open_context(self.driver)
+        self.fresh = True
 
     @property
     def ready(self) -> bool:
@@ -150,11 +164,12 @@ def open_context(driver: Any) -> JobContext:
     try:
         tab = driver.browsing_context.create(type="tab", user_context=user_context)
         driver.switch_to.window(tab)
+        windows = frozenset(driver.window_handles)
     except BaseException:
         with contextlib.suppress(Exception):
             driver.browser.remove_user_context(user_context)
         raise
-    return JobContext(user_context, tab)
+    return JobContext(user_context, tab, windows)
 
 
 def close_context(driver: Any, context: JobContext) -> None:
@@ -460,7 +475,9 @@ class SessionPool:
             return min(idle, key=lambda s: (s.driver is not None, s.ready), default=None)
         prepared = [slot for slot in idle if slot.ready]
         if prepared:
-            return prepared[0]
+            # A "context" job takes a fresh context first; a "cleared" job a cleared one first,
+            # keeping the fresh ones for the jobs that need them.
+            return min(prepared, key=lambda s: s.fresh != (isolation == "context"))
         # A slot being prepared is ready in ~0.5 s; a new browser takes ~2.5 s. Start one only
         # when every slot being prepared is already promised to a lease waiting before us.
         busy = sum(1 for slot in self._slots if slot.state is SlotState.BUSY)
@@ -484,11 +501,20 @@ class SessionPool:
             slot.driver = self._new_driver(launch=launch)
             slot.own_session = True
             return slot.driver
+        slot.job_isolation = isolation
         if slot.ready and self._answers(slot):
-            return slot.driver
+            if isolation == "context" and not slot.fresh:
+                assert slot.driver is not None and slot.context is not None
+                with contextlib.suppress(Exception):  # a failed removal: the reopen says why
+                    close_context(slot.driver, slot.context)
+                slot.context = None
+            else:
+                slot.fresh = False
+                return slot.driver
         if slot.driver is not None and slot.context is None:
             try:
-                slot.context = open_context(slot.driver)
+                slot.open_context()
+                slot.fresh = False
                 return slot.driver
             except StackError:
                 raise
@@ -542,7 +568,7 @@ class SessionPool:
         """A new session in an empty slot, with a context open for the next job."""
         slot.driver = self._new_driver(wait)
         try:
-            slot.context = open_context(slot.driver)
+            slot.open_context()
         except StackError:
             self._discard(slot)
             raise
@@ -556,6 +582,7 @@ class SessionPool:
 
     def _discard(self, slot: _Slot) -> None:
         driver, slot.driver, slot.context, slot.own_session = slot.driver, None, None, False
+        slot.fresh = False
         if driver is not None:
             quit_driver(driver)
             self._release_permit()
@@ -590,12 +617,18 @@ class SessionPool:
                 # A classic command fails at once on a dead session, where a BiDi command
                 # would wait out BIDI_COMMAND_TIMEOUT_S (Selenium does not notice the closed
                 # websocket). window_handles answers even if the job closed its own window.
-                slot.driver.window_handles  # noqa: B018
-                if slot.context is not None:
-                    close_context(slot.driver, slot.context)
+                handles = slot.driver.window_handles
+                context = slot.context
+                if context is not None and slot.job_isolation == "cleared":
+                    why = clear_in_place(slot.driver, context, handles)
+                    if why is None:
+                        return
+                    log.debug("session slot %d: a fresh context, not cleared: %s", slot.index, why)
+                if context is not None:
                     slot.context = None
+                    close_context(slot.driver, context)
                 if self._prepare_ahead and not self._closed:
-                    slot.context = open_context(slot.driver)
+                    slot.open_context()
             except Exception as exc:
                 log.info(
                     "session slot %d: lost after a job (%s); replacing it",

@@ -172,7 +172,11 @@ def test_a_browser_jobs_isolation_reaches_the_lease_and_not_the_action() -> None
     outcome = run_job(
         _job("test_runner_browser", {"value": 2, "isolation": "session"}), lease=lease
     )
-    assert outcome.result == {"visited": 2} and asked == ["context", "session"]
+    assert outcome.result == {"visited": 2} and asked == ["cleared", "session"]
+    # Options are set on the job's user context: clearing it would leave them for the next job.
+    with_options = {"value": 3, "browser": {"locale": "de-DE"}}
+    run_job(_job("test_runner_browser", with_options), lease=lease)  # (the fake has no BiDi)
+    assert asked[-1] == "context"
 
 
 def test_an_unknown_isolation_is_refused_at_submit_naming_the_field() -> None:
