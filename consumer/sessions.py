@@ -319,6 +319,7 @@ class SessionPool:
         self._background = ThreadPoolExecutor(max_workers=size, thread_name_prefix="session-pool")
         self._stop = threading.Event()
         self.replaced = 0  # dead sessions found and replaced, for logs and tests
+        self._peak_leased = 0  # the most leases at once: how many sessions the jobs needed
         self._keepalive: threading.Thread | None = None
         if keepalive_s is not None:
             self._keepalive = threading.Thread(
@@ -355,6 +356,12 @@ class SessionPool:
         """Sessions the pool holds now (leased, idle or being prepared)."""
         with self._cond:
             return sum(1 for slot in self._slots if slot.driver is not None)
+
+    @property
+    def peak_leased(self) -> int:
+        """The most leases this pool has given at once: as many sessions as its jobs needed."""
+        with self._cond:
+            return self._peak_leased
 
     @property
     def prepared(self) -> int:
@@ -459,6 +466,8 @@ class SessionPool:
                     slot = self._pick(isolation, waiting)
                     if slot is not None:
                         slot.state = SlotState.LEASED
+                        leased = sum(1 for s in self._slots if s.state is SlotState.LEASED)
+                        self._peak_leased = max(self._peak_leased, leased)
                         return slot
                     if isolation == "context" and not waiting:
                         waiting = True

@@ -11,10 +11,11 @@ runs, except the first start, which the jobs that asked for it wait for.
 Time comes from an injected clock (timezone-aware), the database through StackRecords and the
 reboot through a callable, so that tests can drive all of it with fakes.
 
-Sessions: the running stack has a consumer.sessions.SessionPool of ``capacity`` warm sessions;
-a job leases one with a fresh user context of its own (or, ``isolation="session"``, a browser
-of its own). The pool is made with the stack's start (whose check is the first lease: Grid,
-Chromium and BiDi all answer) and closed before the stack stops.
+Sessions: the running stack has a consumer.sessions.SessionPool of up to ``capacity`` warm
+sessions; a job leases one at its isolation level (common.browser_isolation). The pool is made
+with the stack's start (whose check is the first lease: Grid, Chromium and BiDi all answer)
+and closed before the stack stops. Sessions start as jobs need them; the next stack of an
+overlapped restart is warmed with as many as the running one's jobs used at once.
 
 Overlapped restarts: the next stack starts in a thread of its own (its own work directory, so
 its own display, port, HOME and TMPDIR) while the running one serves; at the switch new leases
@@ -392,14 +393,18 @@ class StackSupervisor:
         return None
 
     def _start(self, measure: bool) -> Event:
-        started = self._started_stack(self.stack)
+        # Sessions start as jobs need them: a host whose jobs come one at a time runs one
+        # browser, not ``capacity``.
+        started = self._started_stack(self.stack, warm=0)
         if isinstance(started, str):
             return StartFailed(started)
         self._pool = started
         return StartSucceeded(self._measure() if measure else 0)
 
-    def _started_stack(self, stack: BrowserStack) -> SessionPool | str:
-        """Start ``stack`` and its pool; the pool, or why the stack would not start."""
+    def _started_stack(self, stack: BrowserStack, warm: int) -> SessionPool | str:
+        """Start ``stack`` and its pool, with ``warm`` sessions more than the one its check
+        leaves warm (started in the background, as permits allow); the pool, or why the stack
+        would not start."""
         # Touched well within the Grid's session-timeout, which would reap an idle session.
         keepalive_s = self.settings.grid_session_timeout_s / 3
         pool = self._make_pool(
@@ -416,7 +421,7 @@ class StackSupervisor:
             stack.stop()
             error = str(exc) if isinstance(exc, StackError) else describe(exc)
             return error.strip() or type(exc).__name__
-        pool.warm(self.capacity - 1)  # in the background, as permits allow
+        pool.warm(warm)
         return pool
 
     def _start_next(self) -> None:
@@ -429,7 +434,9 @@ class StackSupervisor:
             self._feed(NextStackFailed("no free stack work directory"))
             return
         stack = self._make_stack(work_dir)
-        started = self._started_stack(stack)
+        # As many sessions as the running stack's jobs needed at once, no more.
+        in_use = self._pool.peak_leased if self._pool is not None else 1
+        started = self._started_stack(stack, warm=min(in_use, self.capacity) - 1)
         if isinstance(started, str):
             self._feed(NextStackFailed(started))
             return

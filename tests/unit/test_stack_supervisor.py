@@ -69,6 +69,8 @@ class FakePool:
         self.make_driver = make_driver
         self.closed = False
         self.leased = 0
+        self.peak_leased = 0
+        self.warmed: list[int] = []  # each warm() asked for
         # Set: a lease waits for it before it takes a slot, as a real one waits for a session
         # being prepared; ``at_gate`` says one is waiting.
         self.gate: threading.Event | None = None
@@ -83,6 +85,7 @@ class FakePool:
             raise StackError("the browser session pool is closed")
         driver = self.make_driver()
         self.leased += 1
+        self.peak_leased = max(self.peak_leased, self.leased)
         try:
             yield driver
         finally:
@@ -90,6 +93,7 @@ class FakePool:
             driver.quit()
 
     def warm(self, count: int) -> int:
+        self.warmed.append(count)
         return 0
 
     def release_idle(self, keep: int) -> int:
@@ -603,3 +607,19 @@ def test_the_next_stack_starts_early_enough_for_the_last_start_time_at_the_claim
     # 6 jobs a second: 28 jobs left are ~5 s away, within twice a 20 s start.
     host.claim(6)
     wait_for(lambda: len(host.stacks) == 2, 5, "the next stack started")
+
+
+def test_sessions_start_as_jobs_need_them_and_a_restart_warms_as_many_as_were_used() -> None:
+    host = Host(overlap_restarts=True, restart_every=12, reboot_every=0)
+    assert host.claim(3) == 3
+    with contextlib.ExitStack() as held:  # three jobs at once on the first stack
+        for job in host.in_flight:
+            held.enter_context(host.supervisor.lease(job.id, "context"))
+    for job in host.in_flight:
+        host.supervisor.job_returned(job.id, browser=True, released=False)
+    host.in_flight = []
+    run_overlapped(host, 9)
+    wait_for(lambda: len(host.pools) == 2, 5, "the next stack's pool")
+    first, following = host.pools
+    assert first.warmed == [0]  # its check's session only: the rest as jobs come
+    assert following.warmed == [2]  # its check's session and two more: three were in use
