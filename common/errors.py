@@ -37,6 +37,30 @@ class StackError(ScrapefleetError):
     """The browser stack (Xvfb, Grid, Chromium) failed; not the job's fault."""
 
 
+MAX_CAUSES = 20  # a chain of causes is followed this far (a cycle or a silly depth ends here)
+
+
+def timed_out(exc: BaseException) -> bool:
+    """Whether ``exc`` or one of its causes is a timeout (socket, urllib3, Selenium, a
+    websocket): the stack answered too late, which more time or less load would fix, as
+    opposed to a stack that is gone."""
+    seen: BaseException | None = exc
+    for _ in range(MAX_CAUSES):
+        if seen is None:
+            return False
+        reason = getattr(seen, "reason", None)  # urllib3's MaxRetryError wraps its cause
+        if _is_timeout(seen) or (isinstance(reason, BaseException) and _is_timeout(reason)):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    # By name for the libraries' own (urllib3's ReadTimeoutError, Selenium's TimeoutException,
+    # websocket-client's WebSocketTimeoutException), so that importing this needs none of them.
+    return isinstance(exc, TimeoutError) or "Timeout" in type(exc).__name__
+
+
 class JobFailed(ScrapefleetError):
     """A job waited for ended failed or cancelled (the Python API's ``Client.map``)."""
 

@@ -79,6 +79,11 @@ class HostStatus:
     # Pool threads busy with jobs that are no longer this host's in the database (past their
     # timeout, stopped, rescued): counted in ``running`` too. None from an older consumer.
     stuck: int | None = None
+    # Browser jobs the host takes at once now: its capacity, or fewer while it is short of CPU
+    # or memory or its Grid answers late (consumer.browser_load), and why in one line. None
+    # from an older consumer (the producer then counts on the capacity).
+    browser_limit: int | None = None
+    browser_limit_reason: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -97,7 +102,15 @@ _INT_FIELDS = {
     "pid": INT32_MAX,
     "version": 1_000,
 }
-_OPTIONAL_FIELDS = ("daemon", "browser", "browser_reason", "browser_retry_at", "stuck")
+_OPTIONAL_FIELDS = (
+    "daemon",
+    "browser",
+    "browser_reason",
+    "browser_retry_at",
+    "stuck",
+    "browser_limit",
+    "browser_limit_reason",
+)
 MAX_STUCK = _INT_FIELDS["running"]
 # The kernel's boot id is a UUID; a test or a host without one sends a short token instead.
 BOOT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
@@ -173,6 +186,17 @@ def _check_browser_fields(raw: dict[str, Any]) -> None:
         _is_finite_number(retry_at) and 0 <= retry_at <= MAX_UNIX_TIME
     ):
         raise ProbeError("status field 'browser_retry_at' is not a unix time")
+    limit, why = raw.get("browser_limit"), raw.get("browser_limit_reason")
+    most = _INT_FIELDS["capacity"]
+    if limit is not None and (
+        not isinstance(limit, int) or isinstance(limit, bool) or not 0 <= limit <= most
+    ):
+        raise ProbeError(f"status field 'browser_limit' is not an integer from 0 to {most}")
+    if why is not None and (not isinstance(why, str) or len(why) > MAX_REASON_CHARS):
+        raise ProbeError(
+            f"status field 'browser_limit_reason' is not a string of at most"
+            f" {MAX_REASON_CHARS} chars"
+        )
 
 
 def _is_finite_number(value: Any) -> bool:

@@ -123,6 +123,14 @@ BROWSER_MEMORY_BYTES = Gauge(
     registry=CONSUMER_REGISTRY,
 )
 
+BROWSER_LIMIT = Gauge(
+    "scrapefleet_browser_limit",
+    "Browser jobs this host takes at once now: its capacity, or fewer while it is short of CPU"
+    " or memory or its Grid answers late (the host's status says why)",
+    ["host"],
+    registry=CONSUMER_REGISTRY,
+)
+
 
 def observe_job(kind: str, outcome: str, duration_s: float, *, retried: bool) -> None:
     """The consumer's one call per finished attempt."""
@@ -134,6 +142,11 @@ def observe_job(kind: str, outcome: str, duration_s: float, *, retried: bool) ->
 def track_browser_memory(host: str, read_bytes: Callable[[], float]) -> None:
     """Read the stack's memory at each scrape (the browser stack passes its own reader)."""
     BROWSER_MEMORY_BYTES.labels(host=host).set_function(read_bytes)
+
+
+def track_browser_limit(host: str, read_limit: Callable[[], float]) -> None:
+    """Read the host's browser limit at each scrape."""
+    BROWSER_LIMIT.labels(host=host).set_function(read_limit)
 
 
 # ---------------------------------------------------------------- the fleet, from SQL

@@ -64,15 +64,17 @@ class FleetSnapshot:
     paused: bool
     hosts: list[HostRow]
     in_flight: dict[str, int]
+    browser_in_flight: dict[str, int]  # of those, jobs that need a browser
 
 
 # A row per host (one row of NULL host columns when there is none), each with the pause and the
 # host's in-flight count: three reads of every producer cycle in one statement.
 FLEET_SNAPSHOT_SQL = sa.text(
     "SELECT coalesce((SELECT assignment_paused FROM fleet_control), false) AS paused,"
-    f" f.n AS in_flight, {_HOST_COLUMNS}"
+    f" f.n AS in_flight, f.browser AS browser_in_flight, {_HOST_COLUMNS}"
     f" FROM (SELECT) AS one LEFT JOIN ({_HOSTS_FROM}"
-    f"   LEFT JOIN (SELECT host, count(*) AS n FROM jobs WHERE {_IN_FLIGHT} GROUP BY host) AS f"
+    "   LEFT JOIN (SELECT host, count(*) AS n, count(*) FILTER (WHERE needs_browser) AS browser"
+    f"     FROM jobs WHERE {_IN_FLIGHT} GROUP BY host) AS f"
     "   ON f.host = h.name) ON true"
     " ORDER BY h.name"
 )
@@ -81,9 +83,10 @@ FLEET_SNAPSHOT_SQL = sa.text(
 def fleet_snapshot(conn: Connection) -> FleetSnapshot:
     rows = conn.execute(FLEET_SNAPSHOT_SQL).all()
     paused = bool(rows[0].paused)
-    hosts = [HostRow(*r[2:]) for r in rows if r.name is not None]
+    hosts = [HostRow(*r[3:]) for r in rows if r.name is not None]
     in_flight = {r.name: r.in_flight for r in rows if r.in_flight}
-    return FleetSnapshot(paused, hosts, in_flight)
+    browser = {r.name: r.browser_in_flight for r in rows if r.browser_in_flight}
+    return FleetSnapshot(paused, hosts, in_flight, browser)
 
 
 def busy_lock_keys(conn: Connection) -> set[str]:

@@ -184,6 +184,9 @@ hosts = sa.Table(
     sa.Column("browser_state", sa.Text),
     sa.Column("browser_reason", sa.Text),
     sa.Column("browser_retry_at", TS),
+    # Browser jobs it takes at once now, and why fewer than its capacity (consumer.browser_load).
+    sa.Column("browser_limit", sa.Integer),
+    sa.Column("browser_limit_reason", sa.Text),
     sa.Column("last_seen_at", TS),
     sa.Column("heartbeat_at", TS),
     sa.Column("created_at", TS, nullable=False, server_default=sa.text("now()")),

@@ -27,6 +27,7 @@ import urllib.error
 import urllib.request
 import uuid
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -91,6 +92,12 @@ BROWSER_EXIT_TIMEOUT_S = 5.0
 MAX_TMPDIR_CHARS = 50  # + "/.org.chromium.Chromium.XXXXXX/SingletonSocket" stays under 108
 # urllib must not send loopback status probes through an http_proxy from the environment.
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class StackHealth(StrEnum):
+    UP = "up"
+    SLOW = "slow"  # running, but too busy to answer in time: not a fault
+    DOWN = "down"
 
 
 @dataclass(frozen=True)
@@ -348,9 +355,20 @@ class BrowserStack:
         return pss_bytes(self.processes())
 
     def healthy(self) -> bool:
+        return self.health() is StackHealth.UP
+
+    def health(self) -> StackHealth:
+        """UP; SLOW when its processes run but the Grid did not answer its status within
+        STATUS_PROBE_TIMEOUT_S (a host short of CPU: more time would fix it); DOWN when a
+        process exited, the Grid refuses the connection or says it is not ready."""
         with self._lock:
             running = all(p is not None and p.poll() is None for p in (self._grid, self._xvfb))
-            return running and self._grid_ready()
+            if not running:
+                return StackHealth.DOWN
+            try:
+                return StackHealth.UP if self._grid_answers() else StackHealth.DOWN
+            except TimeoutError:
+                return StackHealth.SLOW
 
     # -- sessions ----------------------------------------------------------------------
 
@@ -543,9 +561,22 @@ stereotype = '{stereotype}'
 
     def _grid_ready(self) -> bool:
         try:
+            return self._grid_answers()
+        except TimeoutError:
+            return False
+
+    def _grid_answers(self) -> bool:
+        """Whether the Grid says it is ready; TimeoutError when it says nothing in time."""
+        try:
             with _DIRECT.open(f"{self.grid_url}/status", timeout=STATUS_PROBE_TIMEOUT_S) as resp:
                 return bool(json.load(resp)["value"]["ready"])
-        except (OSError, ValueError, KeyError, TypeError, urllib.error.URLError):
+        except urllib.error.URLError as exc:
+            if isinstance(exc.reason, TimeoutError):
+                raise exc.reason from None
+            return False
+        except TimeoutError:
+            raise
+        except (OSError, ValueError, KeyError, TypeError):
             return False
 
     def _wait_ready(self) -> None:

@@ -39,7 +39,7 @@ from scrapefleet.common.actions import get_action
 from scrapefleet.common.browser_isolation import Isolation, with_options
 from scrapefleet.common.browser_options import NO_OPTIONS, BrowserOptions
 from scrapefleet.common.error_classes import ErrorClass, classify, reason_of, retry_after_of
-from scrapefleet.common.errors import StackError, SubmitError, UnknownAction
+from scrapefleet.common.errors import StackError, SubmitError, UnknownAction, timed_out
 from scrapefleet.common.spawn import Child, Spawned, SpawnError, validate_spawn
 from scrapefleet.common.store import ClaimedJob
 from scrapefleet.consumer import (  # noqa: F401  (they register the browser actions)
@@ -70,6 +70,7 @@ class Outcome:
     error_class: ErrorClass | None = None  # failed or blocked: what kind of failure
     retry_after_s: float | None = None  # rate limited: the wait the site asked for
     reason: str | None = None  # blocked: what the site or the action said
+    slow: bool = False  # released because the stack answered too late (a timeout)
 
     @classmethod
     def completed(cls, result: dict[str, Any], spawn: tuple[Child, ...] = ()) -> Outcome:
@@ -98,8 +99,9 @@ class Outcome:
         )
 
     @classmethod
-    def released(cls, reason: str) -> Outcome:
-        return cls("released", error=reason)
+    def released(cls, reason: str, cause: BaseException | None = None) -> Outcome:
+        """Handed back for the host's sake; ``cause`` says whether that was a timeout."""
+        return cls("released", error=reason, slow=cause is not None and timed_out(cause))
 
     @classmethod
     def blocked(cls, reason: str, error: str, artifacts: dict[str, Any] | None = None) -> Outcome:
@@ -183,7 +185,7 @@ def _run_job(
         try:
             returned = action.func(params)
         except StackError as exc:
-            return Outcome.released(f"released: {exc}")
+            return Outcome.released(f"released: {exc}", exc)
         except BaseException as exc:  # a worker thread must survive anything an action raises
             return Outcome.raised(exc, traceback.format_exc(), None)
         return _checked_result(job.kind, returned)
@@ -198,20 +200,22 @@ def _run_job(
         try:
             driver = held.enter_context(lease(isolation))
         except BaseException as exc:  # no session is the host's fault, not the job's
-            return Outcome.released(f"released: no browser session: {type(exc).__name__}: {exc}")
+            return Outcome.released(
+                f"released: no browser session: {type(exc).__name__}: {exc}", exc
+            )
         try:
             held.enter_context(job_browser(driver, options))
         except BaseException as exc:
             with contextlib.suppress(Exception):
                 held.close()
             if isinstance(exc, StackError):
-                return Outcome.released(f"released: {exc}")
+                return Outcome.released(f"released: {exc}", exc)
             # An option the browser refused: it refuses it the same way next time.
             return Outcome.failed(traceback.format_exc(), retryable=False)
         try:
             returned = action.func(driver, params)
         except StackError as exc:
-            return Outcome.released(f"released: {exc}")
+            return Outcome.released(f"released: {exc}", exc)
         except BaseException as exc:
             # Captured while the job's context is still open: its page is what failed (or
             # what blocked us: the evidence an operator wants).

@@ -157,6 +157,8 @@ class RunningConsumer:
         if self.supervisor is not None:
             self.supervisor.clean_leftovers()
             metrics.track_browser_memory(self.host, self.supervisor.memory_pss_bytes)
+            supervisor = self.supervisor
+            metrics.track_browser_limit(self.host, lambda: supervisor.browser_limit()[0])
         self.janitor.start()
         self.recorder.start()
         loops = [(self._heartbeat_loop, "heartbeat")]
@@ -382,11 +384,14 @@ class RunningConsumer:
                 self._more_queued = True
                 return 0
             since_restart, since_boot = self._since_restart, self._since_boot
+            browser_busy = sum(1 for f in self._in_flight.values() if f.job.needs_browser)
         # Browser jobs only where a browser can run them: this host's stack (under its
         # restart and reboot budgets), or a driver factory the caller gave.
         browser_free = free if self.config.driver_factory is not None else 0
         if self.supervisor is not None:
-            free, browser_free = self.supervisor.claim_budget(free, since_restart, since_boot)
+            free, browser_free = self.supervisor.claim_budget(
+                free, since_restart, since_boot, browser_busy
+            )
             if free <= 0:
                 return 0
         claim = store.claim_jobs(self._statements, self.host, free, browser_free)
@@ -514,7 +519,9 @@ class RunningConsumer:
         # A job without a browser changes nothing of the stack's state: not told.
         if self.supervisor is not None and job.needs_browser:
             released = outcome.status == "released"
-            self.supervisor.job_returned(job.id, job.needs_browser, released=released)
+            self.supervisor.job_returned(
+                job.id, job.needs_browser, released=released, slow=outcome.slow
+            )
         return outcome
 
     def _hand_over(self, finished: list[tuple[ClaimedJob, Outcome]], *, here: bool = False) -> None:
@@ -673,12 +680,19 @@ class RunningConsumer:
         triggers a write."""
         with self._lock:
             stuck = self._stuck
-        seen = (self.state, stuck, self.lifecycle.state, *self._browser_status())
+        seen = (
+            self.state,
+            stuck,
+            self.lifecycle.state,
+            *self._browser_status(),
+            *self._browser_limit(),
+        )
         if seen != self._published:
             self._published = seen
             self._publish_status()
 
     def _snapshot(self) -> Snapshot:
+        limit, limit_reason = self._browser_limit()
         with self._lock:
             running = len(self._in_flight) + self._stuck
             stuck = self._stuck
@@ -692,7 +706,14 @@ class RunningConsumer:
             self.lifecycle.state.value,
             *self._browser_status(),
             stuck=stuck,
+            browser_limit=limit,
+            browser_limit_reason=limit_reason,
         )
+
+    def _browser_limit(self) -> tuple[int | None, str | None]:
+        if self.supervisor is not None:
+            return self.supervisor.browser_limit()
+        return None, None
 
     def _browser_status(self) -> tuple[str, str | None, float | None]:
         if self.supervisor is not None:

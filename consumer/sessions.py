@@ -554,10 +554,12 @@ class SessionPool:
     def _new_driver(self, wait: bool = True, launch: BrowserLaunch | None = None) -> Any:
         timeout = self._permit_wait_s if wait else 0
         if self._permits is not None and not self._permits.acquire(self, timeout, reclaim=wait):
+            # A wait that ran out: the host is busy, not broken (the runner tells slowness
+            # from faults by a timeout among the causes).
             raise StackError(
                 "no browser session: the host's sessions are all in use"
                 + (f" after {self._permit_wait_s:.0f} s" if wait else "")
-            )
+            ) from TimeoutError("waiting for a session permit")
         try:
             driver = self._make_driver() if launch is None else self._make_driver(launch=launch)
         except StackError:

@@ -30,6 +30,7 @@ class JobReturned:
     job_id: int
     browser: bool
     released: bool  # handed back because of the stack (no session, session lost)
+    slow: bool = False  # released because a Grid call timed out: slowness, not a fault
 
 
 @dataclass(frozen=True)

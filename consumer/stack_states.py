@@ -220,6 +220,8 @@ class Faults:
         left = tuple(entry for entry in self.abandoned if entry[0] != event.job_id)
         if not event.browser or abandoned:  # a killed session's error says nothing of the stack
             return replace(self, abandoned=left)
+        if event.slow:  # a host too busy to answer in time: fewer jobs, not a restart
+            return replace(self, abandoned=left)
         if event.released:
             return replace(self, releases=self.releases + 1, unseen_release=True, abandoned=left)
         return replace(self, releases=0, abandoned=left)

@@ -44,7 +44,9 @@ from scrapefleet.common.db import describe
 from scrapefleet.common.errors import StackError
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import ClaimedJob
-from scrapefleet.consumer.browser_stack import BrowserStack, StopReport
+from scrapefleet.consumer import browser_load
+from scrapefleet.consumer.browser_load import BrowserLoad, HostSampler, LoadSample
+from scrapefleet.consumer.browser_stack import BrowserStack, StackHealth, StopReport
 from scrapefleet.consumer.sessions import BrowserLaunch, SessionPermits, SessionPool
 from scrapefleet.consumer.stack_events import (
     Action,
@@ -97,6 +99,7 @@ RebootRunner = Callable[[str], "str | None"]  # the command -> None once it ran,
 # (session maker, size, keepalive_s, shared permits, permit wait) -> one stack's sessions
 PoolMaker = Callable[[Callable[[], Any], int, float, SessionPermits, float], SessionPool]
 StackMaker = Callable[[Path], BrowserStack]  # work directory -> a stack (tests give fakes)
+Sampler = Callable[[float], LoadSample]  # unix time -> the host's load now
 # The running stack, the next one and one retiring rotate between these directories.
 STACK_DIR_NAMES = tuple("abcdefgh"[:STACK_DIRECTORIES])
 
@@ -181,6 +184,7 @@ class StackSupervisor:
         reboot: RebootRunner = run_reboot_command,
         make_pool: PoolMaker = session_pool,
         make_stack: StackMaker | None = None,
+        sample_load: Sampler | None = None,
     ) -> None:
         self.settings = settings
         self.host = host
@@ -213,6 +217,11 @@ class StackSupervisor:
         self._claimed_on: dict[int, SessionPool] = {}
         self._retire_thread: threading.Thread | None = None
         self._unwritten: SetHostState | None = None  # host back to active, still to be written
+        # How many browser jobs the host carries now (consumer.browser_load); sampled and
+        # adjusted by the main loop's step, read by claims and the status document.
+        self._load = BrowserLoad.at_capacity(capacity)
+        self._sample_load: Sampler = sample_load or HostSampler().sample
+        self._sampled_at: float | None = None
 
     # -- what the daemon reads --------------------------------------------------------------
 
@@ -235,9 +244,20 @@ class StackSupervisor:
         browser, reason, retry_at = browser_status(self._state)
         return browser, reason, (retry_at.timestamp() if retry_at is not None else None)
 
-    def claim_budget(self, free: int, since_restart: int, since_boot: int) -> tuple[int, int]:
-        """(jobs, of which browser jobs) that may be claimed now out of ``free`` slots."""
-        return claim_budget(self._state, free, since_restart, since_boot)
+    def claim_budget(
+        self, free: int, since_restart: int, since_boot: int, browser_busy: int = 0
+    ) -> tuple[int, int]:
+        """(jobs, of which browser jobs) that may be claimed now out of ``free`` slots, with
+        ``browser_busy`` browser jobs in flight: the budgets, and the host's load."""
+        jobs, browser = claim_budget(self._state, free, since_restart, since_boot)
+        with self._lock:
+            limit = self._load.limit
+        return jobs, max(0, min(browser, limit - browser_busy))
+
+    def browser_limit(self) -> tuple[int, str | None]:
+        """Browser jobs the host takes at once now, and why fewer than its capacity."""
+        with self._lock:
+            return self._load.limit, self._load.reason
 
     def next_check_s(self) -> float:
         """How soon ``step`` has something to do without being woken."""
@@ -304,6 +324,7 @@ class StackSupervisor:
         if self._unwritten is not None:
             self._set_host_state(self._unwritten)
         browser_busy = busy if browser_busy is None else browser_busy
+        self._follow_load(browser_busy)
         self._feed(Tick(busy, unwritten, browser_busy, self.retiring_busy, self.retiring_done))
 
     @contextmanager
@@ -334,12 +355,16 @@ class StackSupervisor:
             with self._lock:
                 self._claimed_on.pop(job_id, None)
 
-    def job_returned(self, job_id: int, browser: bool, released: bool) -> None:
-        """A job thread is done with its job (a job thread)."""
+    def job_returned(self, job_id: int, browser: bool, released: bool, slow: bool = False) -> None:
+        """A job thread is done with its job (a job thread). ``slow``: released because a
+        Grid call timed out, which lowers the host's browser limit instead of counting as a
+        fault of the stack."""
         with self._lock:
             self._sessions.pop(job_id, None)
             self._claimed_on.pop(job_id, None)  # one that never leased (a bad payload)
-        self._feed(JobReturned(job_id, browser, released))
+        if slow and released:
+            self._note_slow("a browser job's Grid call timed out")
+        self._feed(JobReturned(job_id, browser, released, slow=slow and released))
 
     def abandon(self, job_id: int, browser: bool) -> None:
         """The job is past its timeout: kill its browser so that its thread returns."""
@@ -376,7 +401,12 @@ class StackSupervisor:
             case StopOldStacks():
                 self._retire_thread = self._in_background("retire-stack", self._stop_retired)
             case CheckHealth():
-                return HealthChecked(self.stack.healthy())
+                health = self.stack.health()
+                if health is StackHealth.SLOW:
+                    # Its processes run and it answered late: slowness, which fewer browser
+                    # jobs cure; a restart would cost more CPU than the jobs it protects.
+                    self._note_slow("the Grid answered its status late")
+                return HealthChecked(health is not StackHealth.DOWN)
             case RunRebootCommand(command=command):
                 failure = self._reboot(command)
                 return RebootCommandRan() if failure is None else RebootCommandFailed(failure)
@@ -499,6 +529,35 @@ class StackSupervisor:
         thread = threading.Thread(target=target, name=f"{name}-{self.host}", daemon=True)
         thread.start()
         return thread
+
+    def _follow_load(self, browser_busy: int) -> None:
+        """Sample the host's load when one is due and move the browser limit by its rules;
+        a move is logged, and the status document (which carries the limit) is rewritten by
+        the daemon when it sees the change."""
+        now = self._clock().timestamp()
+        if self._sampled_at is not None and now - self._sampled_at < browser_load.SAMPLE_EVERY_S:
+            return
+        self._sampled_at = now
+        try:
+            sample = self._sample_load(now)
+        except Exception as exc:  # a host that cannot be read keeps its limit
+            log.debug("host %s: no load sample: %s", self.host, exc)
+            return
+        with self._lock:
+            before = self._load.limit
+            self._load = browser_load.adjust(
+                browser_load.observe(self._load, sample, browser_busy), now
+            )
+            after, reason = self._load.limit, self._load.reason
+        if after < before:
+            log.warning("host %s: %s", self.host, reason)
+        elif after > before:
+            log.info("host %s: taking %d of %d browser jobs again", self.host, after, self.capacity)
+
+    def _note_slow(self, what: str) -> None:
+        now = self._clock().timestamp()
+        with self._lock:
+            self._load = browser_load.note_slow(self._load, now, what)
 
     def _measure(self, stack: BrowserStack | None = None) -> int:
         try:

@@ -51,6 +51,8 @@ class Snapshot:
     browser_reason: str | None = None
     browser_retry_at: float | None = None  # unix time of a failing stack's next try
     stuck: int = 0  # threads busy with jobs no longer this host's in the database
+    browser_limit: int | None = None  # browser jobs taken at once now (None: no stack)
+    browser_limit_reason: str | None = None  # why fewer than capacity
 
 
 class StatusReporter:
@@ -93,6 +95,8 @@ class StatusReporter:
                 browser_reason=now.browser_reason,
                 browser_retry_at=now.browser_retry_at,
                 stuck=now.stuck,
+                browser_limit=now.browser_limit,
+                browser_limit_reason=now.browser_limit_reason,
             )
             try:
                 write_status(self.state_dir, status)

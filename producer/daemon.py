@@ -325,11 +325,12 @@ class Producer:
                 current_probes(self._probed, in_flight),
                 in_flight,
                 self.settings.min_memory_available_fraction,
+                snapshot.browser_in_flight,
             )
             free = sum(s.free for s in slots)
             if free == 0:
                 return 0
-            browser_ok = any(s.free and s.takes_browser for s in slots)
+            browser_ok = any(s.free and s.takes_browser and s.browser_free != 0 for s in slots)
             pending, admission = self._rates.lock_pending(
                 conn, free, browser_ok=browser_ok, now=now
             )

@@ -64,6 +64,9 @@ class HostSlots:
     in_flight: int  # jobs the host has or will run: max(probe's running, database's count)
     free: int  # how many more jobs it may take now (0 when it must get none)
     takes_browser: bool = True  # its browser stack can take a browser job now
+    # Of ``free``, how many may need a browser: the host's browser limit (fewer than its
+    # capacity while it is short of CPU or memory) less its browser jobs in flight. None: free.
+    browser_free: int | None = None
 
 
 def host_slots(
@@ -71,8 +74,11 @@ def host_slots(
     probes: Mapping[str, HostStatus | ProbeError],
     in_flight: Mapping[str, int],
     min_memory_fraction: float,
+    browser_in_flight: Mapping[str, int] | None = None,
 ) -> list[HostSlots]:
-    """Free slots per host: capacity - max(host's running count, database's queued+processing).
+    """Free slots per host: capacity - max(host's running count, database's queued+processing);
+    of those, browser slots: the browser limit the host reports less its browser jobs in the
+    database (queued ones too, which it has yet to claim).
 
     A host gets no slot unless the database says it is active AND its probe succeeded AND the
     consumer itself reports active AND it has at least ``min_memory_fraction`` of its memory
@@ -92,7 +98,11 @@ def host_slots(
         )
         free = max(0, host.capacity - load) if usable else 0
         browser = isinstance(probe, HostStatus) and takes_browser_jobs(probe.browser)
-        slots.append(HostSlots(host.name, host.capacity, load, free, browser))
+        browser_free = None
+        if isinstance(probe, HostStatus) and probe.browser_limit is not None:
+            busy = (browser_in_flight or {}).get(host.name, 0)
+            browser_free = min(free, max(0, probe.browser_limit - busy))
+        slots.append(HostSlots(host.name, host.capacity, load, free, browser, browser_free))
     return slots
 
 
@@ -118,6 +128,7 @@ def plan_assignments(
     a job's hosts (the least-loaded of those it allows) or hold it back; ``admission`` (the
     rate limits) may hold it back, and hears of every job placed."""
     free = [h.free for h in hosts]
+    browser_free = [h.free if h.browser_free is None else h.browser_free for h in hosts]
     load = [h.in_flight for h in hosts]
     # Two heaps of (load fraction, name, index, version) over the same hosts: every host with a
     # slot, and the browser-capable ones. A host's entry is stale once its version moved on.
@@ -128,13 +139,14 @@ def plan_assignments(
     def push(i: int) -> None:
         entry = (load[i] / hosts[i].capacity, hosts[i].name, i, version[i])
         heapq.heappush(any_heap, entry)
-        if hosts[i].takes_browser:
+        if hosts[i].takes_browser and browser_free[i] > 0:
             heapq.heappush(browser_heap, entry)
 
     def pop(heap: list[tuple[float, str, int, int]]) -> int | None:
+        browser = heap is browser_heap
         while heap:
             _, _, i, seen = heapq.heappop(heap)
-            if seen == version[i] and free[i] > 0:
+            if seen == version[i] and free[i] > 0 and (not browser or browser_free[i] > 0):
                 return i
         return None
 
@@ -158,7 +170,11 @@ def plan_assignments(
         choice = ANY_HOST if placement is None else placement.hosts_for(job)
         if choice is None:
             continue
-        chosen = pop(heap) if choice == ANY_HOST else _best_allowed(hosts, free, load, job, choice)
+        chosen = (
+            pop(heap)
+            if choice == ANY_HOST
+            else _best_allowed(hosts, free, browser_free, load, job, choice)
+        )
         if chosen is None:
             continue
         if placement is not None:
@@ -169,6 +185,8 @@ def plan_assignments(
             taken_keys.add(job.lock_key)
         plan.append((job.id, hosts[chosen].name))
         free[chosen] -= 1
+        if job.needs_browser:
+            browser_free[chosen] -= 1
         load[chosen] += 1
         version[chosen] += 1
         if free[chosen] > 0:
@@ -179,6 +197,7 @@ def plan_assignments(
 def _best_allowed(
     hosts: Sequence[HostSlots],
     free: list[int],
+    browser_free: list[int],
     load: list[int],
     job: PlannedJob,
     choice: HostChoice,
@@ -189,7 +208,7 @@ def _best_allowed(
         i
         for i, host in enumerate(hosts)
         if free[i] > 0
-        and (host.takes_browser or not job.needs_browser)
+        and (not job.needs_browser or (host.takes_browser and browser_free[i] > 0))
         and (choice.allowed is None or host.name in choice.allowed)
     ]
     preferred = [i for i in usable if hosts[i].name not in choice.avoid] or usable

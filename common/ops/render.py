@@ -19,7 +19,7 @@ def render_status(
     for h in hosts:
         lines.append(
             f"{h['host']:<16}{h['state']:<12}{h['running']:>8}{h['queued']:>8}"
-            f"{h['capacity']:>5}{h['completed_last_hour']:>9}  {h.get('browser') or '-':<9}"
+            f"{h['capacity']:>5}{h['completed_last_hour']:>9}  {_browser_cell(h)}"
         )
     if not hosts:
         lines.append("(no hosts: `scrapefleet hosts add NAME`, or start a consumer)")
@@ -28,12 +28,24 @@ def render_status(
             retry = h.get("browser_retry_at")
             when = f", next try {retry:%H:%M:%S %Z}" if retry else ""
             lines.append(f"{h['host']}: browser failing: {h.get('browser_reason') or '?'}{when}")
+        elif h.get("browser_limit_reason"):
+            lines.append(f"{h['host']}: {h['browser_limit_reason']}")
     takers = [h for h in hosts if h["state"] == "active" and takes_browser_jobs(h.get("browser"))]
     if pending_browser and not takers:
         lines.append(
             f"{pending_browser} browser job(s) pending: no active host can run browser jobs now"
         )
     return "\n".join(lines)
+
+
+def _browser_cell(host: dict[str, Any]) -> str:
+    """The stack's state, with the browser jobs it takes at once when fewer than capacity
+    (a host short of CPU or memory: the line under the table says why)."""
+    state = host.get("browser") or "-"
+    limit = host.get("browser_limit")
+    if limit is not None and limit < host["capacity"] and state != "failing":
+        return f"{state} {limit}/{host['capacity']}"
+    return state
 
 
 def render_delivery(delivery: dict[str, Any], webhook_secret_set: bool | None) -> str:

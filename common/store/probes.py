@@ -22,15 +22,17 @@ __all__ = [
 
 # Returns the values before the report, for the events that mark a change.
 PROBE_SUCCEEDED_SQL = sa.text(
-    "WITH old AS (SELECT name, probe_failures, last_probe_error, browser_state FROM hosts"
+    "WITH old AS (SELECT name, probe_failures, last_probe_error, browser_state, browser_limit"
+    "   FROM hosts"
     "   WHERE name = :name FOR UPDATE)"
     " UPDATE hosts h SET last_seen_at = now(), probe_failures = 0,"
     "   last_probe_error = NULL, reported_running = :running,"
     "   memory_available_bytes = :memory, boot_id = :boot_id,"
     "   browser_state = :browser, browser_reason = :browser_reason,"
-    "   browser_retry_at = to_timestamp(CAST(:browser_retry_at AS double precision))"
+    "   browser_retry_at = to_timestamp(CAST(:browser_retry_at AS double precision)),"
+    "   browser_limit = :browser_limit, browser_limit_reason = :browser_limit_reason"
     " FROM old WHERE h.name = old.name"
-    " RETURNING old.probe_failures, old.last_probe_error, old.browser_state"
+    " RETURNING old.probe_failures, old.last_probe_error, old.browser_state, old.browser_limit"
 )
 # The same for many hosts in one statement: a producer of a thousand hosts would otherwise spend
 # most of its cycle on a round trip (and a savepoint) per host. Rows locked in name order, as
@@ -38,17 +40,22 @@ PROBE_SUCCEEDED_SQL = sa.text(
 PROBES_SUCCEEDED_SQL = sa.text(
     "WITH report AS (SELECT * FROM unnest(CAST(:names AS text[]), CAST(:running AS int[]),"
     "     CAST(:memory AS bigint[]), CAST(:boot_ids AS text[]), CAST(:browser AS text[]),"
-    "     CAST(:browser_reason AS text[]), CAST(:browser_retry_at AS double precision[]))"
-    "   AS r(name, running, memory, boot_id, browser, browser_reason, browser_retry_at)),"
-    " old AS (SELECT h.name, h.probe_failures, h.last_probe_error, h.browser_state"
+    "     CAST(:browser_reason AS text[]), CAST(:browser_retry_at AS double precision[]),"
+    "     CAST(:browser_limit AS int[]), CAST(:browser_limit_reason AS text[]))"
+    "   AS r(name, running, memory, boot_id, browser, browser_reason, browser_retry_at,"
+    "        browser_limit, browser_limit_reason)),"
+    " old AS (SELECT h.name, h.probe_failures, h.last_probe_error, h.browser_state,"
+    "   h.browser_limit"
     "   FROM hosts h JOIN report r ON r.name = h.name ORDER BY h.name FOR UPDATE OF h)"
     " UPDATE hosts h SET last_seen_at = now(), probe_failures = 0,"
     "   last_probe_error = NULL, reported_running = r.running,"
     "   memory_available_bytes = r.memory, boot_id = r.boot_id,"
     "   browser_state = r.browser, browser_reason = r.browser_reason,"
-    "   browser_retry_at = to_timestamp(r.browser_retry_at)"
+    "   browser_retry_at = to_timestamp(r.browser_retry_at),"
+    "   browser_limit = r.browser_limit, browser_limit_reason = r.browser_limit_reason"
     " FROM old JOIN report r ON r.name = old.name WHERE h.name = old.name"
-    " RETURNING h.name, old.probe_failures, old.last_probe_error, old.browser_state"
+    " RETURNING h.name, old.probe_failures, old.last_probe_error, old.browser_state,"
+    "   old.browser_limit"
 )
 PROBE_FAILED_SQL = sa.text(
     "UPDATE hosts SET probe_failures = probe_failures + 1, last_probe_error = :reason"
@@ -69,6 +76,8 @@ def record_probe_success(conn: Connection, name: str, status: HostStatus) -> Non
             "browser": status.browser,
             "browser_reason": status.browser_reason,
             "browser_retry_at": status.browser_retry_at,
+            "browser_limit": status.browser_limit,
+            "browser_limit_reason": status.browser_limit_reason,
         },
     ).first()
     if before is not None:
@@ -90,6 +99,8 @@ def record_probe_successes(conn: Connection, reports: Mapping[str, HostStatus]) 
         "browser": [reports[n].browser for n in names],
         "browser_reason": [reports[n].browser_reason for n in names],
         "browser_retry_at": [reports[n].browser_retry_at for n in names],
+        "browser_limit": [reports[n].browser_limit for n in names],
+        "browser_limit_reason": [reports[n].browser_limit_reason for n in names],
     }
     stored = []
     for before in conn.execute(PROBES_SUCCEEDED_SQL, columns).all():
@@ -106,6 +117,16 @@ def _success_events(conn: Connection, name: str, status: HostStatus, before: Any
             "probe_ok",
             message=f"probe succeeds after {before.probe_failures} failure(s)",
             details={"last_error": before.last_probe_error},
+        )
+    if status.browser_limit is not None and before.browser_limit != status.browser_limit:
+        # The trail of a night's slow hours: when the host took fewer browser jobs, and why.
+        record_host_event(
+            conn,
+            name,
+            "browser_limit",
+            message=status.browser_limit_reason
+            or f"taking {status.browser_limit} browser jobs at once",
+            details={"from": before.browser_limit, "to": status.browser_limit},
         )
     if status.browser is not None and before.browser_state != status.browser:
         record_host_event(

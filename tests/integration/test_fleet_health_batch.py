@@ -65,3 +65,41 @@ def test_batched_reports_write_events_moves_and_failures(
     assert all(hosts[n].last_seen_at is not None for n in names if n != "b02")
     assert ("b00", "probe_ok") in events and ("b01", "browser") in events
     assert ("b02", "probe_failed") in events
+
+
+def test_a_hosts_browser_limit_reaches_its_row_host_load_its_events_and_the_plan(
+    engine: Engine, database_url: str, tmp_path: Path
+) -> None:
+    """A host that takes fewer browser jobs says why in host_load, leaves the change in its
+    events, and the producer gives it no more browser jobs than that."""
+    add_hosts(engine, {"slow": 6})
+    why = "taking 2 of 6 browser jobs: CPU pressure 91% in 8 of the last 10 samples"
+    status = status_for("slow", browser="ready", browser_limit=2, browser_limit_reason=why)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO jobs (kind, payload, status, needs_browser, max_attempts)"
+                " SELECT 'fetch_page', '{}'::jsonb, 'pending', true, 3 FROM generate_series(1, 5)"
+            )
+        )
+    producer = Producer(
+        producer_settings(database_url, tmp_path), engine, FixedProbe({"slow": status})
+    )
+    try:
+        producer.run_cycle()
+        producer.run_cycle()  # the second plans on the first's probe
+    finally:
+        producer.stop()
+    with engine.connect() as conn:
+        row = conn.execute(
+            sa.text("SELECT browser_limit, browser_limit_reason FROM host_load WHERE host = 'slow'")
+        ).one()
+        event = conn.execute(
+            sa.text("SELECT message, details FROM host_events WHERE event = 'browser_limit'")
+        ).one()
+        queued = conn.execute(
+            sa.text("SELECT count(*) FROM jobs WHERE host = 'slow' AND status = 'queued'")
+        ).scalar_one()
+    assert (row.browser_limit, row.browser_limit_reason) == (2, why)
+    assert event.message == why and event.details == {"from": None, "to": 2}
+    assert queued == 2

@@ -218,3 +218,25 @@ def test_an_unplaced_job_means_no_host_of_its_kind_had_a_slot(
             continue
         could_run = [h for h in hosts if h.takes_browser or not job.needs_browser]
         assert all(left[h.name] == 0 for h in could_run), f"job {job.id} left while {left}"
+
+
+def test_a_host_below_its_browser_limit_gets_that_many_browser_jobs_and_other_jobs_besides() -> (
+    None
+):
+    busy = status_for(
+        "a", running=1, memory_available_bytes=8 * GIB, memory_total_bytes=16 * GIB,
+        updated_at=0.0, browser_limit=3, browser_limit_reason="taking 3 of 6 browser jobs: ...",
+    )  # fmt: skip
+    [slots] = host_slots([_row("a")], {"a": busy}, {"a": 1}, 0.15, {"a": 1})
+    assert (slots.free, slots.browser_free) == (5, 2)  # one browser job in flight, limit 3
+    browser = [Job(i, None, needs_browser=True) for i in range(1, 5)]
+    plain = [Job(i, None) for i in range(5, 8)]
+    plan = plan_assignments([slots], [*browser, *plain], set())
+    assert [job for job, _ in plan] == [1, 2, 5, 6, 7]  # two browser jobs, then the others
+
+
+def test_a_host_that_reports_no_browser_limit_takes_browser_jobs_up_to_its_free_slots() -> None:
+    [slots] = host_slots([_row("a")], {"a": _status("a")}, {}, 0.15, {})
+    assert slots.browser_free is None
+    plan = plan_assignments([slots], [Job(i, None, needs_browser=True) for i in range(9)], set())
+    assert len(plan) == 6

@@ -25,7 +25,8 @@ from scrapefleet.common.errors import StackError
 from scrapefleet.common.host_status import BrowserState
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import ClaimedJob
-from scrapefleet.consumer.browser_stack import StopReport
+from scrapefleet.consumer.browser_load import LoadSample
+from scrapefleet.consumer.browser_stack import StackHealth, StopReport
 from scrapefleet.consumer.stack_events import (
     Record,
     RecordHostEvent,
@@ -112,6 +113,7 @@ class FakeStack:
         self.starts = 0
         self.failing_starts = failing_starts
         self.grid_ready = True
+        self.grid_slow = False  # up, but its status answers come too late
         self.ended: list[Any] = []
         self.drivers = 0
 
@@ -134,6 +136,11 @@ class FakeStack:
 
     def healthy(self) -> bool:
         return self.up and self.grid_ready
+
+    def health(self) -> StackHealth:
+        if self.up and self.grid_slow:
+            return StackHealth.SLOW
+        return StackHealth.UP if self.healthy() else StackHealth.DOWN
 
     def memory_pss_bytes(self) -> int:
         return 200 * MB if self.up else 0
@@ -187,6 +194,7 @@ class Host:
         self.records = FakeRecords()
         self.reboots: list[str] = []
         self.reboot_failure: str | None = None
+        self.cpu_pressure = 0.05  # what the host's load samples say
         self.told: list[str] = []  # host states the supervisor told the daemon
         self.since_restart = self.since_boot = 0
         self.in_flight: list[ClaimedJob] = []
@@ -204,6 +212,7 @@ class Host:
             reboot=self._reboot,
             make_pool=self._new_pool,  # type: ignore[arg-type]
             make_stack=self._new_stack,  # type: ignore[arg-type]
+            sample_load=self._sample_load,
         )
         self.stack = self.stacks[0]
 
@@ -220,6 +229,9 @@ class Host:
     def _set_since_restart(self, count: int) -> None:
         self.since_restart = count
 
+    def _sample_load(self, at: float) -> LoadSample:
+        return LoadSample(at, self.cpu_pressure, cpu_busy=0.5, memory_available=0.5)
+
     def _reboot(self, command: str) -> str | None:
         self.reboots.append(command)
         return self.reboot_failure
@@ -227,7 +239,10 @@ class Host:
     def claim(self, browser: int, other: int = 0) -> int:
         """Claim up to ``browser`` browser jobs and ``other`` others; the browser jobs claimed."""
         free = CAPACITY - len(self.in_flight)
-        free, browser_free = self.supervisor.claim_budget(free, self.since_restart, self.since_boot)
+        busy = sum(1 for job in self.in_flight if job.needs_browser)
+        free, browser_free = self.supervisor.claim_budget(
+            free, self.since_restart, self.since_boot, busy
+        )
         took = min(browser, browser_free, free)
         jobs = [self._job(True) for _ in range(took)]
         jobs += [self._job(False) for _ in range(min(other, free - took))]
@@ -240,8 +255,9 @@ class Host:
             )
         return took
 
-    def finish(self, released: bool = False) -> None:
-        """Every job in flight runs and returns (a browser job asks for a session first)."""
+    def finish(self, released: bool = False, slow: bool = False) -> None:
+        """Every job in flight runs and returns (a browser job asks for a session first);
+        ``slow``: a release is for a Grid call that timed out."""
         for job in self.in_flight:
             outcome = released
             if job.needs_browser:
@@ -250,7 +266,9 @@ class Host:
                         self.jobs_per_stack[self.stack.starts] += 1
                 except StackError:
                     outcome = True  # no session: the job is handed back
-            self.supervisor.job_returned(job.id, job.needs_browser, released=outcome)
+            self.supervisor.job_returned(
+                job.id, job.needs_browser, released=outcome, slow=slow and outcome
+            )
         self.in_flight = []
         self.tick()
 
@@ -431,6 +449,50 @@ def test_a_release_with_the_grid_down_restarts_the_stack() -> None:
     host.finish(released=True)
     host.tick()  # the fault seen last step, acted on in this one
     assert host.stack.starts == 2 and "Grid not ready" in host.records.of(RecordRestart)[0].reason
+
+
+def test_a_release_with_a_slow_grid_is_no_fault_and_the_host_takes_fewer_browser_jobs() -> None:
+    host = Host(restart_every=0, reboot_every=0)
+    host.claim(browser=1)
+    host.stack.grid_slow = True  # up, but its status answer came too late
+    host.finish(released=True)  # not for a timeout: the stack's health is checked
+    host.clock.advance(2)
+    host.tick()
+    assert host.stack.starts == 1 and host.records.of(RecordRestart) == []
+    limit, reason = host.supervisor.browser_limit()
+    assert limit == CAPACITY - 1 and reason is not None and "answered its status late" in reason
+    assert host.claim(browser=6) == CAPACITY - 1
+
+
+def test_browser_jobs_released_for_timeouts_are_no_fault_however_many() -> None:
+    host = Host(restart_every=0, reboot_every=0)
+    for _ in range(3):
+        host.claim(browser=6)
+        host.finish(released=True, slow=True)
+        host.clock.advance(11)  # the limit moves at most every 10 s
+        host.tick()
+    assert host.stack.starts == 1 and host.records.of(RecordRestart) == []
+    limit, reason = host.supervisor.browser_limit()
+    assert limit == CAPACITY - 3 and reason is not None and "timed out" in reason
+
+
+def test_cpu_pressure_lowers_the_limit_to_a_job_per_core_and_calm_raises_it_again() -> None:
+    host = Host(restart_every=0, reboot_every=0)
+    host.cpu_pressure = 0.95
+    cores = host.supervisor._load.cores
+    for _ in range(80):  # a sample a second: the limit steps down every 10 s, to the floor
+        host.clock.advance(1)
+        host.tick()
+    limit, reason = host.supervisor.browser_limit()
+    assert limit == min(cores, CAPACITY)
+    assert limit == CAPACITY or (reason is not None and "CPU pressure 95%" in reason)
+    host.cpu_pressure = 0.05
+    for _ in range(80):  # calm, and every slot the limit allows in use: one more every 10 s
+        host.claim(browser=6)
+        host.clock.advance(1)
+        host.tick()
+        host.finish()
+    assert host.supervisor.browser_limit() == (CAPACITY, None)
 
 
 def test_a_hung_job_gets_its_browser_killed_then_the_stack_restarts_after_the_grace() -> None:

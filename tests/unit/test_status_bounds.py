@@ -63,3 +63,16 @@ def test_a_document_without_stuck_parses_as_an_older_consumers() -> None:
     assert parse_status(json.dumps(document)).stuck == 3
     del document["stuck"]
     assert parse_status(json.dumps(document)).stuck is None
+
+
+def test_the_browser_limit_and_its_reason_parse_and_are_bounded() -> None:
+    why = "taking 2 of 6 browser jobs: CPU pressure 91% in 8 of the last 10 samples"
+    parsed = parse_status(_document(browser_limit=2, browser_limit_reason=why))
+    assert (parsed.browser_limit, parsed.browser_limit_reason) == (2, why)
+    older = parse_status(_document(browser_limit=None, browser_limit_reason=None))
+    assert older.browser_limit is None
+    for limit in (-1, 100_001, 2.5, True, "2"):
+        with pytest.raises(ProbeError, match="'browser_limit'"):
+            parse_status(_document(browser_limit=limit))
+    with pytest.raises(ProbeError, match="'browser_limit_reason'"):
+        parse_status(_document(browser_limit=2, browser_limit_reason="x" * 501))

@@ -38,7 +38,8 @@ def hosts_overview(conn: Connection) -> list[dict[str, Any]]:
             "SELECT l.host, l.state, l.capacity, l.running, l.queued, l.completed_last_hour,"
             " l.jobs_since_restart, l.jobs_since_boot, l.state_reason, h.memory_available_bytes,"
             " h.last_seen_at, h.probe_failures, h.last_probe_error, h.jobs_total,"
-            " l.browser, l.browser_reason, l.browser_retry_at"
+            " l.browser, l.browser_reason, l.browser_retry_at, l.browser_limit,"
+            " l.browser_limit_reason"
             " FROM host_load l JOIN hosts h ON h.name = l.host ORDER BY l.host"
         )
     )
