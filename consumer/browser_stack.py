@@ -40,6 +40,7 @@ from selenium.webdriver.remote.client_config import ClientConfig
 
 from scrapefleet.common.errors import StackError
 from scrapefleet.common.settings import Settings
+from scrapefleet.consumer import grid_jvm
 from scrapefleet.consumer.browser_options import proxy_server_arg
 from scrapefleet.consumer.browser_user import (
     BrowserUser,
@@ -265,6 +266,8 @@ class BrowserStack:
         self._user = BrowserUser(os.geteuid(), os.getegid(), None)  # resolved at start
         self._xvfb: subprocess.Popen[bytes] | None = None
         self._grid: subprocess.Popen[bytes] | None = None
+        self._archive: Path | None = None  # the host's class archive for the Grid's jar
+        self._archive_mapped = False  # the Grid was started from it
         self._lock = threading.RLock()
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -310,6 +313,9 @@ class BrowserStack:
             if self.display is not None and self._xvfb is not None:
                 clear_stale_display(self.display)  # Xvfb leaves its lock when SIGKILLed
             self._grid = self._xvfb = None
+            if self._archive is not None and not self._archive_mapped:
+                pending = self.tmp_dir / grid_jvm.PENDING_NAME
+                grid_jvm.adopt_archive(self.settings.java_binary, pending, self._archive)
             for folder in (self.tmp_dir, self.home_dir):
                 shutil.rmtree(folder, ignore_errors=True)
             return StopReport(
@@ -538,8 +544,12 @@ stereotype = '{stereotype}'
             TOKEN_ENV: self._marker.token,
             WORK_DIR_ENV: str(self.work_dir),
         }
+        self._archive = grid_jvm.archive_path(self.work_dir, jar)
+        self._archive_mapped = self._archive.is_file()
+        pending = self.tmp_dir / grid_jvm.PENDING_NAME
         command = [
             str(self.settings.java_binary),
+            *grid_jvm.jvm_args(self._archive, pending),
             f"-Djava.io.tmpdir={self.tmp_dir}",
             "-jar", str(jar),
             # Relative (the Grid runs in work_dir): the Grid splits a --config value at spaces.
@@ -583,6 +593,8 @@ stereotype = '{stereotype}'
         deadline = time.monotonic() + self.settings.stack_start_timeout_s
         while time.monotonic() < deadline:
             if self._grid is None or self._grid.poll() is not None:
+                if self._archive is not None and self._archive_mapped:
+                    grid_jvm.forget_archive(self._archive)
                 raise StackError(
                     f"Grid of {self.host} exited at start; log tail:\n{tail(self.grid_log)}"
                 )

@@ -14,7 +14,8 @@ import pytest
 
 from scrapefleet.common.errors import StackError
 from scrapefleet.common.settings import Settings
-from scrapefleet.consumer.browser_stack import BrowserStack
+from scrapefleet.consumer import grid_jvm
+from scrapefleet.consumer.browser_stack import BrowserStack, find_grid_jar
 from scrapefleet.consumer.selenium_actions import FetchPageParams, fetch_page
 from scrapefleet.consumer.sessions import SessionPool
 from scrapefleet.consumer.stack_processes import is_gone
@@ -158,3 +159,40 @@ def test_a_stack_starts_in_a_directory_whose_path_has_spaces(
         finally:
             driver.quit()
     assert processes_mentioning(work, stack.tmp_dir) == []
+
+
+def _grid_command(stack: BrowserStack) -> str:
+    assert stack.grid_pid is not None
+    return " ".join(psutil.Process(stack.grid_pid).cmdline())
+
+
+def test_the_first_grid_dumps_its_classes_and_the_next_maps_them(
+    settings: Settings, own_stack_dir: Path
+) -> None:
+    archive = grid_jvm.archive_path(own_stack_dir, find_grid_jar(settings.grid_jar))
+    archive.unlink(missing_ok=True)
+    with BrowserStack(settings, "archive", 1, own_stack_dir) as stack:
+        assert "-XX:ArchiveClassesAtExit=" in _grid_command(stack)
+        assert "-XX:TieredStopAtLevel=1" in _grid_command(stack)
+    assert archive.is_file()  # dumped at the Grid's exit, mapped once, then kept
+    with BrowserStack(settings, "archive", 1, own_stack_dir) as stack:
+        assert f"-XX:SharedArchiveFile={archive}" in _grid_command(stack)
+        assert stack.healthy()
+
+
+def test_a_truncated_class_archive_is_never_adopted(settings: Settings, tmp_path: Path) -> None:
+    """A JVM that maps a truncated archive dies of SIGBUS: one is refused, not kept."""
+    dumped = tmp_path / "dumped.jsa"
+    jar = find_grid_jar(settings.grid_jar)
+    subprocess.run(
+        [str(settings.java_binary), *grid_jvm.JVM_FLAGS, f"-XX:ArchiveClassesAtExit={dumped}",
+         "-jar", str(jar), "--version"],
+        capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert dumped.stat().st_size > 100_000
+    pending = tmp_path / "pending.jsa"
+    pending.write_bytes(dumped.read_bytes()[:100_000])
+    kept = tmp_path / "kept.jsa"
+    assert not grid_jvm.adopt_archive(settings.java_binary, pending, kept)
+    assert not kept.exists()
+    assert grid_jvm.adopt_archive(settings.java_binary, dumped, kept) and kept.is_file()
