@@ -33,6 +33,8 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -209,17 +211,29 @@ def draw(runs: list[Run], rates: dict[str, float], path: Path, page: str) -> Non
     fig.savefig(path, dpi=110)
 
 
-def consumer_runs(args: argparse.Namespace, site: LocalSite, work: Path) -> list[Run]:
+@contextmanager
+def bench_database(pool_size: int = 4) -> Iterator[tuple[str, Engine]]:
+    """A throwaway database with the schema (its URL and an engine), dropped at the end."""
     server = server_url()
     name = f"scrapefleet_bench_{os.getpid()}_{uuid.uuid4().hex[:6]}"
     admin = psycopg.connect(libpq_url(server), autocommit=True)
     admin.execute(f'CREATE DATABASE "{name}"')
     url = sqlalchemy_url(server).set(database=name).render_as_string(hide_password=False)
     engine: Engine | None = None
-    runs = []
     try:
         upgrade(url)
-        engine = make_engine(url, pool_size=4)
+        engine = make_engine(url, pool_size=pool_size)
+        yield url, engine
+    finally:
+        if engine is not None:
+            engine.dispose()
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
+
+
+def consumer_runs(args: argparse.Namespace, site: LocalSite, work: Path) -> list[Run]:
+    runs = []
+    with bench_database() as (url, engine):
         urls = pages(site, args.jobs, args.page)
         for label, every, count, payload in (
             ("default (contexts, overlapped restarts every 20)", 20, args.jobs, {}),
@@ -234,11 +248,6 @@ def consumer_runs(args: argparse.Namespace, site: LocalSite, work: Path) -> list
             print(f"{label}: {count} jobs, capacity {args.capacity}", flush=True)
             settings = settings_for(url, work, args.capacity, every, label)
             runs.append(run_consumer(engine, settings, urls[:count], label, **payload))
-    finally:
-        if engine is not None:
-            engine.dispose()
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
     return runs
 
 
