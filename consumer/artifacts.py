@@ -117,6 +117,7 @@ def capture_failure(
     save("traceback", ".txt", lambda: traceback_text.encode())
     network = network_log_of(driver) if driver is not None else None
     if network is not None:  # read from memory: needs no answer from the browser
+        network.settle()
         save("network", ".network.json", lambda: network.as_json().encode())
     if driver is None:
         notes.append("screenshot not captured: no browser session")

@@ -16,9 +16,10 @@ at a time:
   when none was, no slowness was seen for ``SLOW_HOLD_S``, and the limit was reached (there
   were jobs to run, so a larger limit would be used).
 
-CPU pressure alone never takes the limit below one browser job per core: below that the
-pressure comes from elsewhere (another program on the host), and fewer browsers would only give
-it more of the CPU. Memory and slowness may take it down to one.
+A consumer starts at one browser job per core and climbs from there. CPU pressure alone never
+takes the limit below that: below it the pressure comes from elsewhere (another program on the
+host), and fewer browsers would only give it more of the CPU. Memory and slowness may take it
+down to one.
 
 Pure: the sampler (``sample_host``) is the only I/O, and the consumer's stack supervisor owns
 the state and feeds it.
@@ -66,8 +67,14 @@ class BrowserLoad:
     peak_in_use: int = 0  # the most browser jobs at once since then
 
     @classmethod
-    def at_capacity(cls, capacity: int, cores: int | None = None) -> BrowserLoad:
-        return cls(capacity, max(cores or os.cpu_count() or 1, 1), capacity)
+    def starting(cls, capacity: int, cores: int | None = None) -> BrowserLoad:
+        """A consumer's first limit: one browser job per core (each browser started is seconds
+        of CPU, and on a host whose pages are CPU-bound more would not be used), raised from
+        there while the host is calm and the limit is reached."""
+        cores = max(cores or os.cpu_count() or 1, 1)
+        limit = min(capacity, cores)
+        why = f"starting at one browser job per core ({cores}); more while the host carries them"
+        return cls(capacity, cores, limit, why=why if limit < capacity else None)
 
     @property
     def reason(self) -> str | None:

@@ -142,8 +142,12 @@ def job_browser(
         return
     with contextlib.ExitStack() as undo:
         try:
-            tab = driver.current_window_handle
-            user_context = _user_context_of(driver, tab)
+            context = getattr(driver, "job_context", None)  # the session pool's, if any
+            if context is not None:
+                tab, user_context = context.tab, context.user_context
+            else:
+                tab = driver.current_window_handle
+                user_context = _user_context_of(driver, tab)
             if options.proxy and options.proxy == getattr(driver, "launched_proxy", None):
                 # A profile's browser, started with the proxy: its own context goes through
                 # it (a proxy's user context would not keep the profile's cookies).

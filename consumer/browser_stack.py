@@ -122,6 +122,7 @@ class StackWebDriver(Remote):
     ``launched_proxy``: the proxy the whole browser was started with (a profile's), if any."""
 
     launched_proxy: str | None = None
+    job_context: Any = None  # the session pool's JobContext for the job it is leased to
 
     def execute_cdp_cmd(self, cmd: str, cmd_args: dict[str, Any]) -> dict[str, Any]:
         result: dict[str, Any] = self.execute(

@@ -33,6 +33,10 @@ MAX_HEADERS_PER_RESPONSE = 64
 MAX_HEADER_VALUE_CHARS = 1024
 TIMING_KEYS = ("requestTime", "requestStart", "responseStart", "responseEnd")
 DOCUMENT_WAIT_S = 1.0  # a document's event normally arrives before get() returns
+# Before a failure's log is saved: no event for this long, or this long at most (a failure
+# capture runs once per failed attempt, so the wait costs the host little).
+SETTLE_QUIET_S = 0.25
+SETTLE_MOST_S = 1.5
 
 
 def _cut(text: str, limit: int) -> str:
@@ -105,6 +109,7 @@ class NetworkLog:
         self.dropped = 0
         self._cond = threading.Condition()
         self._clock = clock or time.monotonic
+        self._last_event_at = self._clock()
 
     def record(self, event: str, params: dict[str, Any]) -> None:
         entry = entry_of(event, params)
@@ -117,6 +122,7 @@ class NetworkLog:
                 # say) as completed, then failed: one request, its status and its error.
                 known["error"] = entry["error"]
                 return
+            self._last_event_at = self._clock()
             if len(self._entries) >= self.max_entries or self._chars + size > self.max_chars:
                 self.dropped += 1
                 return
@@ -125,6 +131,19 @@ class NetworkLog:
                 self._by_request[request_id] = entry
             self._chars += size
             self._cond.notify_all()
+
+    def settle(self, quiet_s: float = SETTLE_QUIET_S, most_s: float = SETTLE_MOST_S) -> None:
+        """Wait until no event has come for ``quiet_s`` (at most ``most_s``): Selenium hands
+        each event to a thread of its own, so on a busy host a response's event may still be on
+        its way when a failure is captured."""
+        deadline = self._clock() + most_s
+        with self._cond:
+            while True:
+                now = self._clock()
+                wait = min(self._last_event_at + quiet_s, deadline) - now
+                if wait <= 0:
+                    return
+                self._cond.wait(wait)
 
     def entries(self) -> list[dict[str, Any]]:
         with self._cond:

@@ -505,6 +505,16 @@ class SessionPool:
     def _ready_for_job(
         self, slot: _Slot, isolation: Isolation, launch: BrowserLaunch | None = None
     ) -> Any:
+        driver = self._driver_for_job(slot, isolation, launch)
+        # The job's context rides on its driver, so that the job's browser options and network
+        # log need not ask the browser which tab and user context they are in (two round trips).
+        with contextlib.suppress(AttributeError):  # a driver that takes no attribute
+            driver.job_context = None if slot.own_session else slot.context
+        return driver
+
+    def _driver_for_job(
+        self, slot: _Slot, isolation: Isolation, launch: BrowserLaunch | None = None
+    ) -> Any:
         if isolation == "session":
             self._discard(slot)  # the cap: the slot's warm session goes before a new one comes
             slot.driver = self._new_driver(launch=launch)

@@ -185,6 +185,7 @@ class StackSupervisor:
         make_pool: PoolMaker = session_pool,
         make_stack: StackMaker | None = None,
         sample_load: Sampler | None = None,
+        cores: int | None = None,
     ) -> None:
         self.settings = settings
         self.host = host
@@ -219,7 +220,7 @@ class StackSupervisor:
         self._unwritten: SetHostState | None = None  # host back to active, still to be written
         # How many browser jobs the host carries now (consumer.browser_load); sampled and
         # adjusted by the main loop's step, read by claims and the status document.
-        self._load = BrowserLoad.at_capacity(capacity)
+        self._load = BrowserLoad.starting(capacity, cores)
         self._sample_load: Sampler = sample_load or HostSampler().sample
         self._sampled_at: float | None = None
 

@@ -10,6 +10,7 @@ from scrapefleet.common.errors import StackError, timed_out
 from scrapefleet.consumer import browser_load
 from scrapefleet.consumer.browser_load import BrowserLoad, LoadSample, adjust, note_slow, observe
 
+AT_CAPACITY = BrowserLoad(capacity=6, cores=2, limit=6)  # a host that has climbed all the way
 CALM = dict(cpu_pressure=0.05, cpu_busy=0.3, memory_available=0.5)
 BUSY_CPU = dict(cpu_pressure=0.9, cpu_busy=1.0, memory_available=0.5)
 LOW_MEMORY = dict(cpu_pressure=0.05, cpu_busy=0.3, memory_available=0.03)
@@ -25,12 +26,12 @@ def run(load: BrowserLoad, seconds: int, in_use: int, **sample: float | None) ->
 
 
 def test_a_calm_host_keeps_its_capacity() -> None:
-    load = run(BrowserLoad.at_capacity(6, cores=2), 60, in_use=6, **CALM)
+    load = run(AT_CAPACITY, 60, in_use=6, **CALM)
     assert load.limit == 6 and load.reason is None
 
 
 def test_cpu_pressure_takes_a_step_every_ten_seconds_down_to_a_job_per_core() -> None:
-    load = run(BrowserLoad.at_capacity(6, cores=2), 12, in_use=6, **BUSY_CPU)
+    load = run(AT_CAPACITY, 12, in_use=6, **BUSY_CPU)
     assert load.limit == 5
     load = run(load, 120, in_use=6, **BUSY_CPU)
     assert load.limit == 2  # fewer browsers would only give the CPU to someone else
@@ -40,18 +41,18 @@ def test_cpu_pressure_takes_a_step_every_ten_seconds_down_to_a_job_per_core() ->
 
 
 def test_without_psi_the_cpu_use_counts() -> None:
-    load = run(BrowserLoad.at_capacity(6, cores=2), 12, in_use=6, cpu_pressure=None,
+    load = run(AT_CAPACITY, 12, in_use=6, cpu_pressure=None,
                cpu_busy=0.99, memory_available=0.5)  # fmt: skip
     assert load.limit == 5 and load.reason is not None and "CPU 99% busy" in load.reason
 
 
 def test_low_memory_may_take_it_down_to_one() -> None:
-    load = run(BrowserLoad.at_capacity(6, cores=2), 200, in_use=6, **LOW_MEMORY)
+    load = run(AT_CAPACITY, 200, in_use=6, **LOW_MEMORY)
     assert load.limit == 1 and load.reason is not None and "3% of memory available" in load.reason
 
 
 def test_one_slow_call_is_one_step_and_recovery_waits_until_none_came_for_a_while() -> None:
-    load = run(BrowserLoad.at_capacity(6, cores=2), 5, in_use=6, **CALM)
+    load = run(AT_CAPACITY, 5, in_use=6, **CALM)
     load = note_slow(load, 5.5, "the Grid answered its status late")
     load = run(load, 25, in_use=6, **CALM)
     assert load.limit == 5 and load.reason is not None and "status late" in load.reason
@@ -60,7 +61,7 @@ def test_one_slow_call_is_one_step_and_recovery_waits_until_none_came_for_a_whil
 
 
 def test_the_limit_rises_only_when_it_was_reached() -> None:
-    load = run(BrowserLoad.at_capacity(6, cores=2), 30, in_use=6, **BUSY_CPU)
+    load = run(AT_CAPACITY, 30, in_use=6, **BUSY_CPU)
     load = run(load, 15, in_use=1, **CALM)  # the busy samples leave the window
     lowered = load.limit
     assert lowered < 6
@@ -69,7 +70,7 @@ def test_the_limit_rises_only_when_it_was_reached() -> None:
 
 
 def test_a_short_window_says_nothing_yet() -> None:
-    load = run(BrowserLoad.at_capacity(6, cores=2), browser_load.MIN_SAMPLES - 1, 6, **BUSY_CPU)
+    load = run(AT_CAPACITY, browser_load.MIN_SAMPLES - 1, 6, **BUSY_CPU)
     assert load.limit == 6
 
 
@@ -112,3 +113,11 @@ def test_a_timeout_among_the_causes_is_slowness(cause: BaseException) -> None:
 )
 def test_a_dead_stack_is_not_slowness(cause: BaseException) -> None:
     assert not timed_out(_raised_from(cause))
+
+
+def test_a_consumer_starts_at_a_job_per_core_and_climbs_while_calm_and_busy() -> None:
+    load = BrowserLoad.starting(6, cores=2)
+    assert load.limit == 2 and load.reason is not None and "one browser job per core" in load.reason
+    load = run(load, 45, in_use=6, **CALM)
+    assert load.limit == 6 and load.reason is None
+    assert BrowserLoad.starting(6, cores=8).limit == 6

@@ -4,6 +4,7 @@ and a job's own combine, and the pure parts of applying them and logging request
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -171,6 +172,17 @@ def test_the_network_log_is_bounded_and_merges_a_failure_into_its_response() -> 
     assert log.dropped == 1
     assert log.document("http://a/#top", wait_s=0) == document
     assert NetworkLog().document("http://a/", wait_s=0) is None
+
+
+def test_a_failure_capture_waits_for_a_response_event_still_on_its_way() -> None:
+    """Selenium hands each event to a thread of its own: the 404's may come after the job."""
+    log = NetworkLog()
+    late = threading.Timer(
+        0.1, log.record, ("network.responseCompleted", _response("1", "http://a/x.js", 404))
+    )
+    late.start()
+    log.settle(quiet_s=0.3, most_s=5.0)
+    assert [e["status"] for e in log.entries()] == [404]
 
 
 def test_the_network_log_cuts_long_values_and_caps_its_size() -> None:

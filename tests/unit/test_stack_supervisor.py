@@ -183,6 +183,8 @@ class Host:
             "reboot_command": "reboot-now",
             "overlap_restarts": False,  # the draining restart; overlapped ones have tests below
         }
+        # As many cores as slots, unless a test says: the browser limit starts at capacity.
+        self.cores: int = settings.pop("cores", CAPACITY)
         values.update(settings)
         command = values.pop("reboot_command")
         # model_copy skips validation: an empty command is what an old settings file may hold.
@@ -213,6 +215,7 @@ class Host:
             make_pool=self._new_pool,  # type: ignore[arg-type]
             make_stack=self._new_stack,  # type: ignore[arg-type]
             sample_load=self._sample_load,
+            cores=self.cores,
         )
         self.stack = self.stacks[0]
 
@@ -476,23 +479,25 @@ def test_browser_jobs_released_for_timeouts_are_no_fault_however_many() -> None:
     assert limit == CAPACITY - 3 and reason is not None and "timed out" in reason
 
 
-def test_cpu_pressure_lowers_the_limit_to_a_job_per_core_and_calm_raises_it_again() -> None:
-    host = Host(restart_every=0, reboot_every=0)
-    host.cpu_pressure = 0.95
-    cores = host.supervisor._load.cores
-    for _ in range(80):  # a sample a second: the limit steps down every 10 s, to the floor
-        host.clock.advance(1)
-        host.tick()
-    limit, reason = host.supervisor.browser_limit()
-    assert limit == min(cores, CAPACITY)
-    assert limit == CAPACITY or (reason is not None and "CPU pressure 95%" in reason)
-    host.cpu_pressure = 0.05
+def test_the_limit_starts_at_a_job_per_core_climbs_while_calm_and_falls_under_cpu_pressure() -> (
+    None
+):
+    host = Host(restart_every=0, reboot_every=0, cores=2)
+    assert host.supervisor.browser_limit()[0] == 2  # it starts at a job per core
+    assert host.claim(browser=6) == 2
+    host.finish()
     for _ in range(80):  # calm, and every slot the limit allows in use: one more every 10 s
         host.claim(browser=6)
         host.clock.advance(1)
         host.tick()
         host.finish()
     assert host.supervisor.browser_limit() == (CAPACITY, None)
+    host.cpu_pressure = 0.95
+    for _ in range(80):  # a sample a second: the limit steps down every 10 s, to the floor
+        host.clock.advance(1)
+        host.tick()
+    limit, reason = host.supervisor.browser_limit()
+    assert limit == 2 and reason is not None and "CPU pressure 95%" in reason
 
 
 def test_a_hung_job_gets_its_browser_killed_then_the_stack_restarts_after_the_grace() -> None:
