@@ -57,6 +57,7 @@ def adopt_archive(java: Path, pending: Path, archive: Path) -> bool:
     try:
         checked = subprocess.run(
             [str(java), *JVM_FLAGS, f"-XX:SharedArchiveFile={pending}", "-version"],
+            cwd=pending.parent,  # where a JVM that dies of the archive leaves its hs_err file
             stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=ARCHIVE_CHECK_TIMEOUT_S,

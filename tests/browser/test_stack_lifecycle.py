@@ -195,4 +195,6 @@ def test_a_truncated_class_archive_is_never_adopted(settings: Settings, tmp_path
     kept = tmp_path / "kept.jsa"
     assert not grid_jvm.adopt_archive(settings.java_binary, pending, kept)
     assert not kept.exists()
+    assert list(tmp_path.glob("hs_err_pid*.log")), "the refused JVM's crash file lies beside it"
+    assert not list(Path.cwd().glob("hs_err_pid*.log"))
     assert grid_jvm.adopt_archive(settings.java_binary, dumped, kept) and kept.is_file()
