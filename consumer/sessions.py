@@ -469,7 +469,7 @@ class SessionPool:
                         leased = sum(1 for s in self._slots if s.state is SlotState.LEASED)
                         self._peak_leased = max(self._peak_leased, leased)
                         return slot
-                    if isolation == "context" and not waiting:
+                    if isolation != "session" and not waiting:
                         waiting = True
                         self._waiting_for_prepared += 1
                     self._cond.wait()
