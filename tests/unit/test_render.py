@@ -29,3 +29,17 @@ def test_nothing_alarming_while_a_host_takes_browser_jobs() -> None:
     text = render_status({"pending": 3}, [_host("h1", "idle"), _host("h2", "failing")], 3)
     assert "no active host can run browser jobs" not in text
     assert "h2: browser failing: ?" in text
+
+
+def test_a_host_that_cannot_keep_up_says_so_in_one_line_and_in_its_browser_cell() -> None:
+    why = "taking 2 of 6 browser jobs: CPU pressure 91% in 8 of the last 10 samples"
+    hosts = [
+        _host("h1", "ready", browser_limit=2, browser_limit_reason=why),
+        _host("h2", "ready", browser_limit=6, browser_limit_reason=None),
+    ]
+    lines = render_status({"pending": 3}, hosts).splitlines()
+    [h1_row] = [line for line in lines if line.startswith("h1 ")]
+    [h2_row] = [line for line in lines if line.startswith("h2 ")]
+    assert h1_row.rstrip().endswith("ready 2/6") and h2_row.rstrip().endswith("ready")
+    assert f"h1: {why}" in lines
+    assert not any(line.startswith("h2:") for line in lines)
