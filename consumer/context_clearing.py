@@ -53,13 +53,20 @@ LEAVE_TIMEOUT_S = 2.0
 LEAVE_POLL_S = 0.01
 
 # Navigates away after returning, so that the answer is not lost with the document; counts
-# the frames of another origin (their location cannot be read from here).
+# the frames of another origin at any depth (a frame of ours may hold one; a frame whose
+# location cannot be read is another origin's, and its own frames are counted with it).
 _LEAVE_JS = """
-let foreign = 0;
-for (let i = 0; i < window.frames.length; i++) {
-  try { if (window.frames[i].location.origin !== location.origin) foreign++; }
-  catch (error) { foreign++; }
-}
+const foreignIn = (win) => {
+  let found = 0;
+  for (let i = 0; i < win.frames.length; i++) {
+    try {
+      const frame = win.frames[i];
+      found += frame.location.origin !== location.origin ? 1 : foreignIn(frame);
+    } catch (error) { found++; }
+  }
+  return found;
+};
+const foreign = foreignIn(window);
 setTimeout(() => location.replace("about:blank"), 0);
 return {origin: location.origin, foreign_frames: foreign};
 """

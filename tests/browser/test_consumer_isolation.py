@@ -155,3 +155,55 @@ def test_a_cleared_job_on_two_origins_gets_a_fresh_context(
     assert back_here["tab"] != both["tab"]  # replaced, not cleared in place
     assert there["tab"] == back_here["tab"]  # b stayed on one origin: cleared in place
     assert {both["session"], back_here["session"], there["session"]} == {both["session"]}
+
+
+class FramesParams(BaseModel):
+    url: str
+    inner: str  # framed inside a frame of the page's own origin
+
+
+@register("test_nested_frame", FramesParams, needs_browser=True)
+def nested_frame(driver: Any, params: FramesParams) -> dict[str, Any]:
+    navigate(driver, params.url)
+    # A frame of the page's own origin holding a frame of another origin, whose sessionStorage
+    # lives in this tab and could not be cleared from the page's origin.
+    driver.execute_script(
+        "const outer = document.createElement('iframe');"
+        "outer.src = arguments[0];"
+        "outer.onload = () => {"
+        "  const inner = outer.contentDocument.createElement('iframe');"
+        "  inner.src = arguments[1];"
+        "  outer.contentDocument.body.appendChild(inner);"
+        "};"
+        "document.body.appendChild(outer);",
+        params.url,
+        params.inner,
+    )
+    wait_for(
+        lambda: driver.execute_script(
+            "const f = document.querySelector('iframe');"
+            "return !!(f && f.contentWindow.location.origin === location.origin"
+            "  && f.contentWindow.frames.length === 1);"
+        ),
+        10,
+        "the nested frame",
+    )
+    return {"tab": driver.current_window_handle}
+
+
+def test_a_cleared_job_whose_page_framed_another_origin_deeper_down_gets_a_fresh_context(
+    engine: Engine, database_url: str, tmp_path: Path, site: LocalSite
+) -> None:
+    settings = consumer_settings(tmp_path, database_url, capacity=1, restart_every=0)
+    here = site.url("/plain")
+    elsewhere = here.replace("127.0.0.1", "localhost")
+    with consumer_thread(settings, database_url):
+        [framed] = queue_jobs(
+            engine, [NewJob("test_nested_frame", {"url": here, "inner": elsewhere})]
+        )
+        wait_for(lambda: finished(engine, [framed]), 120, "the framing job")
+        after = run_one(engine, here, "b", "cleared")
+    [row] = rows(engine, "SELECT status, result FROM jobs WHERE id = :id", id=framed)
+    assert row.status == "completed"
+    assert after["before"] == NOTHING
+    assert after["tab"] != row.result["tab"]  # replaced, not cleared in place
