@@ -21,7 +21,7 @@ takes the limit below that: below it the pressure comes from elsewhere (another 
 host), and fewer browsers would only give it more of the CPU. Memory and slowness may take it
 down to one.
 
-Pure: the sampler (``sample_host``) is the only I/O, and the consumer's stack supervisor owns
+Pure but for ``HostSampler``, the only I/O, and the consumer's stack supervisor owns
 the state and feeds it.
 """
 
@@ -41,13 +41,13 @@ MIN_SAMPLES = 3  # a window judged on fewer says nothing yet
 CPU_PRESSURE_MAX = 0.6  # PSI "some" avg10 (a runnable task waited 60% of the time)
 CPU_BUSY_MAX = 0.95  # where the kernel has no PSI
 MEMORY_AVAILABLE_MIN = 0.10  # of the host's memory
-SLOW_HOLD_S = 30.0  # a timed-out Grid call counts as overload this long
+SLOW_HOLD_S = 30.0  # no step up for this long after a timed-out Grid call
 PSI_CPU = Path("/proc/pressure/cpu")
 
 
 @dataclass(frozen=True)
 class LoadSample:
-    at: float  # monotonic seconds
+    at: float  # seconds, on the supervisor's clock
     cpu_pressure: float | None  # 0-1; None where the kernel has no PSI
     cpu_busy: float  # 0-1, every core, since the last sample
     memory_available: float  # 0-1 of the host's memory
@@ -117,7 +117,7 @@ def adjust(load: BrowserLoad, now: float) -> BrowserLoad:
         len(window) >= MIN_SAMPLES and len(overloaded) / len(window) >= OVERLOADED_SHARE
     ):
         if load.slow_unanswered:
-            why, cpu_only = f"{load.slow_what or 'Grid calls time out'}", False
+            why, cpu_only = load.slow_what or "Grid calls time out", False
         else:
             why, cpu_only = overloaded[-1]
             why = f"{why} in {len(overloaded)} of the last {len(window)} samples"

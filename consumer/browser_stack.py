@@ -550,7 +550,7 @@ stereotype = '{stereotype}'
         pending = self.tmp_dir / grid_jvm.PENDING_NAME
         command = [
             str(self.settings.java_binary),
-            *grid_jvm.jvm_args(self._archive, pending),
+            *grid_jvm.jvm_args(self._archive if self._archive_mapped else None, pending),
             f"-Djava.io.tmpdir={self.tmp_dir}",
             "-jar", str(jar),
             # Relative (the Grid runs in work_dir): the Grid splits a --config value at spaces.
@@ -585,7 +585,7 @@ stereotype = '{stereotype}'
             if isinstance(exc.reason, TimeoutError):
                 raise exc.reason from None
             return False
-        except TimeoutError:
+        except TimeoutError:  # an OSError too: not to be taken for a refused connection
             raise
         except (OSError, ValueError, KeyError, TypeError):
             return False

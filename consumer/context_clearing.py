@@ -68,7 +68,7 @@ const foreignIn = (win) => {
 };
 const foreign = foreignIn(window);
 setTimeout(() => location.replace("about:blank"), 0);
-return {origin: location.origin, foreign_frames: foreign};
+return {foreign_frames: foreign};
 """
 _CLEAR_SESSION_STORAGE_JS = """
 if (location.href !== "about:blank") return false;

@@ -42,9 +42,10 @@ def archive_path(work_dir: Path, jar: Path) -> Path:
     return work_dir.parent / f"grid-classes-{jar.stem}.jsa"
 
 
-def jvm_args(archive: Path, pending: Path) -> list[str]:
-    """The JVM's flags: map the host's archive when there is one, else dump one at exit."""
-    if archive.is_file():
+def jvm_args(archive: Path | None, pending: Path) -> list[str]:
+    """The JVM's flags: map the host's ``archive`` when there is one, else dump one at exit
+    to ``pending``."""
+    if archive is not None:
         return [*JVM_FLAGS, f"-XX:SharedArchiveFile={archive}"]
     return [*JVM_FLAGS, f"-XX:ArchiveClassesAtExit={pending}"]
 

@@ -384,7 +384,7 @@ class RunningConsumer:
                 self._more_queued = True
                 return 0
             since_restart, since_boot = self._since_restart, self._since_boot
-            browser_busy = sum(1 for f in self._in_flight.values() if f.job.needs_browser)
+            browser_busy = self._browser_in_flight()
         # Browser jobs only where a browser can run them: this host's stack (under its
         # restart and reboot budgets), or a driver factory the caller gave.
         browser_free = free if self.config.driver_factory is not None else 0
@@ -424,13 +424,17 @@ class RunningConsumer:
             self._run_light(light)
         return len(claim.jobs)
 
+    def _browser_in_flight(self) -> int:
+        """Browser jobs among those in flight (under self._lock)."""
+        return sum(1 for f in self._in_flight.values() if f.job.needs_browser)
+
     def _maintain(self) -> None:
         """Let the supervisor restart or reboot once nothing runs here (stuck threads aside)."""
         if self.supervisor is None:
             return
         with self._lock:
             busy = len(self._in_flight)
-            browser_busy = sum(1 for f in self._in_flight.values() if f.job.needs_browser)
+            browser_busy = self._browser_in_flight()
         self.supervisor.step(busy, self.recorder.outstanding, browser_busy)
 
     def _on_lifecycle_change(self) -> None:
