@@ -1,9 +1,13 @@
-"""How far along the fleet is, read from the views of migration 0009, and said in one line.
+"""How far along the fleet is, read from the views of migrations 0009 and 0022, and said in one
+line.
 
     progress: 1,234 left (pending 1,000, queued 100, running 134; 12 waiting for a retry);
     45.2/min over 5 min, 52.0/min over 1 h; ETA 27m; oldest pending waits 3m12s
 
-Reads only; the rendering is a pure function of the view's row.
+An ETA is given only while jobs complete: with work left and the producer down, or nothing
+completed in the last 5 minutes, the line says "stalled" and why, never a number that grows at
+every look. Reads only; the rendering is a pure function of the view's row and of whether the
+producer is up.
 """
 
 from __future__ import annotations
@@ -44,7 +48,20 @@ def short_duration(value: timedelta | None) -> str:
     return f"{secs}s"
 
 
-def render_progress(row: dict[str, Any]) -> str:
+def stalled_reason(row: dict[str, Any], producer_up: bool) -> str | None:
+    """Why no ETA can be given while work remains, or None when it can (or nothing is left)."""
+    if int(row["remaining"]) == 0:
+        return None
+    if not producer_up:
+        return "the producer is down, nothing is assigned"
+    if row["eta"] is None:
+        last = row.get("last_completed_at")
+        since = f" (last at {last:%H:%M:%S %Z})" if last is not None else ""
+        return f"nothing completed in the last 5 min{since}"
+    return None
+
+
+def render_progress(row: dict[str, Any], producer_up: bool) -> str:
     remaining = int(row["remaining"])
     rates = (
         f"{row['completed_per_min_5m']}/min over 5 min, {row['completed_per_min_60m']}/min over 1 h"
@@ -54,11 +71,8 @@ def render_progress(row: dict[str, Any]) -> str:
     parts = f"pending {row['pending']:,}, queued {row['queued']:,}, running {row['processing']:,}"
     if row["waiting_retry"]:
         parts += f"; {row['waiting_retry']:,} waiting for a retry"
-    eta = (
-        f"ETA {short_duration(row['eta'])}"
-        if row["eta"] is not None
-        else "ETA unknown: nothing completed in the last hour"
-    )
+    stalled = stalled_reason(row, producer_up)
+    eta = f"stalled: {stalled}" if stalled else f"ETA {short_duration(row['eta'])}"
     oldest = (
         f"; oldest pending waits {short_duration(row['oldest_pending_age'])}"
         if row["oldest_pending_age"] is not None
@@ -67,9 +81,11 @@ def render_progress(row: dict[str, Any]) -> str:
     return f"progress: {remaining:,} left ({parts}); {rates}; {eta}{oldest}"
 
 
-def progress_json(row: dict[str, Any]) -> dict[str, Any]:
-    """The row with its intervals in seconds, for `status --json` and scripts."""
+def progress_json(row: dict[str, Any], producer_up: bool) -> dict[str, Any]:
+    """The row with its intervals in seconds and why it is stalled (None: it is not), for
+    `status --json` and scripts."""
     document = dict(row)
+    document["stalled_reason"] = stalled_reason(row, producer_up)
     for key in ("eta", "oldest_pending_age"):
         value = document.pop(key)
         document[f"{key}_s"] = None if value is None else round(value.total_seconds(), 1)

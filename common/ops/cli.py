@@ -197,10 +197,16 @@ def submit(ctx: _Context, file: Any, fmt: str | None, host: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @pass_ctx
 def status(ctx: _Context, as_json: bool) -> None:
-    """The producer (up, or down since when; the pause), jobs per status, load per host."""
+    """The producer (up, or down since when; the pause), jobs per status, load per host.
+
+    Exits 0 when the fleet can make progress, 3 when the producer is down, 4 when work is
+    pending and no host is active."""
     with _one_line_errors(), database.wrapped_errors(), ctx.read_engine().connect() as conn:
         fleet_status = status_report.read_fleet_status(conn)
     click.echo(fleet_status.json() if as_json else fleet_status.text())
+    # Exit codes (status_report.StatusVerdict): 0 healthy, 3 producer down, 4 work pending and
+    # no host active. The output is complete either way.
+    sys.exit(int(fleet_status.verdict))
 
 
 # ---------------------------------------------------------------- jobs

@@ -48,8 +48,11 @@ def free_port() -> int:
 
 def status_json(database_url: str) -> dict[str, Any]:
     done = run_cli(["status", "--json"], database_url)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)["producer"]
+    document = json.loads(done.stdout)
+    # The exit code is the verdict the document carries: 3 while the producer is down.
+    assert done.returncode == document["verdict"]["exit_code"], done.stderr
+    assert (done.returncode == 3) == (not document["producer"]["up"])
+    return document["producer"]
 
 
 def producer_metrics(port: int) -> dict[str, float]:

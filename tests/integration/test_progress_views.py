@@ -4,6 +4,7 @@ failures, releases, rescues), and `scrapefleet status` saying the same in one li
 from __future__ import annotations
 
 import json
+import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,7 +15,11 @@ from sqlalchemy.engine import Engine
 from scrapefleet.common import store
 from scrapefleet.common.progress import read_progress, read_rows, render_progress
 from scrapefleet.common.store import HostSpec, NewJob
+from scrapefleet.common.store.fleet import ProducerIdentity
 from tests.cli_helpers import run_cli
+from tests.waiting import scaled
+
+_PRODUCER = ProducerIdentity("p1", "host-a", 4242, "9.9.9", 2.0, True)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -74,7 +79,7 @@ def test_progress_counts_the_rate_and_the_eta(engine: Engine, fleet: dict[str, A
     assert float(row["completed_per_min_5m"]) == 0.8  # 4 in 5 minutes
     assert row["eta"] == timedelta(seconds=6 * 300 / 4)
     assert timedelta(seconds=89) < row["oldest_pending_age"] < timedelta(seconds=120)
-    line = render_progress(row)
+    line = render_progress(row, producer_up=True)
     assert line.startswith("progress: 6 left (pending 6, queued 0, running 0); 0.8/min over 5 min")
     assert "ETA 7m30s" in line and "oldest pending waits 1m" in line
 
@@ -112,20 +117,118 @@ def test_failures_group_by_masked_message_with_an_example(
 def test_status_says_it_in_one_line_and_in_json(
     engine: Engine, database_url: str, fleet: dict[str, Any]
 ) -> None:
+    with engine.begin() as conn:
+        store.record_leader_cycle(conn, _PRODUCER, 0.01)
     text = run_cli(["status"], database_url)
     assert text.returncode == 0, text.stderr
     assert "progress: 6 left (pending 6, queued 0, running 0)" in text.stdout
     document = json.loads(run_cli(["status", "--json"], database_url).stdout)
     progress = document["progress"]
     assert progress["remaining"] == 6 and progress["eta_s"] == 450.0
+    assert progress["stalled_reason"] is None
     assert progress["oldest_pending_age_s"] >= 89
+    assert document["verdict"] == {"exit_code": 0, "name": "healthy"}
+
+
+def test_status_exits_3_and_says_stalled_with_the_producer_down(
+    engine: Engine, database_url: str, fleet: dict[str, Any]
+) -> None:
+    text = run_cli(["status"], database_url)
+    assert text.returncode == 3, text.stderr
+    assert "stalled: the producer is down" in text.stdout and "ETA" not in text.stdout
+    printed = run_cli(["status", "--json"], database_url)
+    assert printed.returncode == 3
+    document = json.loads(printed.stdout)
+    assert document["verdict"]["name"] == "producer_down"
+    assert document["progress"]["stalled_reason"].startswith("the producer is down")
+
+
+def test_status_exits_4_when_work_is_pending_and_no_host_is_active(
+    engine: Engine, database_url: str, fleet: dict[str, Any]
+) -> None:
+    with engine.begin() as conn:
+        store.record_leader_cycle(conn, _PRODUCER, 0.01)
+        conn.execute(sa.text("UPDATE hosts SET state = 'disabled'"))
+    text = run_cli(["status"], database_url)
+    assert text.returncode == 4, text.stderr
+    assert "progress: 6 left" in text.stdout
+
+
+def test_no_eta_when_nothing_completed_in_five_minutes(
+    engine: Engine, fleet: dict[str, Any]
+) -> None:
+    """The hour's rate is not an ETA: a fleet that stopped finishing says it is stalled."""
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE jobs SET finished_at = now() - interval '12 minutes'"
+                " WHERE status = 'completed'"
+            )
+        )
+        row = read_progress(conn)
+    assert row["eta"] is None and float(row["completed_per_min_60m"]) > 0
+    line = render_progress(row, producer_up=True)
+    assert "ETA" not in line
+    assert "stalled: nothing completed in the last 5 min (last at " in line
+
+
+def test_status_totals_agree_while_jobs_move(engine: Engine, fleet: dict[str, Any]) -> None:
+    """Every part of `status` is one snapshot: the progress line's total is the per-status
+    counts' total, read while another connection moves jobs between statuses."""
+    from scrapefleet.common.ops.status_report import read_fleet_status
+
+    stop = threading.Event()
+
+    def move() -> None:
+        while not stop.is_set():
+            with engine.begin() as conn:
+                ids = store.insert_jobs(conn, [NewJob("churn")] * 3, default_max_attempts=3).ids
+            with engine.begin() as conn:
+                store.assign_jobs(conn, [(i, "h1") for i in ids])
+            with engine.begin() as conn:
+                claimed = store.claim_jobs(conn, "h1", 3).jobs
+            with engine.begin() as conn:
+                store.complete_jobs(conn, "h1", [(j.id, j.attempt, {}) for j in claimed])
+
+    mover = threading.Thread(target=move, daemon=True)
+    mover.start()
+    try:
+        for _ in range(40):
+            with engine.connect() as conn:
+                status = read_fleet_status(conn)
+            counted = sum(status.counts.get(s, 0) for s in ("pending", "queued", "processing"))
+            assert int(status.progress["remaining"]) == counted
+    finally:
+        stop.set()
+        mover.join(timeout=scaled(10))
+
+
+def test_status_codes_stay_apart_in_failure_groups(engine: Engine) -> None:
+    with engine.begin() as conn:
+        store.add_host(conn, HostSpec(name="h1", capacity=6))
+    for code in (404, 404, 500):
+        _fail(engine, "h1", _run_on(engine, "h1", "pages", 1), f"HTTP {code} from https://a/{code}")
+    with engine.connect() as conn:
+        groups = {g["error"]: g["jobs"] for g in read_rows(conn, "failure_groups")}
+    assert groups == {"HTTP 404 from <url>": 2, "HTTP 500 from <url>": 1}
+
+
+def test_throughput_per_hour_shows_empty_hours_as_zero(
+    engine: Engine, fleet: dict[str, Any]
+) -> None:
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT * FROM throughput_per_hour")).all()
+    assert len(rows) == 7 * 24  # every hour of the 7 days, the current one included
+    assert rows[0].completed == 4  # newest first: this hour
+    assert all(r.completed == 0 and r.failed == 0 for r in rows[1:])
 
 
 def test_an_empty_fleet_has_nothing_left_and_no_eta(engine: Engine) -> None:
     with engine.connect() as conn:
         row = read_progress(conn)
     assert row["remaining"] == 0 and row["oldest_pending_age"] is None
-    assert render_progress(row) == "progress: nothing left; 0.0/min over 5 min, 0.0/min over 1 h"
+    line = render_progress(row, producer_up=True)
+    assert line == "progress: nothing left; 0.0/min over 5 min, 0.0/min over 1 h"
     assert datetime.now(UTC)  # the views need no clock of ours: now() is the server's
 
 

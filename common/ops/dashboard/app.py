@@ -160,7 +160,7 @@ def create_app(settings: Settings, engine: Engine, clock: Callable[[], datetime]
             hosts=hosts,
             failures=failures,
             throughput=throughput,
-            progress_line=render_progress(progress).removeprefix("progress: "),
+            progress_line=render_progress(progress, producer.up).removeprefix("progress: "),
             refresh=refresh_s(),
             refresh_choices=REFRESH_CHOICES_S,
             now=now,
