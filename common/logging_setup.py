@@ -25,6 +25,7 @@ FIELDS = (
     "attempt",
     "outcome",
     "duration_s",
+    "reason",
     "status",
     "delivery",
     "from_state",
@@ -95,6 +96,7 @@ def configure_logging(level: str, log_format: str = "text", stream: TextIO | Non
     root.setLevel(level)
     # Libraries whose INFO lines are their own chatter, not our events: Werkzeug's access log,
     # Alembic's plugin and migration steps, pgserver's start/stop command dumps, APScheduler's
-    # two lines per producer cycle ("Running job", "executed successfully": most of a day's log).
-    for noisy in ("werkzeug", "alembic", "pgserver", "apscheduler"):
+    # two lines per producer cycle ("Running job", "executed successfully": most of a day's log),
+    # httpx's and httpcore's line per request (an http_get job's request is its attempt's line).
+    for noisy in ("werkzeug", "alembic", "pgserver", "apscheduler", "httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

@@ -1,6 +1,12 @@
-"""One INFO line per finished attempt: what an operator greps the journal for.
+"""One line per finished attempt, with its fields and its reason: what an operator greps the
+journal for.
 
     job 42 fetch_page attempt 1 completed in 1.84 s  job=42 kind=fetch_page host=h1 ...
+    job 43 fetch_page attempt 2 retry in 30.02 s  job=43 ... reason="TimeoutError: ..."
+
+Levels: INFO for what the fleet handles by itself (completed, a retry, a release); WARNING for a
+job failed for good and for a site that blocked us (worth a look). The recorder's own lines about
+the same attempt (its retry time, the write) are DEBUG, so an attempt is one line at INFO.
 
 ``outcome`` is what happens to the job next: ``completed``; ``retry`` (a failure with attempts
 left: the job goes back to pending after its backoff); ``failed`` (for good); ``released``
@@ -15,6 +21,10 @@ import logging
 from scrapefleet.common.logging_setup import fields
 from scrapefleet.common.store import ClaimedJob
 
+# A reason is the last line of a traceback or a release's message; a page can put anything in an
+# exception's text, so the line is bounded.
+REASON_MAX_CHARS = 300
+
 log = logging.getLogger("scrapefleet.consumer.jobs")
 
 
@@ -22,23 +32,44 @@ def attempt_outcome(status: str, retried: bool) -> str:
     return "retry" if status == "failed" and retried else status
 
 
-def log_attempt(job: ClaimedJob, host: str, status: str, retried: bool, duration_s: float) -> None:
+def attempt_reason(error: str | None) -> str | None:
+    """The error's last non-blank line, bounded: what went wrong, in one line."""
+    if not error or not error.strip():
+        return None
+    line = error.strip().splitlines()[-1].strip()
+    return line if len(line) <= REASON_MAX_CHARS else line[: REASON_MAX_CHARS - 3] + "..."
+
+
+def attempt_level(outcome: str) -> int:
+    return logging.WARNING if outcome in ("failed", "blocked") else logging.INFO
+
+
+def log_attempt(
+    job: ClaimedJob,
+    host: str,
+    status: str,
+    retried: bool,
+    duration_s: float,
+    error: str | None = None,
+) -> None:
     outcome = attempt_outcome(status, retried)
-    level = logging.INFO if outcome in ("completed", "retry") else logging.WARNING
+    reason = attempt_reason(error) if status != "completed" else None
+    extra = fields(
+        job=job.id,
+        kind=job.kind,
+        host=host,
+        attempt=job.attempt,
+        outcome=outcome,
+        duration_s=round(duration_s, 3),
+        **({"reason": reason} if reason else {}),
+    )
     log.log(
-        level,
+        attempt_level(outcome),
         "job %d %s attempt %d %s in %.2f s",
         job.id,
         job.kind,
         job.attempt,
         outcome,
         duration_s,
-        extra=fields(
-            job=job.id,
-            kind=job.kind,
-            host=host,
-            attempt=job.attempt,
-            outcome=outcome,
-            duration_s=round(duration_s, 3),
-        ),
+        extra=extra,
     )

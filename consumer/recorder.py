@@ -213,7 +213,8 @@ class OutcomeRecorder:
             return
         if outcome.status == "released":
             store.release_job(conn, self.host, job.id, job.attempt, outcome.error or "released")
-            log.info("job %d attempt %d released: %s", job.id, job.attempt, outcome.error)
+            # The attempt's line (attempt_log) already says it, with its reason.
+            log.debug("job %d attempt %d released: %s", job.id, job.attempt, outcome.error)
             return
         if outcome.status == "blocked":
             self._write_blocked(conn, job, outcome)
@@ -247,7 +248,8 @@ class OutcomeRecorder:
             error_class=error_class,
         )
         last_line = error.strip().splitlines()[-1] if error.strip() else error
-        log.warning(
+        # The attempt's line (attempt_log) says it at INFO or WARNING; this one adds the retry time.
+        log.debug(
             "job %d attempt %d/%d failed (%s): %s",
             job.id,
             job.attempt,

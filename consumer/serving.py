@@ -519,7 +519,7 @@ class RunningConsumer:
         )
         duration_s = time.monotonic() - started
         metrics.observe_job(job.kind, outcome.status, duration_s, retried=retried)
-        log_attempt(job, self.host, outcome.status, retried, duration_s)
+        log_attempt(job, self.host, outcome.status, retried, duration_s, outcome.error)
         # A job without a browser changes nothing of the stack's state: not told.
         if self.supervisor is not None and job.needs_browser:
             released = outcome.status == "released"

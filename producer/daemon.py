@@ -54,6 +54,7 @@ from scrapefleet.common.sd_notify import Notifier
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store.fleet import ProducerIdentity
 from scrapefleet.common.store.statuses import HostState
+from scrapefleet.producer.assignment_report import AssignmentTally
 from scrapefleet.producer.host_health import record_fleet_health
 from scrapefleet.producer.leader import LeaderSession
 from scrapefleet.producer.operator_jobs import OperatorJobs
@@ -134,6 +135,8 @@ class Producer:
         self._paused = False  # as last read from fleet_control, to log changes once
         self.operator_jobs = OperatorJobs(engine, settings, lambda: self.is_leader)
         self._rates = RateControl(settings)
+        self._assignments = AssignmentTally()  # said once a minute, not once a cycle
+        self._monotonic = time.monotonic
         self._systemd = Notifier()  # READY, WATCHDOG per full cycle, STOPPING: when systemd asks
         # Figures for tests, benchmarks and the debug log.
         self.last_cycle_duration_s = 0.0
@@ -234,7 +237,10 @@ class Producer:
             transitions = self._record_health(hosts, results)
             rescued, requeued = self._rescue()
             report = replace(report, transitions=transitions, rescued=rescued, requeued=requeued)
-        return replace(report, assigned=self._assign(record_cycle=full))
+        assigned = self._assign(record_cycle=full)
+        if summary := self._assignments.add(assigned, self._monotonic()):
+            log.info("%s", summary)
+        return replace(report, assigned=len(assigned))
 
     @contextlib.contextmanager
     def _cycle_lock_released(self) -> Iterator[None]:
@@ -307,14 +313,15 @@ class Producer:
 
     # -- assignment (every cycle) -------------------------------------------------------------
 
-    def _assign(self, *, record_cycle: bool = False) -> int:
+    def _assign(self, *, record_cycle: bool = False) -> list[str]:
+        """Assign what fits; the host of each job assigned."""
         with self._leader.transaction() as conn:
             if record_cycle:  # a full cycle: one upsert of this producer's row, never per wake
                 store.record_leader_cycle(conn, self.identity, self.last_full_cycle_duration_s)
             # An operator's fleet-wide pause (dashboard), read every cycle with the hosts.
             snapshot = queries.fleet_snapshot(conn)
             if self._note_pause(snapshot.paused):
-                return 0
+                return []
             now = datetime.now(UTC)
             # A site's push-back slows its key from this very cycle: the attempt that got it
             # woke us. One read of the audit rows since the last cycle's.
@@ -329,13 +336,13 @@ class Producer:
             )
             free = sum(s.free for s in slots)
             if free == 0:
-                return 0
+                return []
             browser_ok = any(s.free and s.takes_browser and s.browser_free != 0 for s in slots)
             pending, admission = self._rates.lock_pending(
                 conn, free, browser_ok=browser_ok, now=now
             )
             if not pending:
-                return 0
+                return []
             # The pending query already leaves out busy keys; this read is the planner's
             # second guard and is skipped when no candidate has a key at all.
             busy = queries.busy_lock_keys(conn) if any(p.lock_key for p in pending) else set()
@@ -344,17 +351,10 @@ class Producer:
             assigned = store.assign_jobs(conn, plan)
             if placement is not None:
                 bind_assigned_profiles(conn, placement, assigned)
-        if assigned:
-            per_host: dict[str, int] = {}
-            for _, host in assigned:
-                per_host[host] = per_host.get(host, 0) + 1
-            log.info(
-                "assigned jobs=%d free_slots=%d hosts=%s",
-                len(assigned),
-                free,
-                ",".join(f"{h}:{n}" for h, n in sorted(per_host.items())),
-            )
-        return len(assigned)
+        hosts = [host for _, host in assigned]
+        if hosts:
+            log.debug("assigned jobs=%d free_slots=%d hosts=%s", len(hosts), free, hosts)
+        return hosts
 
     def _note_pause(self, paused: bool) -> bool:
         if paused != self._paused:

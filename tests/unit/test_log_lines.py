@@ -48,7 +48,8 @@ def test_the_scheduler_librarys_per_run_lines_are_off(output: io.StringIO) -> No
         ("completed", False, "completed", "INFO"),
         ("failed", True, "retry", "INFO"),
         ("failed", False, "failed", "WARNING"),
-        ("released", False, "released", "WARNING"),
+        ("released", False, "released", "INFO"),
+        ("blocked", False, "blocked", "WARNING"),
     ],
 )
 def test_one_json_line_per_attempt_with_every_field(
@@ -77,3 +78,22 @@ def test_text_lines_carry_the_same_fields(output: io.StringIO) -> None:
     assert line.endswith(
         "job=42 kind=fetch_page host=h1 attempt=2 outcome=completed duration_s=0.5"
     ), line
+
+
+def test_a_failed_attempt_is_one_line_with_its_fields_and_its_reason(
+    output: io.StringIO,
+) -> None:
+    configure_logging("INFO", "json", stream=output)
+    error = "Traceback (most recent call last):\n  ...\nTimeoutError: " + "x" * 1000 + "\n"
+    log_attempt(JOB, "h1", "failed", True, 2.0, error)
+    (line,) = output.getvalue().splitlines()
+    document = json.loads(line)
+    assert (document["level"], document["outcome"], document["job"]) == ("INFO", "retry", 42)
+    assert document["reason"].startswith("TimeoutError: xxx") and document["reason"].endswith("...")
+    assert len(document["reason"]) == 300
+
+
+def test_httpx_request_lines_are_off_at_info(output: io.StringIO) -> None:
+    configure_logging("INFO", stream=output)
+    logging.getLogger("httpx").info('HTTP Request: GET http://127.0.0.1/ "HTTP/1.1 200 OK"')
+    assert output.getvalue() == ""
