@@ -554,7 +554,9 @@ def hosts_drain(ctx: _Context, name: str) -> None:
 def hosts_enable(ctx: _Context, name: str) -> None:
     """Let NAME take work again."""
     with _one_line_errors(), database.transaction(ctx.client.engine) as conn:
-        store.enable_host(conn, name)
+        changed = store.enable_host(conn, name)
+    if not changed:
+        _fail(f"host {name} is already active: nothing changed", 1)
     click.echo(f"host {name} active")
 
 
@@ -627,7 +629,12 @@ def fleet() -> None:
 def fleet_pause(ctx: _Context, reason: str | None) -> None:
     """Stop assigning new jobs anywhere (running ones finish); the producer sees it next cycle."""
     with _one_line_errors(), database.transaction(ctx.client.engine) as conn:
-        store.set_assignment_paused(conn, True, "cli", reason)
+        changed = store.set_assignment_paused(conn, True, "cli", reason)
+    if not changed:
+        _fail(
+            "assignment is already paused: nothing changed (`scrapefleet status` says since when)",
+            1,
+        )
     click.echo("assignment paused")
 
 
@@ -636,7 +643,9 @@ def fleet_pause(ctx: _Context, reason: str | None) -> None:
 def fleet_resume(ctx: _Context) -> None:
     """Assign jobs again."""
     with _one_line_errors(), database.transaction(ctx.client.engine) as conn:
-        store.set_assignment_paused(conn, False, "cli", None)
+        changed = store.set_assignment_paused(conn, False, "cli", None)
+    if not changed:
+        _fail("assignment is not paused: nothing to resume", 1)
     click.echo("assignment resumed")
 
 

@@ -74,12 +74,18 @@ def _retry_sql(statuses: tuple[JobStatus, ...]) -> sa.TextClause:
 RETRY_SQL = _retry_sql(retry_sources(include_cancelled=False))
 RETRY_INCLUDING_CANCELLED_SQL = _retry_sql(retry_sources(include_cancelled=True))
 # The single row is created if a fresh (or truncated) database has none.
+# Only a change is written (and stamped with who and why): pausing a paused fleet or resuming
+# one that is not paused leaves the row, and its history, as it was. With no row yet the fleet
+# has never been paused, so a resume inserts nothing.
 SET_ASSIGNMENT_PAUSED_SQL = sa.text(
     "INSERT INTO fleet_control (id, assignment_paused, changed_by, changed_at, reason)"
-    " VALUES (true, :paused, :who, now(), :reason)"
+    " SELECT true, :paused, :who, now(), :reason WHERE :paused"
+    "   OR EXISTS (SELECT 1 FROM fleet_control WHERE assignment_paused)"
     " ON CONFLICT (id) DO UPDATE SET assignment_paused = EXCLUDED.assignment_paused,"
     " changed_by = EXCLUDED.changed_by, changed_at = EXCLUDED.changed_at,"
     " reason = EXCLUDED.reason"
+    " WHERE fleet_control.assignment_paused <> EXCLUDED.assignment_paused"
+    " RETURNING id"
 )
 
 
@@ -105,6 +111,8 @@ def retry_jobs(conn: Connection, which: JobFilter, *, include_cancelled: bool = 
     return sorted(conn.execute(statement, params).scalars())
 
 
-def set_assignment_paused(conn: Connection, paused: bool, who: str, reason: str | None) -> None:
-    """Pause or resume assignment for the whole fleet; the producer reads it every cycle."""
-    conn.execute(SET_ASSIGNMENT_PAUSED_SQL, {"paused": paused, "who": who, "reason": reason})
+def set_assignment_paused(conn: Connection, paused: bool, who: str, reason: str | None) -> bool:
+    """Pause or resume assignment for the whole fleet; the producer reads it every cycle.
+    False when it already was so (nothing written)."""
+    params = {"paused": paused, "who": who, "reason": reason}
+    return conn.execute(SET_ASSIGNMENT_PAUSED_SQL, params).first() is not None

@@ -115,9 +115,27 @@ def test_hosts_and_jobs_commands(engine: Engine, database_url: str) -> None:
     listing = run_cli(["hosts", "list"], database_url)
     assert "h1" in listing.stdout and "draining" in listing.stdout
     assert run_cli(["hosts", "enable", "h1"], database_url).returncode == 0
+    again = run_cli(["hosts", "enable", "h1"], database_url)
+    assert again.returncode == 1 and "host h1 is already active: nothing changed" in again.stderr
     assert run_cli(["hosts", "remove", "h1"], database_url).returncode == 0
     gone = run_cli(["hosts", "drain", "h1"], database_url)
     assert gone.returncode == 1 and "no host named 'h1'" in gone.stderr
+
+
+def test_fleet_pause_and_resume_say_when_they_change_nothing(
+    engine: Engine, database_url: str
+) -> None:
+    nothing = run_cli(["fleet", "resume"], database_url)
+    assert nothing.returncode == 1
+    assert "assignment is not paused: nothing to resume" in nothing.stderr
+    assert run_cli(["fleet", "pause", "--reason", "db upgrade"], database_url).returncode == 0
+    twice = run_cli(["fleet", "pause", "--reason", "other"], database_url)
+    assert twice.returncode == 1 and "already paused" in twice.stderr
+    with engine.connect() as conn:
+        reason = conn.execute(sa.text("SELECT reason FROM fleet_control")).scalar_one()
+    assert reason == "db upgrade"  # the first pause's record stands
+    assert run_cli(["fleet", "resume"], database_url).returncode == 0
+    assert run_cli(["fleet", "resume"], database_url).returncode == 1
 
 
 def test_submit_50000_lines(engine: Engine, database_url: str, tmp_path: Path) -> None:

@@ -164,7 +164,12 @@ def assignment() -> Response:
         raise BadInput("action must be pause or resume")
     reason = (request.form.get("reason") or "").strip()[:MAX_REASON] or None
     with transaction(current_app.config["SCRAPEFLEET_ENGINE"]) as conn:
-        store.set_assignment_paused(conn, action == "pause", _who(), reason)
+        changed = store.set_assignment_paused(conn, action == "pause", _who(), reason)
+    if not changed:
+        flash(
+            f"assignment was already {'paused' if action == 'pause' else 'going'}: nothing changed"
+        )
+        return _back(url_for("overview"))
     log.warning("assignment %s from the dashboard", f"{action}d", extra=fields(action=action))
     flash(f"assignment {action}d for the whole fleet")
     return _back(url_for("overview"))
