@@ -47,6 +47,10 @@ _WHERE = (
     " AND (CAST(:profile AS text) IS NULL OR profile = :profile)"
     " AND (CAST(:crawl AS bigint) IS NULL OR crawl_id = :crawl)"
     " AND (CAST(:error_class AS text) IS NULL OR error_class = :error_class)"
+    # Ran there, or was rescued or released from there, at any attempt: job_events keeps the
+    # host of every move, where jobs.host is only the last one.
+    " AND (CAST(:was_on AS text) IS NULL OR host = :was_on"
+    "      OR id IN (SELECT job_id FROM job_events WHERE host = :was_on))"
 )
 
 
@@ -60,6 +64,7 @@ class ResultFilter:
     profile: str | None = None  # jobs that ran (or will run) in this profile
     crawl: int | None = None  # the pages of this crawl (its root job's id)
     error_class: str | None = None  # jobs whose last failed attempt had this class
+    was_on: str | None = None  # jobs that ran on this host at any attempt (rescued ones too)
 
     def __post_init__(self) -> None:
         unknown = [s for s in self.statuses if s not in JOB_STATUSES]
@@ -83,6 +88,7 @@ class ResultFilter:
             "profile": self.profile,
             "crawl": self.crawl,
             "error_class": self.error_class,
+            "was_on": self.was_on,
         }
 
     def describe(self) -> str:
@@ -94,6 +100,7 @@ class ResultFilter:
             f"profile {self.profile!r}" if self.profile else "",
             f"crawl {self.crawl}" if self.crawl is not None else "",
             f"error class {self.error_class}" if self.error_class else "",
+            f"was on host {self.was_on!r}" if self.was_on else "",
         ]
         return ", ".join(p for p in parts if p) or "every job"
 

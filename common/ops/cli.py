@@ -401,6 +401,10 @@ def _result_filter_options(func: F) -> F:
     )(func)
     func = click.option("--kind", help="jobs of this kind")(func)
     func = click.option("--host", help="jobs last run on this host")(func)
+    func = click.option(
+        "--was-on",
+        help="jobs that ran on this host at any attempt, rescued or released ones too",
+    )(func)
     func = click.option("--profile", help="jobs of this browser profile")(func)
     func = click.option("--crawl", type=int, help="the pages of this crawl (its id)")(func)
     func = click.option(

@@ -10,6 +10,10 @@
   so a gap reads as a gap and not as a missing row.
 - ``failure_groups`` masks numbers except a status code after "HTTP " or "status ", so 404s
   and 500s are two groups; ``first_at`` (appended) says when the group's first failure was.
+- ``sick_hosts`` (new) answers "which host is sick?": every host, the sickest first, with one
+  line saying why. A host that is offline (or whose probes fail) comes first, then one whose
+  jobs were rescued (its consumer went silent while running them), then by failure rate. A dead
+  host has no recent outcomes at all, so sorting ``host_outcomes`` by failure rate put it last.
 
 Revision ID: 0022
 Revises: 0015
@@ -101,14 +105,52 @@ GROUP BY j.kind, j.error_class, {MASKED}
 ORDER BY count(*) DESC
 """
 
+SICK_HOSTS = """
+CREATE VIEW sick_hosts AS
+WITH h AS (
+    SELECT h.name AS host, h.state, h.state_reason, h.state_changed_at, h.probe_failures,
+           h.last_probe_error, h.last_seen_at,
+           coalesce(o.rescued_1d, 0) AS rescued_1d, coalesce(o.released_1d, 0) AS released_1d,
+           coalesce(o.failed_1d, 0) AS failed_1d, coalesce(o.completed_1d, 0) AS completed_1d,
+           o.failure_rate_1d
+    FROM hosts h LEFT JOIN host_outcomes o ON o.host = h.name
+)
+SELECT host, state,
+       CASE
+           WHEN state = 'offline' THEN
+               'offline since ' || to_char(state_changed_at, 'YYYY-MM-DD HH24:MI:SS TZ')
+               || coalesce(': ' || state_reason, '')
+           WHEN probe_failures > 0 THEN
+               probe_failures || ' probe(s) failed: ' || coalesce(last_probe_error, '?')
+           WHEN rescued_1d > 0 THEN
+               rescued_1d || ' job(s) rescued in a day (its consumer went silent running them)'
+           WHEN failure_rate_1d >= 0.5 THEN
+               round(failure_rate_1d * 100) || '% of its attempts failed in a day'
+       END AS why,
+       rescued_1d, released_1d, failed_1d, completed_1d, failure_rate_1d,
+       probe_failures, last_seen_at
+FROM h
+ORDER BY CASE
+             WHEN state = 'offline' THEN 0
+             WHEN probe_failures > 0 THEN 1
+             WHEN rescued_1d > 0 THEN 2
+             ELSE 3
+         END,
+         rescued_1d DESC, failure_rate_1d DESC NULLS LAST, host
+"""
+SICK_HOSTS_COMMENT = "Every host, the sickest first (offline, probes failing, rescues, failures)"
+
 
 def upgrade() -> None:
     op.execute(PROGRESS)
     op.execute(THROUGHPUT_PER_HOUR)
     op.execute(FAILURE_GROUPS)
+    op.execute(SICK_HOSTS)
+    op.execute(f"COMMENT ON VIEW sick_hosts IS '{SICK_HOSTS_COMMENT}'")
 
 
 def downgrade() -> None:
+    op.execute("DROP VIEW sick_hosts")
     # Appended columns cannot be dropped by REPLACE: drop and create the earlier views.
     op.execute("DROP VIEW progress")
     op.execute(_PROGRESS_VIEWS.PROGRESS)

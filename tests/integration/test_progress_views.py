@@ -245,3 +245,51 @@ def test_recent_failures_links_the_network_log(engine: Engine, fleet: dict[str, 
             {"id": job_id},
         ).one()
     assert (row.network_log, row.screenshot) == (network, "s.png")
+
+
+def test_sick_hosts_puts_the_dead_and_the_rescued_first(
+    engine: Engine, fleet: dict[str, Any]
+) -> None:
+    """A dead host has no recent outcomes, so a failure-rate order put it last; h2 fails every
+    job it runs (rate 1.0) and still comes after the offline host and the one with rescues."""
+    with engine.begin() as conn:
+        for name in ("h3", "h4"):
+            store.add_host(conn, HostSpec(name=name, capacity=6))
+    [(job_id, _)] = _run_on(engine, "h4", "prices", 1)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE jobs SET heartbeat_at = now() - interval '10 minutes' WHERE id = :id"),
+            {"id": job_id},
+        )
+        assert store.rescue_stale_processing(conn, 60) == [job_id]
+        store.set_host_state(conn, "h3", "offline", "probe failed: connection refused")
+        rows = conn.execute(sa.text("SELECT host, why FROM sick_hosts")).all()
+    assert [r.host for r in rows] == ["h3", "h4", "h2", "h1"]
+    assert rows[0].why.startswith("offline since ") and rows[0].why.endswith("connection refused")
+    assert rows[1].why.startswith("1 job(s) rescued in a day")
+    assert rows[2].why == "100% of its attempts failed in a day"
+    assert rows[3].why is None
+
+
+def test_jobs_rescued_from_a_host_are_found_by_it(
+    engine: Engine, database_url: str, fleet: dict[str, Any]
+) -> None:
+    [(job_id, _)] = _run_on(engine, "h2", "prices", 1)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE jobs SET heartbeat_at = now() - interval '10 minutes' WHERE id = :id"),
+            {"id": job_id},
+        )
+        assert store.rescue_stale_processing(conn, 60) == [job_id]
+        store.assign_jobs(conn, [(job_id, "h1")])  # it moves on: jobs.host is h1 now
+
+    def listed(*args: str) -> list[int]:
+        answer = run_cli(["jobs", "list", "--json", *args], database_url)
+        assert answer.returncode == 0, answer.stderr
+        return sorted(json.loads(line)["id"] for line in answer.stdout.splitlines())
+
+    was_on_h2 = listed("--was-on", "h2")
+    assert job_id in was_on_h2 and job_id not in listed("--host", "h2")
+    assert sorted(i for i, _ in fleet["bad"] + fleet["other"]) == [
+        i for i in was_on_h2 if i != job_id
+    ]
