@@ -44,7 +44,7 @@ from scrapefleet.common.ops.results_out import (
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
 
-    from scrapefleet.common import api, producer_status, queries, settings, submit_file
+    from scrapefleet.common import api, producer_status, progress, queries, settings, submit_file
     from scrapefleet.common import db as database
     from scrapefleet.common import results as job_results
     from scrapefleet.common.api import Client
@@ -57,6 +57,7 @@ else:
     api = lazy_module("scrapefleet.common.api")
     database = lazy_module("scrapefleet.common.db")
     producer_status = lazy_module("scrapefleet.common.producer_status")
+    progress = lazy_module("scrapefleet.common.progress")
     queries = lazy_module("scrapefleet.common.queries")
     job_results = lazy_module("scrapefleet.common.results")
     settings = lazy_module("scrapefleet.common.settings")
@@ -207,6 +208,21 @@ def status(ctx: _Context, as_json: bool) -> None:
     # Exit codes (status_report.StatusVerdict): 0 healthy, 3 producer down, 4 work pending and
     # no host active. The output is complete either way.
     sys.exit(int(fleet_status.verdict))
+
+
+@cli.command()
+@click.option("--limit", type=click.IntRange(1), default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="JSON lines (every column) instead")
+@pass_ctx
+def failures(ctx: _Context, limit: int, as_json: bool) -> None:
+    """Failed jobs of 7 days grouped by cause (kind, error class, error with URLs and numbers
+    masked, status codes kept), largest first, each with an example job. None is exit 1."""
+    with _one_line_errors(), database.wrapped_errors(), ctx.read_engine().connect() as conn:
+        groups = progress.read_rows(conn, "failure_groups", limit)
+    if not groups:
+        _fail("no job failed in the last 7 days", 1)
+    for line in jsonl_lines(groups) if as_json else render.failure_group_lines(groups):
+        click.echo(line.rstrip("\n"))
 
 
 # ---------------------------------------------------------------- jobs

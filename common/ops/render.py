@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from scrapefleet.common.host_status import takes_browser_jobs
@@ -66,3 +67,17 @@ def render_delivery(delivery: dict[str, Any], webhook_secret_set: bool | None) -
     at = delivery.get("next_attempt_at")
     when = f", next attempt {at:%Y-%m-%d %H:%M:%S}" if at else ""
     return f"attempts {delivery['attempts']}{when}{code}{error}"
+
+
+def failure_group_lines(groups: list[dict[str, Any]]) -> Iterator[str]:
+    """`scrapefleet failures`: one group a line, largest first, with an example to open."""
+    yield (
+        f"{'jobs':>6}  {'kind':<16} {'class':<12} {'first seen':<16} {'last seen':<16}"
+        " example  error"
+    )
+    for g in groups:
+        yield (
+            f"{g['jobs']:>6}  {g['kind'][:16]:<16} {(g['error_class'] or '-'):<12}"
+            f" {g['first_at']:%Y-%m-%d %H:%M} {g['last_at']:%Y-%m-%d %H:%M}"
+            f" {g['example_job']:>7}  {g['error'][:120]}"
+        )

@@ -293,3 +293,23 @@ def test_jobs_rescued_from_a_host_are_found_by_it(
     assert sorted(i for i, _ in fleet["bad"] + fleet["other"]) == [
         i for i in was_on_h2 if i != job_id
     ]
+
+
+def test_failures_command_lists_the_groups_with_an_example(
+    engine: Engine, database_url: str, fleet: dict[str, Any]
+) -> None:
+    listed = run_cli(["failures"], database_url)
+    assert listed.returncode == 0, listed.stderr
+    header, first, second = listed.stdout.splitlines()
+    assert header.split()[:3] == ["jobs", "kind", "class"]
+    assert first.split()[:3] == ["2", "prices", "transient"]
+    assert first.endswith("TimeoutError: <url> <n> s") and "ValueError" in second
+    as_json = [
+        json.loads(x) for x in run_cli(["failures", "--json"], database_url).stdout.split("\n") if x
+    ]
+    assert [g["jobs"] for g in as_json] == [2, 1]
+
+
+def test_failures_command_says_when_there_are_none(engine: Engine, database_url: str) -> None:
+    done = run_cli(["failures"], database_url)
+    assert done.returncode == 1 and "no job failed in the last 7 days" in done.stderr
