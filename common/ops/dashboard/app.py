@@ -44,7 +44,13 @@ from scrapefleet.common.ops.dashboard.controls import (
     explicit_token,
     token_matches,
 )
-from scrapefleet.common.ops.dashboard.inputs import BadInput, parse_job_id, parse_search
+from scrapefleet.common.ops.dashboard.inputs import (
+    BadInput,
+    parse_after_id,
+    parse_after_name,
+    parse_job_id,
+    parse_search,
+)
 from scrapefleet.common.ops.dashboard.job_sorts import SORTS, cursor_of
 from scrapefleet.common.ops.dashboard.security import host_allowed, local_next
 from scrapefleet.common.ops.dashboard.sessions import MemorySessionInterface, SessionStore
@@ -55,6 +61,9 @@ from scrapefleet.common.settings import Settings
 from scrapefleet.common.tables import JOB_STATUSES
 
 log = logging.getLogger(__name__)
+
+# Failure groups are few by nature (7 days, grouped by cause); more than this is one page too.
+FAILURE_GROUPS_SHOWN = 200
 
 # Inline <style> only; no script at all, so script-src is 'none'.
 CONTENT_SECURITY_POLICY = (
@@ -249,6 +258,52 @@ def create_app(settings: Settings, engine: Engine, clock: Callable[[], datetime]
             events=page["events"],
             failures=page["failures"],
         ), 200
+
+    # -- a page for every kind of object, linked from the header --------------------------------
+
+    def object_list(
+        title: str, rows: list[dict[str, Any]], key: str, columns: list[str], link: str | None
+    ) -> tuple[str, int]:
+        """One object list: ``columns`` of ``rows``; the next page starts after the last
+        row's ``key`` when this page is full; ``link``: the job search field a row's key
+        fills, to list its jobs (None: no link)."""
+        more = rows[-1][key] if len(rows) == DASHBOARD_PAGE_ROWS else None
+        return render_template(
+            "objects.html", title=title, rows=rows, key=key, columns=columns, link=link, more=more
+        ), 200
+
+    @app.get("/crawls")
+    def crawls() -> tuple[str, int]:
+        rows = read(
+            reads.crawl_list, parse_after_id(request.args.get("after")), DASHBOARD_PAGE_ROWS
+        )
+        columns = ["crawl_id", "seed", "jobs", "done", "pending", "failed", "cancelled",
+                   "depth_reached", "max_depth", "max_jobs", "created_at",
+                   "last_finished_at"]  # fmt: skip
+        return object_list("Crawls", rows, "crawl_id", columns, "crawl")
+
+    @app.get("/rate-limits")
+    def rate_limits() -> tuple[str, int]:
+        rows = read(
+            reads.rate_key_list, parse_after_name(request.args.get("after")), DASHBOARD_PAGE_ROWS
+        )
+        columns = ["key", "in_flight", "started_last_minute", "pending", "concurrency_limit",
+                   "per_minute_limit", "factor", "paused_until"]  # fmt: skip
+        return object_list("Rate keys", rows, "key", columns, None)
+
+    @app.get("/profiles")
+    def profiles() -> tuple[str, int]:
+        rows = read(
+            reads.profile_list, parse_after_name(request.args.get("after")), DASHBOARD_PAGE_ROWS
+        )
+        columns = ["name", "host", "state", "cooldown_until", "last_used_at", "jobs", "blocks",
+                   "created_at"]  # fmt: skip
+        return object_list("Browser profiles", rows, "name", columns, None)
+
+    @app.get("/failures")
+    def failures() -> tuple[str, int]:
+        rows = read(reads.failure_group_list, FAILURE_GROUPS_SHOWN)
+        return render_template("failures.html", groups=rows), 200
 
     @app.get("/artifacts/<path:relative>")
     def artifact(relative: str) -> Response:

@@ -41,10 +41,11 @@ def _text_field(name: str, value: str | None) -> str | None:
 
 
 def parse_search(args: Mapping[str, str]) -> JobSearch:
-    """The search form's fields: id, kind, status, host, error_class, since (2h, 7d or a
+    """The search form's fields: id, kind, status, host, error_class, crawl, since (2h, 7d or a
     time), the order (``sort``, a name in job_sorts.SORTS) and the page (``after``: the cursor
     of the last row of the page before); all optional."""
     raw_id = (args.get("id") or "").strip()
+    raw_crawl = (args.get("crawl") or "").strip()
     status = _text_field("status", args.get("status"))
     if status is not None and status not in JOB_STATUSES:
         raise BadInput(f"status must be one of {', '.join(JOB_STATUSES)}, not {status!r}")
@@ -71,6 +72,7 @@ def parse_search(args: Mapping[str, str]) -> JobSearch:
         status=status,
         host=_text_field("host", args.get("host")),
         error_class=error_class,
+        crawl=parse_job_id(raw_crawl) if raw_crawl else None,
         since=since,
         sort=sort_name,
         after=after,
@@ -82,3 +84,13 @@ def parse_job_ids(values: list[str]) -> list[int]:
     if not values:
         raise BadInput("no jobs selected")
     return [parse_job_id(v) for v in values]
+
+
+def parse_after_id(text: str | None) -> int | None:
+    """An id-keyed list's page (``after``: the last id of the page before); None: the first."""
+    return None if not (text or "").strip() else parse_job_id(text)
+
+
+def parse_after_name(text: str | None) -> str | None:
+    """A name-keyed list's page (``after``: the last name of the page before)."""
+    return _text_field("after", text)

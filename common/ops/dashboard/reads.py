@@ -21,6 +21,7 @@ class JobSearch:
     status: str | None = None
     host: str | None = None
     error_class: str | None = None  # of the job's last failed attempt
+    crawl: int | None = None  # the pages of this crawl (its root job's id)
     since: datetime | None = None  # finished (or, unfinished, created) at or after
     sort: str = DEFAULT_SORT  # a name in job_sorts.SORTS
     # The page: the rows after this cursor in the sort's order (job_sorts.parse_cursor's
@@ -78,6 +79,7 @@ def _search_filter(search: JobSearch) -> tuple[list[str], dict[str, Any]]:
         ("status", search.status),
         ("host", search.host),
         ("error_class", search.error_class),
+        ("crawl_id", search.crawl),
     ):
         if value is not None:
             where.append(f"{column} = :{column}")
@@ -175,3 +177,49 @@ def host_page(conn: Connection, name: str, events: int) -> dict[str, Any] | None
         "events": [dict(r._mapping) for r in history],
         "failures": [dict(r._mapping) for r in failures],
     }
+
+
+# -- the object pages: one list per kind of object, keyset-paged by its own key -------------
+#
+# Each read returns at most ``limit`` rows after ``after`` (the last key of the previous page;
+# None: the first page), in a fixed order of a unique key, so a page never repeats or skips a
+# row when others are added meanwhile.
+
+_CRAWLS_SQL = sa.text(
+    "SELECT * FROM crawls WHERE CAST(:after AS bigint) IS NULL OR crawl_id < :after"
+    " ORDER BY crawl_id DESC LIMIT :limit"
+)
+_RATE_KEYS_SQL = sa.text(
+    "SELECT * FROM rate_limits WHERE CAST(:after AS text) IS NULL OR key > :after"
+    " ORDER BY key LIMIT :limit"
+)
+_PROFILES_SQL = sa.text(
+    "SELECT name, host, state, cooldown_until, last_used_at, jobs, blocks, created_at"
+    " FROM profiles WHERE CAST(:after AS text) IS NULL OR name > :after"
+    " ORDER BY name LIMIT :limit"
+)
+# Groups are aggregates over 7 days, few by nature: the largest first, cut at the limit.
+_FAILURE_GROUPS_SQL = sa.text("SELECT * FROM failure_groups LIMIT :limit")
+
+
+def crawl_list(conn: Connection, after: int | None, limit: int) -> list[dict[str, Any]]:
+    """Crawls, newest first."""
+    rows = conn.execute(_CRAWLS_SQL, {"after": after, "limit": limit})
+    return [dict(r._mapping) for r in rows]
+
+
+def rate_key_list(conn: Connection, after: str | None, limit: int) -> list[dict[str, Any]]:
+    """Rate keys with work or limits (the rate_limits view), by key."""
+    rows = conn.execute(_RATE_KEYS_SQL, {"after": after, "limit": limit})
+    return [dict(r._mapping) for r in rows]
+
+
+def profile_list(conn: Connection, after: str | None, limit: int) -> list[dict[str, Any]]:
+    """Browser profiles, by name."""
+    rows = conn.execute(_PROFILES_SQL, {"after": after, "limit": limit})
+    return [dict(r._mapping) for r in rows]
+
+
+def failure_group_list(conn: Connection, limit: int) -> list[dict[str, Any]]:
+    rows = conn.execute(_FAILURE_GROUPS_SQL, {"limit": limit})
+    return [dict(r._mapping) for r in rows]
