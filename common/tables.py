@@ -422,3 +422,52 @@ rate_keys = sa.Table(
     sa.CheckConstraint("concurrency > 0 AND per_minute > 0", name="rate_keys_limits_positive"),
     comment="Rate keys the producer slows down or has limits for (the row * : the default)",
 )
+
+# ---------------------------------------------------------------- migration 0023: live controls
+
+# One row per rate key, kind or crawl an operator paused or limited live (common.store.controls);
+# the producer reads it every cycle. A row that neither pauses nor limits is deleted.
+live_controls = sa.Table(
+    "live_controls",
+    metadata,
+    sa.Column("scope", sa.Text, primary_key=True),
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("paused", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("concurrency", sa.Integer),
+    sa.Column("per_minute", sa.Integer),
+    sa.Column("changed_by", sa.Text, nullable=False),
+    sa.Column("changed_at", TS, nullable=False, server_default=sa.text("now()")),
+    sa.Column("reason", sa.Text),
+    sa.CheckConstraint("scope IN ('rate_key', 'kind', 'crawl')", name="live_controls_scope_valid"),
+    sa.CheckConstraint("length(name) BETWEEN 1 AND 200", name="live_controls_name_length"),
+    sa.CheckConstraint("concurrency > 0 AND per_minute > 0", name="live_controls_limits_positive"),
+    sa.CheckConstraint(
+        "scope <> 'crawl' OR (concurrency IS NULL AND per_minute IS NULL)",
+        name="live_controls_crawls_pause_only",
+    ),
+    sa.CheckConstraint(
+        "paused OR concurrency IS NOT NULL OR per_minute IS NOT NULL",
+        name="live_controls_something",
+    ),
+    comment="Rate keys, kinds and crawls an operator paused or limited live (the producer reads"
+    " it every cycle)",
+)
+
+# Every live control change, append-only.
+control_changes = sa.Table(
+    "control_changes",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    sa.Column("at", TS, nullable=False, server_default=sa.text("now()")),
+    sa.Column("changed_by", sa.Text, nullable=False),
+    sa.Column("scope", sa.Text, nullable=False),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("change", sa.Text, nullable=False),
+    sa.Column("before", JSONB),
+    sa.Column("after", JSONB),
+    sa.Column("reason", sa.Text),
+    sa.CheckConstraint(
+        "change IN ('pause', 'resume', 'limit', 'unlimit')", name="control_changes_change_valid"
+    ),
+    comment="Every live control change: who, when, what, before and after, why",
+)

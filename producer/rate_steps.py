@@ -4,7 +4,9 @@
   on (slowed) or served (recovering), and save that and the configured limits to
   ``rate_keys`` (what the rate_limits view shows), written only when it changed;
 - read the pending jobs within the budget and hand the planner its admission; without any
-  limit or paused key, the plain pending read and no count at all.
+  limit or paused key, the plain pending read and no count at all;
+- an operator's live controls (common.store.controls), read every cycle: a paused key, kind
+  or crawl is left out of the pending reads, a live limit replaces the configured one.
 
 Both run in the cycle's transaction, every cycle: a push-back wakes the producer (the attempt
 ended) and slows its key in that very cycle. The back-off lives in memory between cycles and
@@ -16,14 +18,22 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from dataclasses import replace
 from datetime import datetime
 
 from sqlalchemy.engine import Connection
 
 from scrapefleet.common import store
 from scrapefleet.common.constants import PENDING_SCAN_FACTOR, RATE_WINDOW_REFRESH_S
-from scrapefleet.common.rate_limits import NO_SLOWDOWN, RateCount, Slowdown, next_slowdown
+from scrapefleet.common.rate_limits import (
+    NO_SLOWDOWN,
+    RateCount,
+    RateLimit,
+    Slowdown,
+    next_slowdown,
+)
 from scrapefleet.common.settings import Settings
+from scrapefleet.common.store.controls import LiveControl, LiveControls, Scope
 from scrapefleet.common.store.records import PendingJob
 from scrapefleet.producer.planner import Admission
 from scrapefleet.producer.rate_budget import RateBudget, RateRules
@@ -31,9 +41,28 @@ from scrapefleet.producer.rate_budget import RateBudget, RateRules
 log = logging.getLogger(__name__)
 
 
+def with_live_limits(configured: RateRules, live: LiveControls) -> RateRules:
+    """The settings file's rules with an operator's live limits over them: a key's or kind's
+    live limit replaces its configured one (pure)."""
+    keys = live.limits(Scope.RATE_KEY)
+    kinds = live.limits(Scope.KIND)
+    if not keys and not kinds:
+        return configured
+    return replace(
+        configured,
+        keys={**configured.keys, **{k: _limit(c) for k, c in keys.items()}},
+        kinds={**configured.kinds, **{k: _limit(c) for k, c in kinds.items()}},
+    )
+
+
+def _limit(control: LiveControl) -> RateLimit:
+    return RateLimit(concurrency=control.concurrency, per_minute=control.per_minute)
+
+
 class RateControl:
     def __init__(self, settings: Settings) -> None:
-        self.rules = RateRules.from_settings(settings)
+        self.configured = RateRules.from_settings(settings)  # the settings file's: the default
+        self.rules = self.configured  # with an operator's live limits over it, this cycle
         self.slowdowns: dict[str, Slowdown] = {}
         self._after_event: int | None = None  # the last audit row looked at
         self._saved: dict[str, Slowdown] | None = None  # as last written (None: never)
@@ -47,13 +76,18 @@ class RateControl:
         """The pending jobs to plan (PENDING_SCAN_FACTOR per free slot, and each tight key's
         budget), and the budget the planner must keep (None: no limit applies now)."""
         limit = free_slots * PENDING_SCAN_FACTOR
+        # An operator's live pauses and limits: a handful of rows, read every cycle, so a
+        # change applies from the next cycle without a restart.
+        live = store.live_controls(conn)
+        self.rules = with_live_limits(self.configured, live)
+        holds = live.holds()
         if not self.rules.any and not any(s.paused(now) for s in self.slowdowns.values()):
-            return store.lock_pending_jobs(conn, limit, browser_ok=browser_ok), None
+            return store.lock_pending_jobs(conn, limit, browser_ok=browser_ok, holds=holds), None
         counts = self._counts(conn, now) if self.rules.any else []
         budget = RateBudget(self.rules, counts, self.slowdowns, now)
         self._last_budget = budget
         pending = store.lock_pending_within_limits(
-            conn, limit, budget.skips(free_slots), browser_ok=browser_ok
+            conn, limit, budget.skips(free_slots), browser_ok=browser_ok, holds=holds
         )
         return pending, budget.admission(pending)
 

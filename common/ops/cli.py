@@ -26,6 +26,7 @@ from scrapefleet.common.errors import (
 )
 from scrapefleet.common.lazy_import import lazy_module
 from scrapefleet.common.logging_setup import configure_logging
+from scrapefleet.common.ops.controls_command import controls
 from scrapefleet.common.ops.crawl_command import crawl, crawls
 from scrapefleet.common.ops.db_grant_command import db_grant
 from scrapefleet.common.ops.one_line_errors import one_line_errors
@@ -594,6 +595,7 @@ def hosts_remove(ctx: _Context, name: str) -> None:
 
 cli.add_command(profiles)
 cli.add_command(rate_limits)
+cli.add_command(controls)
 
 
 # ---------------------------------------------------------------- dashboard

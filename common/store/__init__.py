@@ -15,6 +15,7 @@ One module per table or actor, each with its named statements at the top:
     releases       attempts and queued jobs handed back: release, recover, rescue, requeue
     blocks         a blocked attempt handed back (bounded), its host remembered
     operator       cancel, retry, pause assignment
+    controls       live controls: one rate key, kind or crawl paused or limited, audited
     hosts          registration, host states, an operator's host commands
     probes         what the producer's probes learn
     browser_stack  a consumer's stack starts, restarts, reboots, faults
@@ -49,6 +50,7 @@ MODULES = (
     "attempts",
     "releases",
     "operator",
+    "controls",
     "hosts",
     "probes",
     "browser_stack",
@@ -92,6 +94,16 @@ if TYPE_CHECKING:
         record_reboot_request,
         record_stack_failure,
         reset_restart_counter,
+    )
+    from scrapefleet.common.store.controls import (
+        NO_HOLDS,
+        ControlChange,
+        Holds,
+        LiveControl,
+        LiveControls,
+        Scope,
+        change_control,
+        live_controls,
     )
     from scrapefleet.common.store.crawls import (
         SPAWN_SQL,

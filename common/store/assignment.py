@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from scrapefleet.common.channels import assigned_channel
+from scrapefleet.common.store.controls import NO_HOLDS, Holds
 from scrapefleet.common.store.records import PendingJob
 from scrapefleet.common.store.statuses import IN_FLIGHT, HostState, JobStatus, sql_list
 
@@ -47,13 +48,19 @@ _PROFILE_FREE = (
 PENDING_COLUMNS = (
     "id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile, blocked_on_host"
 )
+# What an operator paused live (common.store.controls.Holds: empty arrays, nothing held).
+_NOT_HELD = (
+    " AND (rate_key IS NULL OR rate_key <> ALL(CAST(:held_keys AS text[])))"
+    " AND kind <> ALL(CAST(:held_kinds AS text[]))"
+    " AND (crawl_id IS NULL OR crawl_id <> ALL(CAST(:held_crawls AS bigint[])))"
+)
 # What makes a pending job assignable now besides its status (common.store.rate_pending's
-# reads share it).
+# reads share it, and pass a Holds' params too).
 READY_NOW = (
     " AND (not_before IS NULL OR not_before <= now())"
     "   AND (lock_key IS NULL OR NOT EXISTS ("
     "     SELECT 1 FROM jobs AS held WHERE held.lock_key = jobs.lock_key"
-    f"     AND held.status IN {sql_list(IN_FLIGHT)}))" + _PROFILE_FREE
+    f"     AND held.status IN {sql_list(IN_FLIGHT)}))" + _PROFILE_FREE + _NOT_HELD
 )
 # Rate keys and kinds at their limit are left out the same way (empty arrays: none), and so are
 # those with a little budget left: common.store.rate_pending reads exactly that many of theirs,
@@ -104,13 +111,20 @@ def lock_pending_jobs(
     browser_ok: bool = True,
     skip_keys: Sequence[str] = (),
     skip_kinds: Sequence[str] = (),
+    holds: Holds = NO_HOLDS,
 ) -> list[PendingJob]:
     """The highest-priority, oldest pending jobs that may run now (not_before passed, lock key
-    free), row-locked for this transaction; rows another transaction holds are skipped, not
-    waited for. ``browser_ok=False`` leaves browser jobs out (no host can take one now);
-    ``skip_keys`` and ``skip_kinds`` leave out those rate keys and kinds."""
+    free, not paused by an operator: ``holds``), row-locked for this transaction; rows another
+    transaction holds are skipped, not waited for. ``browser_ok=False`` leaves browser jobs out
+    (no host can take one now); ``skip_keys`` and ``skip_kinds`` leave out those rate keys and
+    kinds."""
     statement = LOCK_PENDING_SQL if browser_ok else LOCK_PENDING_NO_BROWSER_SQL
-    params = {"limit": limit, "skip_keys": list(skip_keys), "skip_kinds": list(skip_kinds)}
+    params = {
+        "limit": limit,
+        "skip_keys": list(skip_keys),
+        "skip_kinds": list(skip_kinds),
+        **holds.params(),
+    }
     return pending_jobs(conn.execute(statement, params))
 
 

@@ -28,6 +28,7 @@ from scrapefleet.common.store.assignment import (
     lock_pending_jobs,
     pending_jobs,
 )
+from scrapefleet.common.store.controls import NO_HOLDS, Holds
 from scrapefleet.common.store.records import PendingJob
 from scrapefleet.common.store.statuses import IN_FLIGHT, JobStatus, sql_list
 
@@ -142,14 +143,25 @@ def window_counts(conn: Connection) -> list[RateCount]:
 
 
 def lock_pending_within_limits(
-    conn: Connection, limit: int, skips: PendingSkips, *, browser_ok: bool = True
+    conn: Connection,
+    limit: int,
+    skips: PendingSkips,
+    *,
+    browser_ok: bool = True,
+    holds: Holds = NO_HOLDS,
 ) -> list[PendingJob]:
     """lock_pending_jobs without the keys and kinds at their limit, and with at most its budget
-    of jobs of each key or kind that has a little left; in the pending order."""
+    of jobs of each key or kind that has a little left; in the pending order. Nothing an
+    operator paused (``holds``) is read."""
     left_out_keys = [*skips.saturated_keys, *skips.tight_keys]
     left_out_kinds = [*skips.saturated_kinds, *skips.tight_kinds]
     jobs = lock_pending_jobs(
-        conn, limit, browser_ok=browser_ok, skip_keys=left_out_keys, skip_kinds=left_out_kinds
+        conn,
+        limit,
+        browser_ok=browser_ok,
+        skip_keys=left_out_keys,
+        skip_kinds=left_out_kinds,
+        holds=holds,
     )
     for column, budgets, skip in (
         ("rate_key", skips.tight_keys, list(skips.saturated_kinds)),
@@ -157,7 +169,12 @@ def lock_pending_within_limits(
     ):
         if not budgets:
             continue
-        params = {"names": list(budgets), "budgets": list(budgets.values()), "skip": skip}
+        params = {
+            "names": list(budgets),
+            "budgets": list(budgets.values()),
+            "skip": skip,
+            **holds.params(),
+        }
         jobs.extend(pending_jobs(conn.execute(_TIGHT_SQL[column, browser_ok], params)))
     jobs.sort(key=lambda j: (-j.priority, j.id))
     return jobs

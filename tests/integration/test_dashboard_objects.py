@@ -99,3 +99,29 @@ def test_failures_page_groups_causes_with_an_example(engine: Engine, database_ur
     )
     assert rows == [("2", "HTTP 404 from &lt;url&gt;"), ("1", "HTTP 500 from &lt;url&gt;")]
     assert re.search(r'href="/jobs/\d+"', page)
+
+
+def test_a_rate_key_is_paused_and_resumed_from_its_page(engine: Engine, database_url: str) -> None:
+    token = "dashboard-live-token-0123456789"
+    settings = load_settings(None, database_url=database_url, dashboard_token=token)
+    client = create_app(settings, engine).test_client()
+    with engine.begin() as conn:
+        store.insert_jobs(conn, [NewJob("noop", rate_key="shop.test")], default_max_attempts=3)
+    bearer = {"Authorization": f"Bearer {token}"}
+    form = {"scope": "rate_key", "name": "shop.test", "action": "pause", "reason": "asked"}
+    assert client.post("/control/live", data=form, headers=bearer).status_code == 303
+    page = client.get("/rate-limits").get_data(as_text=True)
+    assert '<span class="paused">paused</span>' in page and 'value="resume"' in page
+    with engine.connect() as conn:
+        held = store.live_controls(conn).holds()
+    assert held.keys == ("shop.test",)
+    resumed = client.post("/control/live", data={**form, "action": "resume"}, headers=bearer)
+    assert resumed.status_code == 303
+    refused = client.post("/control/live", data=form)  # no token: refused, nothing written
+    assert refused.status_code == 403
+    with engine.connect() as conn:
+        changes = conn.execute(
+            sa.text("SELECT change, changed_by, reason FROM control_changes ORDER BY id")
+        ).all()
+    assert [(c.change, c.reason) for c in changes] == [("pause", "asked"), ("resume", "asked")]
+    assert changes[0].changed_by.startswith("dashboard")

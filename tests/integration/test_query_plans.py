@@ -20,6 +20,7 @@ pytestmark = pytest.mark.integration
 
 
 def _plan(conn: Connection, statement: sa.TextClause, **params: object) -> str:
+    params = {**store.NO_HOLDS.params(), **params}  # nothing paused by an operator
     plan = conn.execute(sa.text(f"EXPLAIN (FORMAT JSON) {statement.text}"), params).scalar_one()
     return json.dumps(plan)
 
@@ -27,6 +28,7 @@ def _plan(conn: Connection, statement: sa.TextClause, **params: object) -> str:
 def _generic_plan(conn: Connection, statement: sa.TextClause, **params: object) -> str:
     """The plan PostgreSQL keeps for ``statement`` prepared under the leader's planning: planned
     without its parameters' values."""
+    params = {**store.NO_HOLDS.params(), **params}  # nothing paused by an operator
     names: list[str] = []
 
     def positional(match: re.Match[str]) -> str:

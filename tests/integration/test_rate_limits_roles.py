@@ -57,3 +57,29 @@ def test_only_the_producer_keeps_the_rate_keys_and_no_consumer_sees_them(
         with admin.begin() as conn:
             conn.execute(sa.text("DELETE FROM rate_keys"))
             conn.execute(sa.text("DELETE FROM jobs"))
+
+
+def test_only_the_producer_changes_live_controls_and_no_consumer_sees_them(
+    fleet: Fleet, admin: Engine, own: Engine
+) -> None:
+    producer = make_engine(fleet.url(fleet.names.producer), pool_size=1)
+    reporting = make_engine(fleet.url(fleet.names.reporting), pool_size=1)
+    try:
+        with producer.begin() as conn:
+            assert store.change_control(
+                conn, store.Scope.RATE_KEY, "shop.test", store.ControlChange.PAUSE, "cli", "x"
+            )
+        with reporting.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM control_changes")).scalar_one() == 1
+        assert "permission denied" in refused(reporting, "DELETE FROM live_controls")
+        for table in ("live_controls", "control_changes"):
+            assert "permission denied" in refused(own, f"SELECT * FROM {table}")
+        assert "permission denied" in refused(
+            own, "DELETE FROM live_controls WHERE name = 'shop.test'"
+        )
+    finally:
+        producer.dispose()
+        reporting.dispose()
+        with admin.begin() as conn:
+            conn.execute(sa.text("DELETE FROM live_controls"))
+            conn.execute(sa.text("DELETE FROM control_changes"))

@@ -44,7 +44,7 @@ def _nodes(plan: object) -> list[str]:
 def _pending_read_plan(engine: Engine) -> list[str]:
     with engine.connect() as conn:
         statement = f"EXPLAIN (FORMAT JSON) {store.LOCK_PENDING_SQL.text}"
-        params = {"limit": 60, "skip_keys": NONE, "skip_kinds": NONE}
+        params = {"limit": 60, "skip_keys": NONE, "skip_kinds": NONE, **store.NO_HOLDS.params()}
         return _nodes(conn.execute(sa.text(statement), params).scalar_one())
 
 

@@ -262,14 +262,27 @@ def create_app(settings: Settings, engine: Engine, clock: Callable[[], datetime]
     # -- a page for every kind of object, linked from the header --------------------------------
 
     def object_list(
-        title: str, rows: list[dict[str, Any]], key: str, columns: list[str], link: str | None
+        title: str,
+        rows: list[dict[str, Any]],
+        key: str,
+        columns: list[str],
+        link: str | None,
+        scope: str | None = None,
     ) -> tuple[str, int]:
         """One object list: ``columns`` of ``rows``; the next page starts after the last
         row's ``key`` when this page is full; ``link``: the job search field a row's key
-        fills, to list its jobs (None: no link)."""
+        fills, to list its jobs (None: no link); ``scope``: each row gets a live pause or
+        resume control of that scope (common.store.controls)."""
         more = rows[-1][key] if len(rows) == DASHBOARD_PAGE_ROWS else None
         return render_template(
-            "objects.html", title=title, rows=rows, key=key, columns=columns, link=link, more=more
+            "objects.html",
+            title=title,
+            rows=rows,
+            key=key,
+            columns=columns,
+            link=link,
+            more=more,
+            scope=scope,
         ), 200
 
     @app.get("/crawls")
@@ -280,7 +293,7 @@ def create_app(settings: Settings, engine: Engine, clock: Callable[[], datetime]
         columns = ["crawl_id", "seed", "jobs", "done", "pending", "failed", "cancelled",
                    "depth_reached", "max_depth", "max_jobs", "created_at",
                    "last_finished_at"]  # fmt: skip
-        return object_list("Crawls", rows, "crawl_id", columns, "crawl")
+        return object_list("Crawls", rows, "crawl_id", columns, "crawl", "crawl")
 
     @app.get("/rate-limits")
     def rate_limits() -> tuple[str, int]:
@@ -289,7 +302,7 @@ def create_app(settings: Settings, engine: Engine, clock: Callable[[], datetime]
         )
         columns = ["key", "in_flight", "started_last_minute", "pending", "concurrency_limit",
                    "per_minute_limit", "factor", "paused_until"]  # fmt: skip
-        return object_list("Rate keys", rows, "key", columns, None)
+        return object_list("Rate keys", rows, "key", columns, None, "rate_key")
 
     @app.get("/profiles")
     def profiles() -> tuple[str, int]:

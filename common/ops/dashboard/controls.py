@@ -48,6 +48,7 @@ from scrapefleet.common.ops.dashboard.security import Verdict, local_next, origi
 from scrapefleet.common.ops.dashboard.sessions import DashboardSession
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import JobFilter
+from scrapefleet.common.store.controls import NAME_MAX_CHARS as CONTROL_NAME_MAX_CHARS
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +173,33 @@ def assignment() -> Response:
         return _back(url_for("overview"))
     log.warning("assignment %s from the dashboard", f"{action}d", extra=fields(action=action))
     flash(f"assignment {action}d for the whole fleet")
+    return _back(url_for("overview"))
+
+
+@controls.post("/control/live")
+def live() -> Response:
+    """Pause or resume one rate key or crawl live (`scrapefleet controls`)."""
+    guard()
+    action = request.form.get("action")
+    if action not in ("pause", "resume"):
+        raise BadInput("action must be pause or resume")
+    scope = request.form.get("scope")
+    if scope not in ("rate_key", "kind", "crawl"):
+        raise BadInput("scope must be rate_key, kind or crawl")
+    name = (request.form.get("name") or "").strip()
+    if not 1 <= len(name) <= CONTROL_NAME_MAX_CHARS or not name.isprintable():
+        raise BadInput(f"name must have 1 to {CONTROL_NAME_MAX_CHARS} printable characters")
+    reason = (request.form.get("reason") or "").strip()[:MAX_REASON] or None
+    with transaction(current_app.config["SCRAPEFLEET_ENGINE"]) as conn:
+        changed = store.change_control(
+            conn, store.Scope(scope), name, store.ControlChange(action), _who(), reason
+        )
+    what = f"{scope.replace('_', ' ')} {name}"
+    if not changed:
+        flash(f"{what} was already {'paused' if action == 'pause' else 'going'}: nothing changed")
+    else:
+        log.warning("%s %sd from the dashboard", what, action, extra=fields(action=action))
+        flash(f"{what} {action}d from the producer's next cycle")
     return _back(url_for("overview"))
 
 

@@ -185,13 +185,18 @@ def host_page(conn: Connection, name: str, events: int) -> dict[str, Any] | None
 # None: the first page), in a fixed order of a unique key, so a page never repeats or skips a
 # row when others are added meanwhile.
 
+# ``live_paused``: an operator paused it live (common.store.controls).
 _CRAWLS_SQL = sa.text(
-    "SELECT * FROM crawls WHERE CAST(:after AS bigint) IS NULL OR crawl_id < :after"
-    " ORDER BY crawl_id DESC LIMIT :limit"
+    "SELECT w.*, coalesce(c.paused, false) AS live_paused FROM crawls w"
+    " LEFT JOIN live_controls c ON c.scope = 'crawl' AND c.name = w.crawl_id::text"
+    " WHERE CAST(:after AS bigint) IS NULL OR w.crawl_id < :after"
+    " ORDER BY w.crawl_id DESC LIMIT :limit"
 )
 _RATE_KEYS_SQL = sa.text(
-    "SELECT * FROM rate_limits WHERE CAST(:after AS text) IS NULL OR key > :after"
-    " ORDER BY key LIMIT :limit"
+    "SELECT r.*, coalesce(c.paused, false) AS live_paused FROM rate_limits r"
+    " LEFT JOIN live_controls c ON c.scope = 'rate_key' AND c.name = r.key"
+    " WHERE CAST(:after AS text) IS NULL OR r.key > :after"
+    " ORDER BY r.key LIMIT :limit"
 )
 _PROFILES_SQL = sa.text(
     "SELECT name, host, state, cooldown_until, last_used_at, jobs, blocks, created_at"
