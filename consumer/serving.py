@@ -70,6 +70,12 @@ class InFlight:
     started: float  # time.monotonic()
 
 
+def _built_in(kind: str) -> bool:
+    """A built-in action (noop, ...): its lightness is ours and tested never to wait, so a
+    light job of it that took long says the host was starved, not that the action waits."""
+    return get_action(kind).func.__module__.startswith("scrapefleet.")
+
+
 class RunningConsumer:
     """The running part of one consumer, built by ``open`` once its host is registered."""
 
@@ -483,7 +489,11 @@ class RunningConsumer:
             started = time.monotonic()
             finished.append((job, self._attempt(job)))
             took_s = time.monotonic() - started
-            if took_s > LIGHT_SLOW_S and job.kind not in self._slow_light_kinds:
+            if (
+                took_s > LIGHT_SLOW_S
+                and job.kind not in self._slow_light_kinds
+                and not _built_in(job.kind)
+            ):
                 self._slow_light_kinds.add(job.kind)  # once per kind: it is the action's doing
                 log.warning(
                     "job %d of light kind %r took %.2f s in the claiming thread, which claimed"

@@ -38,3 +38,13 @@ def test_noop_is_light_unless_it_sleeps() -> None:
 def test_a_browser_action_cannot_be_light() -> None:
     with pytest.raises(ValueError, match="'test_light_browser': a browser action cannot be light"):
         register("test_light_browser", needs_browser=True, light=True)
+
+
+def test_only_a_users_light_action_is_warned_about_when_slow() -> None:
+    """A built-in light job that took long was starved (the claiming thread's CPU), not waiting;
+    the warning "an action that waits must not be light" is for the user's own actions."""
+    from scrapefleet.consumer.serving import _built_in
+
+    register("test_light_user_action", light=True)(lambda params: {})
+    assert _built_in("noop")
+    assert not _built_in("test_light_user_action")
