@@ -18,6 +18,7 @@ from scrapefleet.common.http_params import (
 
 if TYPE_CHECKING:
     from scrapefleet.common import http_client
+    from scrapefleet.common.settings import Settings
 
 
 class NoopParams(BaseModel):
@@ -65,25 +66,35 @@ class HttpGetParams(BaseModel):
     _user_agent = field_validator("user_agent")(validate_user_agent)
 
 
-def fetch_page(params: HttpGetParams) -> http_client.Fetched:
+def fetch_page(params: HttpGetParams, settings: Settings | None = None) -> http_client.Fetched:
     """GET ``params.url`` as its job asks, the host's http_* settings filling the rest."""
     # Imported here: submitting jobs validates params only and needs neither httpx nor the
     # consumer's settings.
     from scrapefleet.common import http_client
     from scrapefleet.common.settings import load_settings
 
-    settings = load_settings()
-    host_proxy = settings.http_proxy.get_secret_value() if settings.http_proxy else None
+    settings = settings or load_settings()
     return http_client.fetch(
         params.url,
         timeout_s=params.timeout_s or settings.http_timeout_s,
         max_body_bytes=settings.http_max_body_bytes,
-        user_agent=params.user_agent or settings.http_user_agent,
-        proxy=params.proxy or host_proxy,
+        user_agent=job_user_agent(params, settings),
+        proxy=job_proxy(params, settings),
         headers=params.headers,
         cookies=params.cookies,
         fail_on_status=params.fail_on_status,
     )
+
+
+def job_user_agent(params: HttpGetParams, settings: Settings) -> str:
+    """The User-Agent the job sends: its own, else the host's (with its contact)."""
+    return params.user_agent or settings.http_agent()
+
+
+def job_proxy(params: HttpGetParams, settings: Settings) -> str | None:
+    """The proxy the job goes through: its own, else the host's, else none."""
+    host_proxy = settings.http_proxy
+    return params.proxy or (host_proxy.get_secret_value() if host_proxy else None)
 
 
 @register("http_get", HttpGetParams)

@@ -100,3 +100,11 @@ RETRY_AFTER_LIMIT_S: Final = 7 * 86400.0  # the most retry_after_max_s may be se
 # Profiles (common.profiles).
 PROFILE_BLOCK_COOLDOWN_S: Final = 1800.0  # a blocked profile rests this long before its next job
 PROFILE_DIR_FREE_WAIT_S: Final = 15.0  # for the last browser on a profile's directory to exit
+
+# Crawls (common.crawl_action, common.robots).
+ROBOTS_TTL_S: Final = 3600.0  # a site's robots.txt is read again after this long
+ROBOTS_CACHE_SITES: Final = 1024  # sites whose robots.txt a consumer keeps at once
+# RFC 9309 asks crawlers to read at least 500 KiB of a robots.txt; the rest is ignored.
+ROBOTS_MAX_BYTES: Final = 512 * 1024
+ROBOTS_TIMEOUT_S: Final = 10.0  # one robots.txt fetch, redirects included
+CRAWL_SITE_CONCURRENCY: Final = 2  # a crawled site's jobs queued or running at once, by default

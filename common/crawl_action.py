@@ -12,18 +12,31 @@ any other status completes the job with that status and, for an error page, no l
 a page that is gone is gone next time too. ``fail_on_status`` true fails every status >= 400.
 The child's payload ``url`` is the normalised link and its dedupe key, so the crawl fetches it
 once whatever spelling the links use (common.crawl_links).
+
+Each page first asks its site's robots.txt (common.robots; read once per site per consumer and
+kept ROBOTS_TTL_S) whether the job's User-Agent may fetch it: a disallowed page completes as
+skipped, with the reason and no request for it; disallowed links are not spawned (counted in
+``links_disallowed``). ``ignore_robots`` (carried on) or the setting ``crawl_obey_robots`` off
+lift it.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from scrapefleet.common.actions import register
 from scrapefleet.common.browser_params import validate_web_url
-from scrapefleet.common.builtin_actions import HttpGetParams, fetch_page
+from scrapefleet.common.builtin_actions import (
+    HttpGetParams,
+    fetch_page,
+    job_proxy,
+    job_user_agent,
+)
+from scrapefleet.common.constants import ROBOTS_MAX_BYTES, ROBOTS_TIMEOUT_S
 from scrapefleet.common.crawl_links import (
     LinkRules,
     compile_patterns,
@@ -32,6 +45,14 @@ from scrapefleet.common.crawl_links import (
     site_of,
 )
 from scrapefleet.common.errors import ScrapefleetError
+from scrapefleet.common.robots import (
+    ALLOW_ALL,
+    RobotsCache,
+    RobotsRules,
+    RobotsUnreachable,
+    robots_url,
+    rules_from_answer,
+)
 from scrapefleet.common.spawn import MAX_SPAWN_PER_ATTEMPT, Spawned
 
 CRAWL_KIND = "crawl"
@@ -40,6 +61,11 @@ MAX_FIELDS = 20
 MAX_FIELD_CHARS = 1024  # a field's value is cut to this
 RETRY_STATUSES = frozenset({429})  # and every status >= 500
 HTML_TYPES = ("text/html", "application/xhtml+xml")
+# This consumer's robots.txt rules of the sites its crawls visit (common.robots).
+ROBOTS_CACHE = RobotsCache()
+
+if TYPE_CHECKING:
+    from scrapefleet.common.settings import Settings
 
 
 class CrawlRules(BaseModel):
@@ -51,6 +77,7 @@ class CrawlRules(BaseModel):
     exclude: list[str] = Field(default_factory=list, description="regexes; none may match")
     fields: dict[str, str] = Field(default_factory=dict, description="name -> regex")
     max_links: int = Field(default=MAX_SPAWN_PER_ATTEMPT, ge=0, le=MAX_SPAWN_PER_ATTEMPT)
+    ignore_robots: bool = Field(default=False, description="fetch what robots.txt disallows")
 
     @field_validator("include", "exclude")
     @classmethod
@@ -117,12 +144,19 @@ def page_fields(html: str, fields: dict[str, str]) -> dict[str, str | None]:
     return found
 
 
-def child_jobs(params: CrawlRules, links: list[str], kind: str) -> list[dict[str, Any]]:
-    """One job per kept link, carrying the crawl's rules on."""
+def child_jobs(
+    params: CrawlRules, links: list[str], kind: str, allowed: Callable[[str], bool]
+) -> tuple[list[dict[str, Any]], int]:
+    """One job per kept link that ``allowed`` (robots.txt) lets the crawl fetch, carrying the
+    crawl's rules on; and how many kept links ``allowed`` refused."""
     rules = params.rules()
     carried = params.model_dump(exclude_defaults=True) | {"site": params.crawl_site()}
-    kept = [link for link in links if rules.keeps(link)][: params.max_links]
-    return [{"kind": kind, "payload": carried | {"url": link}, "dedupe_key": link} for link in kept]
+    kept = [link for link in links if rules.keeps(link)]
+    permitted = [link for link in kept if allowed(link)]
+    return [
+        {"kind": kind, "payload": carried | {"url": link}, "dedupe_key": link}
+        for link in permitted[: params.max_links]
+    ], len(kept) - len(permitted)
 
 
 def crawled_page(
@@ -133,12 +167,13 @@ def crawled_page(
     status: int | None,
     title: str | None,
     html: str,
+    allowed: Callable[[str], bool] = lambda _url: True,
     **extra: Any,
 ) -> Spawned:
     """What a crawl job returns for a fetched page: its result, and one child per new link
     (none from an error page)."""
     links = extract_links(html, final_url) if html and (status or 200) < 400 else []
-    children = child_jobs(params, links, kind)
+    children, disallowed = child_jobs(params, links, kind, allowed)
     result = {
         "url": params.page_url(),
         "final_url": final_url,
@@ -147,9 +182,49 @@ def crawled_page(
         "fields": page_fields(html, params.fields),
         "links_found": len(links),
         "links_followed": len(children),  # offered to the crawl; seen ones are dropped there
+        "links_disallowed": disallowed,  # by the site's robots.txt
         **extra,
     }
     return Spawned(result, children)
+
+
+def skipped_page(params: CrawlRules, reason: str) -> Spawned:
+    """What a crawl job returns for a page it must not fetch: the reason, no children."""
+    result = {"url": params.page_url(), "status": None, "title": None, "skipped": reason}
+    return Spawned(result, [])
+
+
+def site_robots(
+    params: CrawlRules, settings: Settings, *, user_agent: str, proxy: str | None
+) -> RobotsRules:
+    """The robots.txt rules of the page's site (kept per consumer, read when missing); every
+    page allowed when the crawl or the host's settings say to ignore them."""
+    from scrapefleet.common import http_client
+
+    if params.ignore_robots or not settings.crawl_obey_robots:
+        return ALLOW_ALL
+
+    def read(url: str) -> RobotsRules:
+        try:
+            fetched = http_client.fetch(
+                url,
+                timeout_s=ROBOTS_TIMEOUT_S,
+                max_body_bytes=ROBOTS_MAX_BYTES,
+                user_agent=user_agent,
+                proxy=proxy,
+            )
+        except (TimeoutError, RuntimeError) as exc:
+            raise RobotsUnreachable(f"{url}: {exc}; its rules are unknown, the page waits") from exc
+        return rules_from_answer(url, fetched.status, fetched.body)
+
+    return ROBOTS_CACHE.rules(params.page_url(), read)
+
+
+def robots_skip(rules: RobotsRules, url: str, user_agent: str) -> str | None:
+    """Why the page is skipped, or None when robots.txt lets this user agent fetch it."""
+    if rules.allows(url, user_agent):
+        return None
+    return f"disallowed by {robots_url(url)} for this user agent"
 
 
 def must_retry(status: int | None) -> bool:
@@ -160,8 +235,14 @@ def must_retry(status: int | None) -> bool:
 @register(CRAWL_KIND, CrawlParams)
 def crawl(params: CrawlParams) -> Spawned:
     from scrapefleet.common import http_client
+    from scrapefleet.common.settings import load_settings
 
-    fetched = fetch_page(params)
+    settings = load_settings()
+    user_agent = job_user_agent(params, settings)
+    robots = site_robots(params, settings, user_agent=user_agent, proxy=job_proxy(params, settings))
+    if reason := robots_skip(robots, params.url, user_agent):
+        return skipped_page(params, reason)
+    fetched = fetch_page(params, settings)
     if must_retry(fetched.status):
         raise http_client.HTTPStatusFailure(f"HTTP {fetched.status} from {params.url}")
     content_type = fetched.headers.get("content-type")
@@ -175,6 +256,7 @@ def crawl(params: CrawlParams) -> Spawned:
         status=fetched.status,
         title=http_client.parse_title(fetched.body, content_type) if html else None,
         html=html,
+        allowed=lambda url: robots.allows(url, user_agent),
         bytes=len(fetched.body),
         truncated=fetched.truncated,
     )

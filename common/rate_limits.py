@@ -25,6 +25,7 @@ from scrapefleet.common.constants import (
 )
 
 __all__ = [
+    "CRAWL_KINDS",
     "NO_SLOWDOWN",
     "RATE_KEY_DEFAULT_ROW",
     "RATE_KEY_MAX_CHARS",
@@ -41,6 +42,9 @@ __all__ = [
 # The built-in actions whose rate key defaults to their URL's host (the trigger in migration
 # 0013 lists the same kinds; a test checks they agree).
 URL_KEYED_KINDS = ("fetch_page", "screenshot", "http_get", "crawl", "crawl_browser")
+# The crawl actions (common.crawl_action): a key with their jobs is a crawled site, held to
+# crawl_site_concurrency when no other limit names it.
+CRAWL_KINDS = ("crawl", "crawl_browser")
 RATE_KEY_MAX_CHARS = 200
 RATE_KEY_DEFAULT_ROW = "*"  # the rate_keys row that holds the default limits: never a job's key
 

@@ -17,6 +17,7 @@ from typing import Protocol
 
 from scrapefleet.common.constants import RATE_TIGHT_MAX
 from scrapefleet.common.rate_limits import (
+    CRAWL_KINDS,
     NO_SLOWDOWN,
     PendingSkips,
     RateCount,
@@ -37,19 +38,23 @@ class RatedJob(Protocol):
 
 @dataclass(frozen=True)
 class RateRules:
-    """The configured limits: per named key, for every other key, per kind."""
+    """The configured limits: per named key, for every other key, per kind; and for a key
+    neither names that has crawl jobs (a crawled site), ``crawled_site``."""
 
     keys: Mapping[str, RateLimit] = field(default_factory=dict)
     default: RateLimit | None = None
     kinds: Mapping[str, RateLimit] = field(default_factory=dict)
+    crawled_site: RateLimit | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RateRules:
-        return cls(settings.rate_limits, settings.rate_limit_default, settings.kind_limits)
+        concurrency = settings.crawl_site_concurrency
+        crawled = None if concurrency is None else RateLimit(concurrency=concurrency)
+        return cls(settings.rate_limits, settings.rate_limit_default, settings.kind_limits, crawled)
 
     @property
     def any(self) -> bool:
-        return bool(self.keys or self.default or self.kinds)
+        return bool(self.keys or self.default or self.kinds or self.crawled_site)
 
     @property
     def counts_starts(self) -> bool:
@@ -57,8 +62,9 @@ class RateRules:
         limits = [*self.keys.values(), *self.kinds.values(), self.default]
         return any(limit is not None and limit.per_minute is not None for limit in limits)
 
-    def for_key(self, key: str) -> RateLimit | None:
-        return self.keys.get(key, self.default)
+    def for_key(self, key: str, *, crawled: bool = False) -> RateLimit | None:
+        limit = self.keys.get(key, self.default)
+        return self.crawled_site if limit is None and crawled else limit
 
 
 @dataclass
@@ -91,10 +97,13 @@ class RateBudget:
     ) -> None:
         by_key: dict[str, _Used] = {}
         by_kind: dict[str, _Used] = {}
+        self._crawled: set[str] = set()  # keys with crawl jobs: crawled sites
         for count in counts:
             targets = [by_kind.setdefault(count.kind, _Used())]
             if count.rate_key is not None:
                 targets.append(by_key.setdefault(count.rate_key, _Used()))
+                if count.kind in CRAWL_KINDS:
+                    self._crawled.add(count.rate_key)
             for used in targets:
                 used.in_flight += count.in_flight
                 used.window += count.window
@@ -116,15 +125,20 @@ class RateBudget:
         slowdown = self._slowdowns.get(key, NO_SLOWDOWN)
         if slowdown.paused(self._now):
             return 0
-        limit = self._rules.for_key(key)
+        limit = self._rules.for_key(key, crawled=key in self._crawled)
         if limit is None:
             return None
         return _left(limit.scaled(slowdown.factor), self._by_key.get(key, _Used()))
 
-    def key_left(self, key: str | None) -> int | None:
-        """How many more jobs ``key`` may get now; None: no limit."""
+    def key_left(self, key: str | None, kind: str | None = None) -> int | None:
+        """How many more jobs ``key`` may get now (a job of ``kind`` on it); None: no limit.
+        A crawl job makes its key a crawled site from then on."""
         if key is None:
             return None
+        if kind in CRAWL_KINDS and key not in self._crawled:
+            self._crawled.add(key)
+            if self._key_left.get(key) is None:  # no budget yet, or none without the crawl
+                self._key_left.pop(key, None)
         if key not in self._key_left:
             self._key_left[key] = self._key_budget(key)
         return self._key_left[key]
@@ -147,12 +161,12 @@ class RateBudget:
         )
 
     def admits(self, job: RatedJob) -> bool:
-        return self.key_left(job.rate_key) != 0 and self.kind_left(job.kind) != 0
+        return self.key_left(job.rate_key, job.kind) != 0 and self.kind_left(job.kind) != 0
 
     def take(self, job: RatedJob) -> None:
         """``job`` was placed: one unit of its key's and its kind's budget is used."""
         self.taken.append((job.rate_key, job.kind))
-        key_left = self.key_left(job.rate_key)
+        key_left = self.key_left(job.rate_key, job.kind)
         if job.rate_key is not None and key_left is not None:
             self._key_left[job.rate_key] = key_left - 1
         kind_left = self.kind_left(job.kind)

@@ -48,6 +48,7 @@ class CrawlRequest:
     same_site: bool = True
     priority: int = 0
     browser: bool = False  # each page in a browser (crawl_browser), not over HTTP (crawl)
+    obey_robots: bool = True  # False: fetch what the sites' robots.txt disallow
 
     @property
     def kind(self) -> str:
@@ -83,6 +84,8 @@ class CrawlRequest:
             payload["fields"] = dict(self.fields)
         if not self.same_site:
             payload["same_site"] = False
+        if not self.obey_robots:
+            payload["ignore_robots"] = True
         return payload
 
 
@@ -170,6 +173,7 @@ def _one_line_errors() -> Iterator[None]:
 @click.option("--field", "fields", multiple=True, metavar="NAME=REGEX", help="keep from a page")
 @click.option("--any-site", is_flag=True, help="follow links to other sites too")
 @click.option("--browser", is_flag=True, help="load each page in a browser (after its scripts)")
+@click.option("--ignore-robots", is_flag=True, help="fetch what the site's robots.txt disallows")
 @click.option("--priority", type=click.IntRange(-1_000_000, 1_000_000), default=0)
 @click.pass_obj
 def crawl(
@@ -182,6 +186,7 @@ def crawl(
     fields: tuple[str, ...],
     any_site: bool,
     browser: bool,
+    ignore_robots: bool,
     priority: int,
 ) -> None:
     """Start a crawl at URL: prints its id (see `scrapefleet crawls show ID`)."""
@@ -193,7 +198,16 @@ def crawl(
                 raise SubmitError(f"--field: {spec!r} is not NAME=REGEX")
             named[name] = pattern
         request = CrawlRequest(
-            url, depth, max_pages, include, exclude, named, not any_site, priority, browser
+            url,
+            depth,
+            max_pages,
+            include,
+            exclude,
+            named,
+            not any_site,
+            priority,
+            browser,
+            obey_robots=not ignore_robots,
         )
         request.payload()  # refused before the database is even opened
         with obj.client.engine.begin() as conn:

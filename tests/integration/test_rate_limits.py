@@ -332,3 +332,31 @@ def test_a_job_handed_back_later_is_no_push_back(
     producer.run_cycle()
     with engine.connect() as conn:
         assert store.rate_slowdowns(conn) == {}
+
+
+def test_a_crawled_site_is_held_to_the_crawl_default_across_the_fleet(
+    engine: Engine, tmp_path: Path, make_producer: Any
+) -> None:
+    _fleet(engine, tmp_path, **{f"h{n}": 6 for n in range(10)})
+    pages = [NewJob("crawl", {"url": f"http://docs.test/p/{i}"}) for i in range(200)]
+    submit(engine, [*pages, *(NewJob("noop") for _ in range(100))])
+    producer = make_producer()
+
+    # The first cycle learns the site is crawled from the jobs it reads (a pending read
+    # mostly of that site's pages); from the next on the site's backlog is left out.
+    first = producer.run_cycle().assigned
+    assert first + producer.run_cycle().assigned == 60
+    assert _in_flight_by_key(engine)["docs.test"] == 2  # not sixty requests on one site
+    _run_and_finish(engine, "h0")
+    producer.run_cycle()
+    assert _in_flight_by_key(engine)["docs.test"] == 2
+
+
+def test_the_crawl_default_can_be_lifted(
+    engine: Engine, tmp_path: Path, make_producer: Any
+) -> None:
+    _fleet(engine, tmp_path, h1=6, h2=6)
+    submit(engine, [NewJob("crawl", {"url": f"http://docs.test/p/{i}"}) for i in range(50)])
+    producer = make_producer(crawl_site_concurrency=None)
+    producer.run_cycle()
+    assert _in_flight_by_key(engine)["docs.test"] == 12

@@ -245,3 +245,40 @@ def test_limits_from_the_environment_as_json(monkeypatch: pytest.MonkeyPatch) ->
 def test_the_default_rows_name_is_no_key_of_its_own() -> None:
     with pytest.raises(SettingsError, match=r"rate_limits .*'\*' is reserved"):
         load_settings(rate_limits={"*": {"concurrency": 1}})
+
+
+# ---------------------------------------------------------------- crawled sites
+
+CRAWLED_TWO = RateRules(crawled_site=RateLimit(concurrency=2))
+
+
+def test_a_crawled_site_with_no_limit_gets_the_crawl_default() -> None:
+    budget = _budget(CRAWLED_TWO, RateCount("docs.test", "crawl", in_flight=1))
+    assert budget.key_left("docs.test") == 1
+    assert budget.skips(free_slots=12).tight_keys == {"docs.test": 1}
+    assert budget.key_left("api.test") is None  # no crawl on it: no limit
+
+
+def test_the_first_crawl_jobs_of_a_site_take_its_default_then_it_is_full() -> None:
+    budget = _budget(CRAWLED_TWO)
+    assert budget.key_left("docs.test") is None  # an http_get asks first: no limit
+    pending = [Job(i, "docs.test", kind="crawl") for i in range(1, 61)]
+    hosts = [HostSlots(f"h{n}", 6, 0, 6) for n in range(10)]  # ten hosts of six
+    placed = plan_assignments(hosts, pending, set(), admission=budget.admission(pending))
+    assert len(placed) == 2
+
+
+def test_a_named_limit_or_the_default_wins_over_the_crawl_default() -> None:
+    rules = RateRules(
+        keys={"docs.test": RateLimit(concurrency=5)},
+        default=RateLimit(concurrency=3),
+        crawled_site=RateLimit(concurrency=2),
+    )
+    budget = _budget(rules, RateCount("docs.test", "crawl"), RateCount("b.test", "crawl"))
+    assert (budget.key_left("docs.test"), budget.key_left("b.test")) == (5, 3)
+
+
+def test_the_crawl_default_is_a_setting() -> None:
+    assert RateRules.from_settings(load_settings()).crawled_site == RateLimit(concurrency=2)
+    unset = load_settings(crawl_site_concurrency=None)
+    assert RateRules.from_settings(unset).crawled_site is None
