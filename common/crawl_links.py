@@ -1,10 +1,12 @@
 """A crawl's links: found in a page's HTML, normalised, and kept or not by the crawl's rules.
 
 Pure functions, no I/O. A link is normalised so that one page has one spelling, which is the
-crawl's dedupe key: scheme and host lower-case, the default port dropped, an empty path made
-``/``, the fragment dropped (the same page, scrolled). Path and query are kept as written:
-servers may tell their case apart. Only http(s) links are links here (mailto:, javascript:,
-data: and the like are not pages to fetch).
+crawl's dedupe key: scheme and host lower-case, an IDN host as punycode, the default port
+dropped, an empty path made ``/``, dot segments resolved, the fragment dropped (the same page,
+scrolled), non-ASCII characters percent-encoded as UTF-8 and every escape in one spelling
+(upper-case hex, unreserved characters unescaped). Letters of path and query keep their case
+(servers may tell it apart), and the query its order. Only http(s) links are links here
+(mailto:, javascript:, data: and the like are not pages to fetch).
 
 A link is kept when it is on the crawl's site (the same host and port as the seed, by default),
 matches one of the ``include`` patterns (when there are any) and none of the ``exclude``
@@ -14,12 +16,17 @@ patterns; patterns are Python regular expressions searched in the normalised URL
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
+from w3lib.url import safe_url_string
+
 DEFAULT_PORTS = {"http": 80, "https": 443}
+_ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
+_UNRESERVED = frozenset(string.ascii_letters + string.digits + "-._~")
 LINK_TAGS = {"a": "href", "area": "href"}
 MAX_PATTERN_CHARS = 1000
 MAX_PATTERNS = 50
@@ -30,9 +37,10 @@ def normalise_url(url: str, base: str | None = None) -> str | None:
     http(s) URL with a host."""
     url = url.strip()
     try:
-        parts = urlsplit(urljoin(base, url) if base else url)
+        # w3lib: the host as IDNA (punycode), non-ASCII characters percent-encoded as UTF-8.
+        parts = urlsplit(safe_url_string(urljoin(base, url) if base else url))
         port = parts.port
-    except ValueError:  # a port that is no number, a bad IPv6 literal
+    except ValueError:  # a port that is no number, a bad IPv6 literal, a host IDNA refuses
         return None
     scheme = parts.scheme.lower()
     host = parts.hostname  # already lower-case
@@ -44,7 +52,35 @@ def normalise_url(url: str, base: str | None = None) -> str | None:
     if parts.username is not None:
         userinfo = parts.netloc.rpartition("@")[0]
         netloc = f"{userinfo}@{netloc}"
-    return urlunsplit((scheme, netloc, parts.path or "/", parts.query, ""))
+    path = remove_dot_segments(normal_escapes(parts.path) or "/")
+    return urlunsplit((scheme, netloc, path, normal_escapes(parts.query), ""))
+
+
+def normal_escapes(text: str) -> str:
+    """Percent-escapes in one spelling (RFC 3986 6.2.2): upper-case hex, and the unreserved
+    characters (letters, digits, ``-._~``) unescaped; every other character left as written."""
+    return _ESCAPE.sub(_normal_escape, text)
+
+
+def _normal_escape(match: re.Match[str]) -> str:
+    char = chr(int(match[1], 16))
+    return char if char in _UNRESERVED else f"%{match[1].upper()}"
+
+
+def remove_dot_segments(path: str) -> str:
+    """An absolute path with ``.`` and ``..`` segments resolved, as a browser does
+    (RFC 3986 5.2.4): ``/a/../b/./c`` is ``/b/c``, ``/a/b/..`` is ``/a/``."""
+    segments = path.split("/")[1:]
+    kept: list[str] = []
+    for segment in segments:
+        if segment == "..":
+            if kept:
+                kept.pop()
+        elif segment != ".":
+            kept.append(segment)
+    if segments[-1] in (".", ".."):
+        kept.append("")
+    return "/" + "/".join(kept)
 
 
 def site_of(url: str) -> str:
