@@ -248,7 +248,7 @@ def crawl(params: CrawlParams) -> Spawned:
     content_type = fetched.headers.get("content-type")
     html = ""
     if fetched.decoded and (content_type is None or content_type.startswith(HTML_TYPES)):
-        html = fetched.body.decode(http_client.sniff_charset(fetched.body, content_type), "replace")
+        html = http_client.decode_html(fetched.body, content_type)
     return crawled_page(
         params,
         CRAWL_KIND,

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from scrapefleet.common.builtin_actions import HttpGetParams, http_get
 from scrapefleet.common.crawl_action import CrawlParams, crawl
 from scrapefleet.common.spawn import Spawned
 from tests.integration.page_server import PageSite, serve_pages
@@ -47,3 +48,16 @@ def test_every_spelling_of_a_link_is_one_job(site: PageSite) -> None:
         site.url("/caf%C3%A9"),
         site.url("/~user"),
     ]
+
+
+def test_a_windows_1252_page_served_as_latin1_has_the_title_browsers_show(
+    site: PageSite,
+) -> None:
+    body = b'<title>\x93Quoted\x94 \x80 5</title><a href="/caf\xe9">x</a>'
+    site.page("/", body, ctype="text/html; charset=iso-8859-1")
+    page = _crawl(site, "/", fields={"word": r"(Quoted\S)"})
+    assert page.result["title"] == "\u201cQuoted\u201d \u20ac 5"
+    assert page.result["fields"] == {"word": "Quoted\u201d"}
+    assert _keys(page) == [site.url("/caf%C3%A9")]  # the link's é, decoded right
+    fetched = http_get(HttpGetParams(url=site.url("/")))
+    assert fetched["title"] == "\u201cQuoted\u201d \u20ac 5"
