@@ -12,6 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from scrapefleet.common.actions import register
 from scrapefleet.common.errors import ScrapefleetError
+from scrapefleet.common.page_fields import FieldSpec
+
+__all__ = ["FetchPageParams", "FieldSpec", "ScreenshotParams", "validate_web_url"]
 
 
 def validate_web_url(value: str) -> str:
@@ -19,14 +22,6 @@ def validate_web_url(value: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ValueError("must be an http:// or https:// URL")
     return value
-
-
-class FieldSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    css: str = Field(min_length=1)
-    attr: str | None = Field(default=None, description="attribute to read; absent -> text")
-    all: bool = Field(default=False, description="a list of every match, not the first")
 
 
 class FetchPageParams(BaseModel):
@@ -39,6 +34,16 @@ class FetchPageParams(BaseModel):
     allow_http_errors: bool = False
 
     _url = field_validator("url")(validate_web_url)
+
+    @field_validator("fields")
+    @classmethod
+    def _css_only(cls, value: dict[str, FieldSpec]) -> dict[str, FieldSpec]:
+        # The browser reads fields in one script call with querySelector; XPath and re are
+        # read from HTML (crawl, crawl_browser, http_get).
+        for name, spec in value.items():
+            if spec.css is None or spec.re is not None:
+                raise ValueError(f"{name}: fetch_page reads fields by css (with attr, all)")
+        return value
 
 
 class ScreenshotParams(BaseModel):

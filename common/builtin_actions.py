@@ -15,6 +15,7 @@ from scrapefleet.common.http_params import (
     validate_proxy_url,
     validate_user_agent,
 )
+from scrapefleet.common.page_fields import PageFields, read_fields
 
 if TYPE_CHECKING:
     from scrapefleet.common import http_client
@@ -50,6 +51,7 @@ class HttpGetParams(BaseModel):
     )
     headers: dict[str, str] = Field(default_factory=dict)
     cookies: dict[str, str] = Field(default_factory=dict, description="sent to the URL's host")
+    fields: PageFields = Field(default_factory=dict, description="name -> spec: page_fields")
 
     @field_validator("url")
     @classmethod
@@ -104,7 +106,7 @@ def http_get(params: HttpGetParams) -> dict[str, Any]:
     fetched = fetch_page(params)
     content_type = fetched.headers.get("content-type")
     title = http_client.parse_title(fetched.body, content_type) if fetched.decoded else None
-    return {
+    result = {
         "status": fetched.status,
         "final_url": fetched.final_url,
         "title": title,
@@ -112,3 +114,7 @@ def http_get(params: HttpGetParams) -> dict[str, Any]:
         "truncated": fetched.truncated,
         "headers": http_client.bounded_headers(fetched.headers),
     }
+    if params.fields:  # read from the page's text as a browser decodes it
+        html = http_client.decode_html(fetched.body, content_type) if fetched.decoded else ""
+        result["fields"] = read_fields(html, fetched.final_url, params.fields)
+    return result

@@ -108,3 +108,7 @@ ROBOTS_CACHE_SITES: Final = 1024  # sites whose robots.txt a consumer keeps at o
 ROBOTS_MAX_BYTES: Final = 512 * 1024
 ROBOTS_TIMEOUT_S: Final = 10.0  # one robots.txt fetch, redirects included
 CRAWL_SITE_CONCURRENCY: Final = 2  # a crawled site's jobs queued or running at once, by default
+# A user's regular expression (crawl include/exclude, fields) runs at most this long on one
+# text, with the GIL released (common.bounded_regex); past it the attempt fails as permanent.
+REGEX_TIMEOUT_S: Final = 1.0
+REGEX_MAX_INPUT_CHARS: Final = 2 * 1024 * 1024  # a field's regex sees this much of the page

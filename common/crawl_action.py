@@ -4,8 +4,9 @@
 Its params are ``http_get``'s (proxy, headers, cookies, user agent, timeout) plus the crawl's
 rules, which every child carries on: ``site`` (the seed's host[:port]; set by ``scrapefleet
 crawl``, else the page's own), ``same_site``, ``include`` / ``exclude`` (regular expressions
-searched in the normalised link), ``fields`` (name -> regular expression searched in the page's
-HTML; the first group, else the whole match) and ``max_links`` (children per page).
+searched in the normalised link), ``fields`` (name -> a CSS, XPath or regex spec, or a plain
+regular expression searched in the page's HTML: common.page_fields) and ``max_links``
+(children per page).
 
 A status of 429 or 500 and above fails the attempt (it is retried, the server may recover);
 any other status completes the job with that status and, for an error page, no links, since
@@ -22,7 +23,6 @@ lift it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +45,7 @@ from scrapefleet.common.crawl_links import (
     site_of,
 )
 from scrapefleet.common.errors import ScrapefleetError
+from scrapefleet.common.page_fields import PageFields, read_fields
 from scrapefleet.common.robots import (
     ALLOW_ALL,
     RobotsCache,
@@ -57,8 +58,6 @@ from scrapefleet.common.spawn import MAX_SPAWN_PER_ATTEMPT, Spawned
 
 CRAWL_KIND = "crawl"
 BROWSER_CRAWL_KIND = "crawl_browser"
-MAX_FIELDS = 20
-MAX_FIELD_CHARS = 1024  # a field's value is cut to this
 RETRY_STATUSES = frozenset({429})  # and every status >= 500
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 # This consumer's robots.txt rules of the sites its crawls visit (common.robots).
@@ -75,7 +74,9 @@ class CrawlRules(BaseModel):
     same_site: bool = True
     include: list[str] = Field(default_factory=list, description="regexes; one must match")
     exclude: list[str] = Field(default_factory=list, description="regexes; none may match")
-    fields: dict[str, str] = Field(default_factory=dict, description="name -> regex")
+    fields: PageFields = Field(
+        default_factory=dict, description="name -> spec (common.page_fields)"
+    )
     max_links: int = Field(default=MAX_SPAWN_PER_ATTEMPT, ge=0, le=MAX_SPAWN_PER_ATTEMPT)
     ignore_robots: bool = Field(default=False, description="fetch what robots.txt disallows")
 
@@ -83,15 +84,6 @@ class CrawlRules(BaseModel):
     @classmethod
     def _patterns(cls, value: list[str]) -> list[str]:
         compile_patterns(value, "patterns")
-        return value
-
-    @field_validator("fields")
-    @classmethod
-    def _fields(cls, value: dict[str, str]) -> dict[str, str]:
-        if len(value) > MAX_FIELDS:
-            raise ValueError(f"at most {MAX_FIELDS} fields")
-        for name, pattern in value.items():
-            compile_patterns([pattern], name)
         return value
 
     def page_url(self) -> str:
@@ -131,19 +123,6 @@ class BrowserCrawlParams(CrawlRules):
         return self.url
 
 
-def page_fields(html: str, fields: dict[str, str]) -> dict[str, str | None]:
-    """Each field's first match in the page: its first group if it has one, else all of it."""
-    found: dict[str, str | None] = {}
-    for name, pattern in fields.items():
-        match = re.search(pattern, html)
-        if match is None:
-            found[name] = None
-        else:
-            value = match.group(1) if match.re.groups else match.group(0)
-            found[name] = None if value is None else value[:MAX_FIELD_CHARS]
-    return found
-
-
 def child_jobs(
     params: CrawlRules, links: list[str], kind: str, allowed: Callable[[str], bool]
 ) -> tuple[list[dict[str, Any]], int]:
@@ -179,7 +158,7 @@ def crawled_page(
         "final_url": final_url,
         "status": status,
         "title": title,
-        "fields": page_fields(html, params.fields),
+        "fields": read_fields(html, final_url, params.fields),
         "links_found": len(links),
         "links_followed": len(children),  # offered to the crawl; seen ones are dropped there
         "links_disallowed": disallowed,  # by the site's robots.txt

@@ -10,26 +10,39 @@ scrolled), non-ASCII characters percent-encoded as UTF-8 and every escape in one
 
 A link is kept when it is on the crawl's site (the same host and port as the seed, by default),
 matches one of the ``include`` patterns (when there are any) and none of the ``exclude``
-patterns; patterns are Python regular expressions searched in the normalised URL.
+patterns; patterns are Python regular expressions searched in the normalised URL, each search
+bounded in time (common.bounded_regex). A link longer than MAX_LINK_CHARS, as written or
+normalised, is not followed.
 """
 
 from __future__ import annotations
 
 import re
 import string
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from w3lib.url import safe_url_string
 
+from scrapefleet.common.bounded_regex import Pattern, bounded_search, compile_patterns
+
+__all__ = [
+    "MAX_LINK_CHARS",
+    "LinkRules",
+    "compile_patterns",
+    "extract_links",
+    "normalise_url",
+    "site_of",
+    "unique",
+]
+
 DEFAULT_PORTS = {"http": 80, "https": 443}
 _ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
 _UNRESERVED = frozenset(string.ascii_letters + string.digits + "-._~")
 LINK_TAGS = {"a": "href", "area": "href"}
-MAX_PATTERN_CHARS = 1000
-MAX_PATTERNS = 50
+MAX_LINK_CHARS = 2048  # a longer link is not followed (a crawl key is at most this long)
 
 
 def normalise_url(url: str, base: str | None = None) -> str | None:
@@ -88,33 +101,18 @@ def site_of(url: str) -> str:
     return urlsplit(url).netloc.rpartition("@")[2]
 
 
-def compile_patterns(patterns: Sequence[str], field: str) -> tuple[re.Pattern[str], ...]:
-    """The patterns compiled; ValueError names the field and the first bad pattern."""
-    if len(patterns) > MAX_PATTERNS:
-        raise ValueError(f"{field}: {len(patterns)} patterns, at most {MAX_PATTERNS}")
-    compiled = []
-    for index, pattern in enumerate(patterns):
-        if len(pattern) > MAX_PATTERN_CHARS:
-            raise ValueError(f"{field}[{index}]: longer than {MAX_PATTERN_CHARS} characters")
-        try:
-            compiled.append(re.compile(pattern))
-        except re.error as exc:
-            raise ValueError(f"{field}[{index}]: not a valid regular expression: {exc}") from None
-    return tuple(compiled)
-
-
 @dataclass(frozen=True)
 class LinkRules:
     site: str | None  # None: any site
-    include: tuple[re.Pattern[str], ...] = ()
-    exclude: tuple[re.Pattern[str], ...] = ()
+    include: tuple[Pattern, ...] = ()
+    exclude: tuple[Pattern, ...] = ()
 
     def keeps(self, url: str) -> bool:
         if self.site is not None and site_of(url) != self.site:
             return False
-        if self.include and not any(p.search(url) for p in self.include):
+        if self.include and not any(bounded_search(p, url, "include") for p in self.include):
             return False
-        return not any(p.search(url) for p in self.exclude)
+        return not any(bounded_search(p, url, "exclude") for p in self.exclude)
 
 
 class _LinkParser(HTMLParser):
@@ -139,7 +137,8 @@ def extract_links(html: str, page_url: str) -> list[str]:
     parser.feed(html)
     parser.close()
     base = urljoin(page_url, parser.base) if parser.base else page_url
-    return unique(u for u in (normalise_url(h, base) for h in parser.hrefs) if u is not None)
+    urls = (normalise_url(h, base) for h in parser.hrefs if len(h) <= MAX_LINK_CHARS)
+    return unique(u for u in urls if u is not None and len(u) <= MAX_LINK_CHARS)
 
 
 def unique(urls: Iterable[str]) -> list[str]:

@@ -39,6 +39,7 @@ def test_the_seed_is_normalised_and_the_rules_carried() -> None:
         (CrawlRequest("http://a.test/", max_pages=0), "--max-pages: must be between 1"),
         (CrawlRequest("http://a.test/", include=("[",)), r"--include[0]: not a valid"),
         (CrawlRequest("http://a.test/", fields={"p": "("}), r"--field p[0]: not a valid"),
+        (CrawlRequest("http://a.test/", fields={"p": {"css": "a["}}), "field css: Value error"),
     ],
 )
 def test_bad_options_are_named(request_: CrawlRequest, message: str) -> None:
@@ -70,3 +71,18 @@ def test_the_report_reads_by_depth() -> None:
         "    depth 1: 9 completed, 1 failed",
         "    depth 2: 1 pending",
     ]
+
+
+def test_css_and_xpath_fields_and_the_robots_switch_are_carried() -> None:
+    fields = {"t": {"css": "h1"}, "x": {"xpath": "//p"}}
+    payload = CrawlRequest("http://a.test/", fields=fields, obey_robots=False).payload()
+    assert payload["fields"] == fields
+    assert payload["ignore_robots"] is True
+
+
+def test_fetch_page_reads_css_fields_only() -> None:
+    from scrapefleet.common.browser_params import FetchPageParams
+
+    FetchPageParams.model_validate({"url": "http://a.test/", "fields": {"t": {"css": "h1"}}})
+    with pytest.raises(ValueError, match="fetch_page reads fields by css"):
+        FetchPageParams.model_validate({"url": "http://a.test/", "fields": {"t": {"xpath": "//p"}}})
