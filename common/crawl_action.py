@@ -24,6 +24,7 @@ lift it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -38,11 +39,13 @@ from scrapefleet.common.builtin_actions import (
 )
 from scrapefleet.common.constants import ROBOTS_MAX_BYTES, ROBOTS_TIMEOUT_S
 from scrapefleet.common.crawl_links import (
+    MAX_LINK_CHARS,
     LinkRules,
     compile_patterns,
     extract_links,
     normalise_url,
     site_of,
+    unique,
 )
 from scrapefleet.common.errors import ScrapefleetError
 from scrapefleet.common.page_fields import PageFields, read_fields
@@ -54,6 +57,7 @@ from scrapefleet.common.robots import (
     robots_url,
     rules_from_answer,
 )
+from scrapefleet.common.sitemaps import SitemapKind, SitemapList, read_sitemap
 from scrapefleet.common.spawn import MAX_SPAWN_PER_ATTEMPT, Spawned
 
 CRAWL_KIND = "crawl"
@@ -64,6 +68,7 @@ HTML_TYPES = ("text/html", "application/xhtml+xml")
 ROBOTS_CACHE = RobotsCache()
 
 if TYPE_CHECKING:
+    from scrapefleet.common.http_client import Fetched
     from scrapefleet.common.settings import Settings
 
 
@@ -79,6 +84,9 @@ class CrawlRules(BaseModel):
     )
     max_links: int = Field(default=MAX_SPAWN_PER_ATTEMPT, ge=0, le=MAX_SPAWN_PER_ATTEMPT)
     ignore_robots: bool = Field(default=False, description="fetch what robots.txt disallows")
+    sitemap: bool = Field(
+        default=False, description="the URL is a sitemap, sitemap index or robots.txt to start from"
+    )
 
     @field_validator("include", "exclude")
     @classmethod
@@ -119,19 +127,37 @@ class BrowserCrawlParams(CrawlRules):
 
     _url = field_validator("url")(validate_web_url)
 
+    @field_validator("sitemap")
+    @classmethod
+    def _pages_only(cls, value: bool) -> bool:
+        if value:
+            raise ValueError("sitemaps are read over HTTP: start them as crawl jobs")
+        return value
+
     def page_url(self) -> str:
         return self.url
 
 
 def child_jobs(
-    params: CrawlRules, links: list[str], kind: str, allowed: Callable[[str], bool]
+    params: CrawlRules,
+    links: list[str],
+    kind: str,
+    allowed: Callable[[str], bool],
+    *,
+    sitemaps: bool = False,
 ) -> tuple[list[dict[str, Any]], int]:
     """One job per kept link that ``allowed`` (robots.txt) lets the crawl fetch, carrying the
-    crawl's rules on; and how many kept links ``allowed`` refused."""
+    crawl's rules on; and how many kept links ``allowed`` refused. ``sitemaps``: the links are
+    sitemaps, kept by the site rule alone (include/exclude are about pages)."""
     rules = params.rules()
-    carried = params.model_dump(exclude_defaults=True) | {"site": params.crawl_site()}
-    kept = [link for link in links if rules.keeps(link)]
-    permitted = [link for link in kept if allowed(link)]
+    carried = params.model_dump(exclude_defaults=True, exclude={"sitemap"})
+    carried |= {"site": params.crawl_site()} | ({"sitemap": True} if sitemaps else {})
+    if sitemaps:
+        kept = [link for link in links if rules.site is None or site_of(link) == rules.site]
+        permitted = kept
+    else:
+        kept = [link for link in links if rules.keeps(link)]
+        permitted = [link for link in kept if allowed(link)]
     return [
         {"kind": kind, "payload": carried | {"url": link}, "dedupe_key": link}
         for link in permitted[: params.max_links]
@@ -167,6 +193,36 @@ def crawled_page(
     return Spawned(result, children)
 
 
+def sitemap_page(
+    params: CrawlParams, fetched: Fetched, max_bytes: int, allowed: Callable[[str], bool]
+) -> Spawned:
+    """What a crawl's sitemap job returns: the sitemaps it lists (each a sitemap job) or the
+    pages (each a page job of the crawl), by the crawl's rules; none from an error page."""
+    listed = SitemapList(SitemapKind.EMPTY, [])
+    if fetched.status < 400 and fetched.decoded:
+        listed = read_sitemap(params.url, fetched.body, max_bytes)
+    urls = unique(
+        u
+        for u in (normalise_url(loc) for loc in listed.urls if len(loc) <= MAX_LINK_CHARS)
+        if u is not None and len(u) <= MAX_LINK_CHARS
+    )
+    children, disallowed = child_jobs(
+        params, urls, CRAWL_KIND, allowed, sitemaps=listed.lists_sitemaps
+    )
+    result = {
+        "url": params.url,
+        "final_url": fetched.final_url,
+        "status": fetched.status,
+        "sitemap": listed.kind.value,
+        "urls_found": len(urls),
+        "links_followed": len(children),
+        "links_disallowed": disallowed,
+        "bytes": len(fetched.body),
+        "truncated": fetched.truncated or listed.truncated,
+    }
+    return Spawned(result, children)
+
+
 def skipped_page(params: CrawlRules, reason: str) -> Spawned:
     """What a crawl job returns for a page it must not fetch: the reason, no children."""
     result = {"url": params.page_url(), "status": None, "title": None, "skipped": reason}
@@ -174,16 +230,22 @@ def skipped_page(params: CrawlRules, reason: str) -> Spawned:
 
 
 def site_robots(
-    params: CrawlRules, settings: Settings, *, user_agent: str, proxy: str | None
+    params: CrawlRules,
+    settings: Settings,
+    *,
+    user_agent: str,
+    proxy: str | None,
+    read: Callable[[str], RobotsRules] | None = None,
 ) -> RobotsRules:
-    """The robots.txt rules of the page's site (kept per consumer, read when missing); every
-    page allowed when the crawl or the host's settings say to ignore them."""
+    """The robots.txt rules of the page's site (kept per consumer, read when missing, with
+    ``read`` if given); every page allowed when the crawl or the host's settings say to ignore
+    them."""
     from scrapefleet.common import http_client
 
     if params.ignore_robots or not settings.crawl_obey_robots:
         return ALLOW_ALL
 
-    def read(url: str) -> RobotsRules:
+    def fetch(url: str) -> RobotsRules:
         try:
             fetched = http_client.fetch(
                 url,
@@ -196,7 +258,7 @@ def site_robots(
             raise RobotsUnreachable(f"{url}: {exc}; its rules are unknown, the page waits") from exc
         return rules_from_answer(url, fetched.status, fetched.body)
 
-    return ROBOTS_CACHE.rules(params.page_url(), read)
+    return ROBOTS_CACHE.rules(params.page_url(), read or fetch)
 
 
 def robots_skip(rules: RobotsRules, url: str, user_agent: str) -> str | None:
@@ -218,6 +280,8 @@ def crawl(params: CrawlParams) -> Spawned:
 
     settings = load_settings()
     user_agent = job_user_agent(params, settings)
+    if params.sitemap:
+        return crawled_sitemap(params, settings, user_agent)
     robots = site_robots(params, settings, user_agent=user_agent, proxy=job_proxy(params, settings))
     if reason := robots_skip(robots, params.url, user_agent):
         return skipped_page(params, reason)
@@ -235,10 +299,35 @@ def crawl(params: CrawlParams) -> Spawned:
         status=fetched.status,
         title=http_client.parse_title(fetched.body, content_type) if html else None,
         html=html,
-        allowed=lambda url: robots.allows(url, user_agent),
+        allowed=partial(_robots_allow, robots, user_agent),
         bytes=len(fetched.body),
         truncated=fetched.truncated,
     )
+
+
+def crawled_sitemap(params: CrawlParams, settings: Settings, user_agent: str) -> Spawned:
+    """A crawl's sitemap job. A sitemap is addressed to crawlers: its own URL is not asked
+    about, the pages it lists are; a robots.txt fetched as the seed is the site's rules too."""
+    from scrapefleet.common import http_client
+
+    fetched = fetch_page(params, settings)
+    if must_retry(fetched.status):
+        raise http_client.HTTPStatusFailure(f"HTTP {fetched.status} from {params.url}")
+    read = None
+    if robots_url(params.url) == params.url:
+        read = partial(_rules_from, fetched)
+    proxy = job_proxy(params, settings)
+    robots = site_robots(params, settings, user_agent=user_agent, proxy=proxy, read=read)
+    allowed = partial(_robots_allow, robots, user_agent)
+    return sitemap_page(params, fetched, settings.http_max_body_bytes, allowed)
+
+
+def _rules_from(fetched: Fetched, url: str) -> RobotsRules:
+    return rules_from_answer(url, fetched.status, fetched.body[:ROBOTS_MAX_BYTES])
+
+
+def _robots_allow(robots: RobotsRules, user_agent: str, url: str) -> bool:
+    return robots.allows(url, user_agent)
 
 
 def _runs_on_a_consumer(_driver: Any, _params: BaseModel) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """`scrapefleet crawl URL` starts a crawl; `scrapefleet crawls show ID` tells how far it got.
 
     scrapefleet crawl https://example.org/ --depth 3 --include '/docs/' --max-pages 5000
+    scrapefleet crawl --sitemap https://example.org/robots.txt --depth 2
     scrapefleet crawls show 41 [--json]
 
 The crawl is a root ``crawl`` job (``crawl_browser`` with ``--browser``; common.crawl_action
@@ -48,6 +49,7 @@ class CrawlRequest:
     priority: int = 0
     browser: bool = False  # each page in a browser (crawl_browser), not over HTTP (crawl)
     obey_robots: bool = True  # False: fetch what the sites' robots.txt disallow
+    sitemap: bool = False  # the URL is a sitemap, a sitemap index or a robots.txt
 
     @property
     def kind(self) -> str:
@@ -94,6 +96,10 @@ class CrawlRequest:
             payload["same_site"] = False
         if not self.obey_robots:
             payload["ignore_robots"] = True
+        if self.sitemap:
+            if self.browser:
+                raise SubmitError("--sitemap: sitemaps are read over HTTP, not with --browser")
+            payload["sitemap"] = True
         return payload
 
 
@@ -194,6 +200,9 @@ def _one_line_errors() -> Iterator[None]:
 @click.option("--any-site", is_flag=True, help="follow links to other sites too")
 @click.option("--browser", is_flag=True, help="load each page in a browser (after its scripts)")
 @click.option("--ignore-robots", is_flag=True, help="fetch what the site's robots.txt disallows")
+@click.option(
+    "--sitemap", is_flag=True, help="URL is a sitemap (index, .gz) or a robots.txt: its pages"
+)
 @click.option("--priority", type=click.IntRange(-1_000_000, 1_000_000), default=0)
 @click.pass_obj
 def crawl(
@@ -209,6 +218,7 @@ def crawl(
     any_site: bool,
     browser: bool,
     ignore_robots: bool,
+    sitemap: bool,
     priority: int,
 ) -> None:
     """Start a crawl at URL: prints its id (see `scrapefleet crawls show ID`)."""
@@ -237,6 +247,7 @@ def crawl(
             priority,
             browser,
             obey_robots=not ignore_robots,
+            sitemap=sitemap,
         )
         request.payload()  # refused before the database is even opened
         with obj.client.engine.begin() as conn:

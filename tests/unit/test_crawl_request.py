@@ -86,3 +86,10 @@ def test_fetch_page_reads_css_fields_only() -> None:
     FetchPageParams.model_validate({"url": "http://a.test/", "fields": {"t": {"css": "h1"}}})
     with pytest.raises(ValueError, match="fetch_page reads fields by css"):
         FetchPageParams.model_validate({"url": "http://a.test/", "fields": {"t": {"xpath": "//p"}}})
+
+
+def test_a_sitemap_seed_is_carried_and_not_with_a_browser() -> None:
+    payload = CrawlRequest("http://a.test/robots.txt", sitemap=True).payload()
+    assert payload == {"url": "http://a.test/robots.txt", "site": "a.test", "sitemap": True}
+    with pytest.raises(SubmitError, match="--sitemap: sitemaps are read over HTTP"):
+        CrawlRequest("http://a.test/s.xml", sitemap=True, browser=True).payload()
