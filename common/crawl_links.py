@@ -21,7 +21,6 @@ import re
 import string
 from collections.abc import Iterable
 from dataclasses import dataclass
-from html.parser import HTMLParser
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from w3lib.url import safe_url_string
@@ -40,8 +39,10 @@ __all__ = [
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 _ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
+# What safe_url_string may change in an ASCII URL: controls, space, the characters RFC 3986
+# does not allow in a URL, and brackets and quotes outside the host (all quoted).
+_QUOTED_BY_W3LIB = re.compile(r"""[\x00-\x20"'<>\[\]\\^`{|}\x7f]""")
 _UNRESERVED = frozenset(string.ascii_letters + string.digits + "-._~")
-LINK_TAGS = {"a": "href", "area": "href"}
 MAX_LINK_CHARS = 2048  # a longer link is not followed (a crawl key is at most this long)
 
 
@@ -50,8 +51,12 @@ def normalise_url(url: str, base: str | None = None) -> str | None:
     http(s) URL with a host."""
     url = url.strip()
     try:
-        # w3lib: the host as IDNA (punycode), non-ASCII characters percent-encoded as UTF-8.
-        parts = urlsplit(safe_url_string(urljoin(base, url) if base else url))
+        joined = urljoin(base, url) if base else url
+        # w3lib: the host as IDNA (punycode), non-ASCII characters percent-encoded as UTF-8;
+        # a URL with neither (most links) is as w3lib would leave it, for a sixth of the time.
+        if not joined.isascii() or _QUOTED_BY_W3LIB.search(joined):
+            joined = safe_url_string(joined)
+        parts = urlsplit(joined)
         port = parts.port
     except ValueError:  # a port that is no number, a bad IPv6 literal, a host IDNA refuses
         return None
@@ -115,29 +120,30 @@ class LinkRules:
         return not any(bounded_search(p, url, "exclude") for p in self.exclude)
 
 
-class _LinkParser(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.hrefs: list[str] = []
-        self.base: str | None = None
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "base" and self.base is None:
-            self.base = dict(attrs).get("href")
-        elif tag in LINK_TAGS:
-            href = dict(attrs).get(LINK_TAGS[tag])
-            if href:
-                self.hrefs.append(href)
-
-
 def extract_links(html: str, page_url: str) -> list[str]:
     """The page's http(s) links, normalised, each once, in the order they first appear;
-    relative ones resolved against its <base href> or else its own URL."""
-    parser = _LinkParser()
-    parser.feed(html)
-    parser.close()
-    base = urljoin(page_url, parser.base) if parser.base else page_url
-    urls = (normalise_url(h, base) for h in parser.hrefs if len(h) <= MAX_LINK_CHARS)
+    relative ones resolved against its <base href> or else its own URL. Parsed with lxml's HTML
+    parser (libxml2: about a sixth of html.parser's time on a large page)."""
+    from lxml import etree
+
+    if not html.strip():
+        return []
+    parser = etree.HTMLParser(encoding="utf-8", no_network=True, remove_comments=True)
+    root = etree.fromstring(html.encode("utf-8", "surrogatepass"), parser)
+    if root is None:
+        return []
+    hrefs: list[str] = []
+    base: str | None = None
+    for element in root.iter("a", "area", "base"):
+        href = element.get("href")
+        if not href:
+            continue
+        if element.tag == "base":
+            base = href if base is None else base
+        else:
+            hrefs.append(href)
+    base_url = urljoin(page_url, base) if base else page_url
+    urls = (normalise_url(h, base_url) for h in hrefs if len(h) <= MAX_LINK_CHARS)
     return unique(u for u in urls if u is not None and len(u) <= MAX_LINK_CHARS)
 
 
