@@ -107,6 +107,8 @@ ROBOTS_CACHE_SITES: Final = 1024  # sites whose robots.txt a consumer keeps at o
 # RFC 9309 asks crawlers to read at least 500 KiB of a robots.txt; the rest is ignored.
 ROBOTS_MAX_BYTES: Final = 512 * 1024
 ROBOTS_TIMEOUT_S: Final = 10.0  # one robots.txt fetch, redirects included
+# A robots.txt's Crawl-delay is obeyed up to this long (a site asking for more gets this).
+MAX_CRAWL_DELAY_S: Final = 60.0
 CRAWL_SITE_CONCURRENCY: Final = 2  # a crawled site's jobs queued or running at once, by default
 # A user's regular expression (crawl include/exclude, fields) runs at most this long on one
 # text, with the GIL released (common.bounded_regex); past it the attempt fails as permanent.

@@ -302,6 +302,7 @@ def crawl(params: CrawlParams) -> Spawned:
         allowed=partial(_robots_allow, robots, user_agent),
         bytes=len(fetched.body),
         truncated=fetched.truncated,
+        **delay_of(robots, user_agent),
     )
 
 
@@ -324,6 +325,12 @@ def crawled_sitemap(params: CrawlParams, settings: Settings, user_agent: str) ->
 
 def _rules_from(fetched: Fetched, url: str) -> RobotsRules:
     return rules_from_answer(url, fetched.status, fetched.body[:ROBOTS_MAX_BYTES])
+
+
+def delay_of(robots: RobotsRules, user_agent: str) -> dict[str, float]:
+    """The site's Crawl-delay for the result (the producer spaces the site's jobs by it)."""
+    delay = robots.crawl_delay(user_agent)
+    return {} if delay is None else {"crawl_delay_s": delay}
 
 
 def _robots_allow(robots: RobotsRules, user_agent: str, url: str) -> bool:

@@ -130,11 +130,12 @@ class PendingSkips:
 class ThrottleSeen:
     """What a key's attempts said since the last look: how many were pushed back (rate limited
     or blocked), the latest time one of them may be retried (its Retry-After), how many
-    completed."""
+    completed, and the site's Crawl-delay if its crawl pages reported one."""
 
     throttled: int = 0
     retry_at: datetime | None = None
     completed: int = 0
+    crawl_delay_s: float | None = None  # the longest Crawl-delay its crawl pages reported
 
 
 def next_slowdown(current: Slowdown, seen: ThrottleSeen, now: datetime) -> Slowdown:

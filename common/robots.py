@@ -22,7 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from protego import Protego
 
-from scrapefleet.common.constants import ROBOTS_CACHE_SITES, ROBOTS_TTL_S
+from scrapefleet.common.constants import MAX_CRAWL_DELAY_S, ROBOTS_CACHE_SITES, ROBOTS_TTL_S
 from scrapefleet.common.errors import ScrapefleetError
 
 __all__ = [
@@ -49,8 +49,18 @@ class RobotsRules:
         return self.parsed is None or bool(self.parsed.can_fetch(url, user_agent))
 
     def crawl_delay(self, user_agent: str) -> float | None:
-        delay = None if self.parsed is None else self.parsed.crawl_delay(user_agent)
-        return None if delay is None else float(delay)
+        """Seconds between two requests the site asks of this user agent (``Crawl-delay``, or
+        ``Request-rate``'s seconds per request, whichever is longer), at most
+        MAX_CRAWL_DELAY_S; None when it asks nothing."""
+        if self.parsed is None:
+            return None
+        delays = []
+        if (delay := self.parsed.crawl_delay(user_agent)) is not None:
+            delays.append(float(delay))
+        rate = self.parsed.request_rate(user_agent)
+        if rate is not None and rate.requests > 0:
+            delays.append(rate.seconds / rate.requests)
+        return min(max(delays), MAX_CRAWL_DELAY_S) if delays else None
 
     def sitemaps(self) -> list[str]:
         return [] if self.parsed is None else list(self.parsed.sitemaps)

@@ -11,6 +11,7 @@ from scrapefleet.common.crawl_action import (
     BROWSER_CRAWL_KIND,
     BrowserCrawlParams,
     crawled_page,
+    delay_of,
     must_retry,
     robots_skip,
     site_robots,
@@ -55,4 +56,5 @@ def crawl_browser(driver: Any, params: BrowserCrawlParams) -> Spawned:
         title=page["title"],
         html=html,
         allowed=lambda url: robots.allows(url, user_agent),
+        **delay_of(robots, user_agent),
     )

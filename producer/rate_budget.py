@@ -6,6 +6,10 @@ out (keys and kinds at their limit) and what to read on its own for exactly its 
 with a little left), so that a backlog on one key neither fills the read nor starves the
 others; the planner then asks ``admission(pending)`` job by job, and every job it places uses
 one unit of its key's and its kind's budget.
+
+A site whose robots.txt asks for a Crawl-delay gets at most one job per cycle, and none before
+its next start (the last placement plus the delay): its crawl's requests are that far apart
+fleet-wide.
 """
 
 from __future__ import annotations
@@ -94,6 +98,7 @@ class RateBudget:
         counts: Sequence[RateCount],
         slowdowns: Mapping[str, Slowdown],
         now: datetime,
+        next_starts: Mapping[str, datetime] | None = None,
     ) -> None:
         by_key: dict[str, _Used] = {}
         by_kind: dict[str, _Used] = {}
@@ -109,26 +114,32 @@ class RateBudget:
                 used.window += count.window
         self._rules = rules
         self._slowdowns = slowdowns
-        self._now = now
+        self.now = now
+        # Keys spaced by a Crawl-delay: none before their time, then one per cycle.
+        self._next_starts = next_starts or {}
         # Budgets of every key and kind that has one, as jobs are placed; a key never seen
         # (no count, no rule by name) gets the default's whole budget on first use.
         self._key_left: dict[str, int | None] = {}
         self._kind_left: dict[str, int | None] = {}
         self._by_key = by_key
         self.taken: list[tuple[str | None, str]] = []  # (key, kind) of every job placed
-        for key in {*rules.keys, *by_key, *slowdowns}:
+        for key in {*rules.keys, *by_key, *slowdowns, *self._next_starts}:
             self._key_left[key] = self._key_budget(key)
         for kind in rules.kinds:
             self._kind_left[kind] = _left(rules.kinds[kind], by_kind.get(kind, _Used()))
 
     def _key_budget(self, key: str) -> int | None:
         slowdown = self._slowdowns.get(key, NO_SLOWDOWN)
-        if slowdown.paused(self._now):
+        if slowdown.paused(self.now):
+            return 0
+        spaced = key in self._next_starts
+        if spaced and self._next_starts[key] > self.now:
             return 0
         limit = self._rules.for_key(key, crawled=key in self._crawled)
         if limit is None:
-            return None
-        return _left(limit.scaled(slowdown.factor), self._by_key.get(key, _Used()))
+            return 1 if spaced else None
+        left = _left(limit.scaled(slowdown.factor), self._by_key.get(key, _Used()))
+        return min(left, 1) if spaced else left
 
     def key_left(self, key: str | None, kind: str | None = None) -> int | None:
         """How many more jobs ``key`` may get now (a job of ``kind`` on it); None: no limit.

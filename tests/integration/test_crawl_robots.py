@@ -21,6 +21,7 @@ ROBOTS = """\
 User-agent: scrapefleet
 Disallow: /private
 Allow: /private/open
+Crawl-delay: 1.5
 
 User-agent: *
 Disallow: /
@@ -49,6 +50,7 @@ def test_disallowed_links_are_not_followed_and_robots_is_read_once(site: PageSit
     home = _crawl(site, "/")
     assert _urls(home) == [site.url("/a"), site.url("/private/open")]
     assert home.result["links_disallowed"] == 1
+    assert home.result["crawl_delay_s"] == 1.5  # the producer spaces the site's pages by it
     _crawl(site, "/a")
     _crawl(site, "/private/open")
     assert site.hits["/robots.txt"] == 1

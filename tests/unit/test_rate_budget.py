@@ -282,3 +282,26 @@ def test_the_crawl_default_is_a_setting() -> None:
     assert RateRules.from_settings(load_settings()).crawled_site == RateLimit(concurrency=2)
     unset = load_settings(crawl_site_concurrency=None)
     assert RateRules.from_settings(unset).crawled_site is None
+
+
+def test_a_crawl_delay_key_gets_one_job_and_none_before_its_next_start() -> None:
+    later = NOW + timedelta(seconds=1)
+    budget = RateBudget(CRAWLED_TWO, [], {}, NOW, {"slow.test": later, "due.test": NOW})
+    assert budget.key_left("slow.test", "crawl") == 0
+    assert budget.key_left("due.test", "crawl") == 1  # not two: one request per delay
+    assert budget.skips(free_slots=12).saturated_keys == ("slow.test",)
+    no_limit = RateBudget(RateRules(), [], {}, NOW, {"due.test": NOW})
+    assert no_limit.key_left("due.test") == 1
+
+
+def test_robots_crawl_delay_and_request_rate_are_capped_seconds() -> None:
+    from scrapefleet.common.constants import MAX_CRAWL_DELAY_S
+    from scrapefleet.common.robots import rules_from_answer
+
+    def delay(text: str) -> float | None:
+        return rules_from_answer("u", 200, text.encode()).crawl_delay("scrapefleet/0.1")
+
+    assert delay("User-agent: *\nCrawl-delay: 2.5\n") == 2.5
+    assert delay("User-agent: *\nRequest-rate: 1/5s\nCrawl-delay: 1\n") == 5.0
+    assert delay("User-agent: *\nCrawl-delay: 86400\n") == MAX_CRAWL_DELAY_S
+    assert delay("User-agent: *\nDisallow: /x\n") is None
