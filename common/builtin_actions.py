@@ -52,6 +52,9 @@ class HttpGetParams(BaseModel):
     headers: dict[str, str] = Field(default_factory=dict)
     cookies: dict[str, str] = Field(default_factory=dict, description="sent to the URL's host")
     fields: PageFields = Field(default_factory=dict, description="name -> spec: page_fields")
+    obey_robots: bool = Field(
+        default=False, description="skip the page if the site's robots.txt disallows it"
+    )
 
     @field_validator("url")
     @classmethod
@@ -103,6 +106,8 @@ def job_proxy(params: HttpGetParams, settings: Settings) -> str | None:
 def http_get(params: HttpGetParams) -> dict[str, Any]:
     from scrapefleet.common import http_client
 
+    if params.obey_robots and (reason := _robots_skip(params)):
+        return {"status": None, "final_url": None, "title": None, "skipped": reason}
     fetched = fetch_page(params)
     content_type = fetched.headers.get("content-type")
     title = http_client.parse_title(fetched.body, content_type) if fetched.decoded else None
@@ -118,3 +123,14 @@ def http_get(params: HttpGetParams) -> dict[str, Any]:
         html = http_client.decode_html(fetched.body, content_type) if fetched.decoded else ""
         result["fields"] = read_fields(html, fetched.final_url, params.fields)
     return result
+
+
+def _robots_skip(params: HttpGetParams) -> str | None:
+    """Why the site's robots.txt keeps this job's User-Agent off the page, or None."""
+    from scrapefleet.common.robots import robots_skip, site_rules
+    from scrapefleet.common.settings import load_settings
+
+    settings = load_settings()
+    user_agent = job_user_agent(params, settings)
+    rules = site_rules(params.url, user_agent=user_agent, proxy=job_proxy(params, settings))
+    return robots_skip(rules, params.url, user_agent)

@@ -37,7 +37,7 @@ from scrapefleet.common.builtin_actions import (
     job_proxy,
     job_user_agent,
 )
-from scrapefleet.common.constants import ROBOTS_MAX_BYTES, ROBOTS_TIMEOUT_S
+from scrapefleet.common.constants import ROBOTS_MAX_BYTES
 from scrapefleet.common.crawl_links import (
     MAX_LINK_CHARS,
     LinkRules,
@@ -51,11 +51,11 @@ from scrapefleet.common.errors import ScrapefleetError
 from scrapefleet.common.page_fields import PageFields, read_fields
 from scrapefleet.common.robots import (
     ALLOW_ALL,
-    RobotsCache,
     RobotsRules,
-    RobotsUnreachable,
+    robots_skip,
     robots_url,
     rules_from_answer,
+    site_rules,
 )
 from scrapefleet.common.sitemaps import SitemapKind, SitemapList, read_sitemap
 from scrapefleet.common.spawn import MAX_SPAWN_PER_ATTEMPT, Spawned
@@ -64,8 +64,6 @@ CRAWL_KIND = "crawl"
 BROWSER_CRAWL_KIND = "crawl_browser"
 RETRY_STATUSES = frozenset({429})  # and every status >= 500
 HTML_TYPES = ("text/html", "application/xhtml+xml")
-# This consumer's robots.txt rules of the sites its crawls visit (common.robots).
-ROBOTS_CACHE = RobotsCache()
 
 if TYPE_CHECKING:
     from scrapefleet.common.http_client import Fetched
@@ -237,35 +235,11 @@ def site_robots(
     proxy: str | None,
     read: Callable[[str], RobotsRules] | None = None,
 ) -> RobotsRules:
-    """The robots.txt rules of the page's site (kept per consumer, read when missing, with
-    ``read`` if given); every page allowed when the crawl or the host's settings say to ignore
-    them."""
-    from scrapefleet.common import http_client
-
+    """The robots.txt rules of the page's site (common.robots.site_rules); every page allowed
+    when the crawl or the host's settings say to ignore them."""
     if params.ignore_robots or not settings.crawl_obey_robots:
         return ALLOW_ALL
-
-    def fetch(url: str) -> RobotsRules:
-        try:
-            fetched = http_client.fetch(
-                url,
-                timeout_s=ROBOTS_TIMEOUT_S,
-                max_body_bytes=ROBOTS_MAX_BYTES,
-                user_agent=user_agent,
-                proxy=proxy,
-            )
-        except (TimeoutError, RuntimeError) as exc:
-            raise RobotsUnreachable(f"{url}: {exc}; its rules are unknown, the page waits") from exc
-        return rules_from_answer(url, fetched.status, fetched.body)
-
-    return ROBOTS_CACHE.rules(params.page_url(), read or fetch)
-
-
-def robots_skip(rules: RobotsRules, url: str, user_agent: str) -> str | None:
-    """Why the page is skipped, or None when robots.txt lets this user agent fetch it."""
-    if rules.allows(url, user_agent):
-        return None
-    return f"disallowed by {robots_url(url)} for this user agent"
+    return site_rules(params.page_url(), user_agent=user_agent, proxy=proxy, read=read)
 
 
 def must_retry(status: int | None) -> bool:

@@ -22,7 +22,13 @@ from urllib.parse import urlsplit, urlunsplit
 
 from protego import Protego
 
-from scrapefleet.common.constants import MAX_CRAWL_DELAY_S, ROBOTS_CACHE_SITES, ROBOTS_TTL_S
+from scrapefleet.common.constants import (
+    MAX_CRAWL_DELAY_S,
+    ROBOTS_CACHE_SITES,
+    ROBOTS_MAX_BYTES,
+    ROBOTS_TIMEOUT_S,
+    ROBOTS_TTL_S,
+)
 from scrapefleet.common.errors import ScrapefleetError
 
 __all__ = [
@@ -30,8 +36,10 @@ __all__ = [
     "RobotsCache",
     "RobotsRules",
     "RobotsUnreachable",
+    "robots_skip",
     "robots_url",
     "rules_from_answer",
+    "site_rules",
 ]
 
 
@@ -142,3 +150,41 @@ class RobotsCache:
                 return None
             self._rules.move_to_end(url)
             return rules
+
+
+# This consumer's rules of the sites its jobs visit.
+ROBOTS_CACHE = RobotsCache()
+
+
+def site_rules(
+    page_url: str,
+    *,
+    user_agent: str,
+    proxy: str | None,
+    read: Callable[[str], RobotsRules] | None = None,
+) -> RobotsRules:
+    """The rules of ``page_url``'s site, from this consumer's cache or read over HTTP (with
+    ``read`` instead, if given): RobotsUnreachable when the site cannot say."""
+    from scrapefleet.common import http_client
+
+    def fetch(url: str) -> RobotsRules:
+        try:
+            fetched = http_client.fetch(
+                url,
+                timeout_s=ROBOTS_TIMEOUT_S,
+                max_body_bytes=ROBOTS_MAX_BYTES,
+                user_agent=user_agent,
+                proxy=proxy,
+            )
+        except (TimeoutError, RuntimeError) as exc:
+            raise RobotsUnreachable(f"{url}: {exc}; its rules are unknown, the page waits") from exc
+        return rules_from_answer(url, fetched.status, fetched.body)
+
+    return ROBOTS_CACHE.rules(page_url, read or fetch)
+
+
+def robots_skip(rules: RobotsRules, url: str, user_agent: str) -> str | None:
+    """Why the page is skipped, or None when robots.txt lets this user agent fetch it."""
+    if rules.allows(url, user_agent):
+        return None
+    return f"disallowed by {robots_url(url)} for this user agent"

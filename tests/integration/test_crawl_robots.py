@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from scrapefleet.common.builtin_actions import HttpGetParams, http_get
 from scrapefleet.common.crawl_action import CrawlParams, crawl
 from scrapefleet.common.robots import RobotsUnreachable
 from scrapefleet.common.spawn import Spawned
@@ -104,3 +105,10 @@ def test_the_user_agent_names_the_contact(site: PageSite, monkeypatch: pytest.Mo
     monkeypatch.setenv("SCRAPEFLEET_HTTP_CONTACT_URL", "https://ops.example.org/bot")
     _crawl(site, "/")
     assert set(site.user_agents) == {"scrapefleet/0.1 (+https://ops.example.org/bot)"}
+
+
+def test_http_get_obeys_robots_when_asked(site: PageSite) -> None:
+    asked = http_get(HttpGetParams(url=site.url("/private/x"), obey_robots=True))
+    assert asked["skipped"] == f"disallowed by {site.url('/robots.txt')} for this user agent"
+    assert site.hits["/private/x"] == 0
+    assert http_get(HttpGetParams(url=site.url("/private/x")))["title"] == "Secret"  # default
