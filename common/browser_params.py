@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from scrapefleet.common.actions import register
 from scrapefleet.common.errors import ScrapefleetError
-from scrapefleet.common.page_fields import FieldSpec
+from scrapefleet.common.page_fields import BrowserPageFields, FieldSpec
 
 __all__ = ["FetchPageParams", "FieldSpec", "ScreenshotParams", "validate_web_url"]
 
@@ -30,20 +30,10 @@ class FetchPageParams(BaseModel):
     url: str
     wait_for: str | None = Field(default=None, min_length=1, description="CSS selector")
     wait_timeout_s: float = Field(default=10.0, gt=0, le=300)
-    fields: dict[str, FieldSpec] = Field(default_factory=dict)
+    fields: BrowserPageFields = Field(default_factory=dict, description="common.page_fields")
     allow_http_errors: bool = False
 
     _url = field_validator("url")(validate_web_url)
-
-    @field_validator("fields")
-    @classmethod
-    def _css_only(cls, value: dict[str, FieldSpec]) -> dict[str, FieldSpec]:
-        # The browser reads fields in one script call with querySelector; XPath and re are
-        # read from HTML (crawl, crawl_browser, http_get).
-        for name, spec in value.items():
-            if spec.css is None or spec.re is not None:
-                raise ValueError(f"{name}: fetch_page reads fields by css (with attr, all)")
-        return value
 
 
 class ScreenshotParams(BaseModel):

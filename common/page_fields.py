@@ -8,7 +8,8 @@ expression searched in each value: its first group, else the whole match; a valu
 match is dropped). ``re`` alone is searched in the page's HTML (its first REGEX_MAX_INPUT_CHARS
 characters): that is the form a crawl's ``--field NAME=REGEX`` has always had, and a plain
 string as a field is read as it. Each value is cut to MAX_FIELD_CHARS; a regex runs with a time
-bound (common.bounded_regex). ``fetch_page`` reads the same specs in the browser, CSS only.
+bound (common.bounded_regex). ``fetch_page`` reads a CSS field in the browser (Selenium's
+text, from the rendered page) and an XPath or ``re``-only one from the page's HTML here.
 """
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ import re as stdlib_re
 from typing import Annotated, Any
 from urllib.parse import urljoin
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from scrapefleet.common.bounded_regex import (
     MAX_PATTERN_CHARS,
@@ -31,9 +40,11 @@ __all__ = [
     "MAX_FIELDS",
     "MAX_FIELD_CHARS",
     "MAX_FIELD_VALUES",
+    "BrowserPageFields",
     "FieldSpec",
     "PageFields",
     "read_fields",
+    "refine",
 ]
 
 MAX_FIELDS = 20
@@ -55,18 +66,6 @@ class FieldSpec(BaseModel):
     re: str | None = Field(
         default=None, min_length=1, max_length=MAX_PATTERN_CHARS, description="searched in it"
     )
-
-    @field_validator("css")
-    @classmethod
-    def _css(cls, value: str | None) -> str | None:
-        if value is not None:
-            from parsel.csstranslator import HTMLTranslator
-
-            try:
-                HTMLTranslator().css_to_xpath(value)
-            except SyntaxError as exc:  # cssselect's SelectorError
-                raise ValueError(f"invalid CSS selector: {exc}") from None
-        return value
 
     @field_validator("xpath")
     @classmethod
@@ -102,13 +101,31 @@ class FieldSpec(BaseModel):
 def _specs(value: Any) -> Any:
     """Today's form of a field, a regex over the page's HTML, as the spec it is."""
     if isinstance(value, dict):
-        if len(value) > MAX_FIELDS:
-            raise ValueError(f"at most {MAX_FIELDS} fields")
         return {k: {"re": v} if isinstance(v, str) else v for k, v in value.items()}
     return value
 
 
-PageFields = Annotated[dict[str, FieldSpec], BeforeValidator(_specs)]
+def _css_parses(fields: dict[str, FieldSpec]) -> dict[str, FieldSpec]:
+    """At most MAX_FIELDS, and the CSS selectors parsel will read checked at submit. (A
+    browser reads fetch_page's own, with the browser's CSS: a selector cssselect lacks may
+    still be one it knows.)"""
+    from parsel.csstranslator import HTMLTranslator
+
+    if len(fields) > MAX_FIELDS:
+        raise ValueError(f"at most {MAX_FIELDS} fields")
+    for name, spec in fields.items():
+        if spec.css is not None:
+            try:
+                HTMLTranslator().css_to_xpath(spec.css)
+            except SyntaxError as exc:  # cssselect's SelectorError
+                raise ValueError(f"{name}.css: invalid CSS selector: {exc}") from None
+    return fields
+
+
+# A job's fields read from HTML here (crawl, crawl_browser, http_get), and fetch_page's, whose
+# CSS fields the browser reads.
+PageFields = Annotated[dict[str, FieldSpec], BeforeValidator(_specs), AfterValidator(_css_parses)]
+BrowserPageFields = Annotated[dict[str, FieldSpec], BeforeValidator(_specs)]
 
 
 def read_fields(html: str, page_url: str, fields: dict[str, FieldSpec]) -> dict[str, Any]:
@@ -135,6 +152,16 @@ def read_fields(html: str, page_url: str, fields: dict[str, FieldSpec]) -> dict[
                     break
         found[name] = values[:MAX_FIELD_VALUES] if spec.all else (values[0] if values else None)
     return found
+
+
+def refine(spec: FieldSpec, name: str, value: Any) -> Any:
+    """A value read elsewhere (the browser reads a CSS field) through the spec's ``re``, and
+    cut to MAX_FIELD_CHARS: a list value value by value, the unmatched dropped."""
+    pattern = None if spec.re is None else compile_pattern(spec.re, name)
+    if isinstance(value, list):
+        refined = (_matched(pattern, name, v if v is None else str(v)) for v in value)
+        return [v for v in refined if v is not None][:MAX_FIELD_VALUES]
+    return _matched(pattern, name, value if value is None else str(value))
 
 
 def _needs_tree(fields: dict[str, FieldSpec]) -> bool:

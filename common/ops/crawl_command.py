@@ -67,8 +67,10 @@ class CrawlRequest:
 
     def payload(self) -> dict[str, Any]:
         """The root job's payload, every rule checked; SubmitError names the option."""
+        from pydantic import TypeAdapter
+
         from scrapefleet.common.crawl_links import compile_patterns, site_of
-        from scrapefleet.common.page_fields import FieldSpec
+        from scrapefleet.common.page_fields import PageFields
 
         seed = self.seed()
         if self.depth < 0:
@@ -81,8 +83,7 @@ class CrawlRequest:
             for name, spec in self.fields.items():
                 if isinstance(spec, str):
                     compile_patterns([spec], f"--field {name}")
-                else:
-                    FieldSpec.model_validate(spec)
+            TypeAdapter(PageFields).validate_python(self.fields)
         except ValueError as exc:  # pydantic's ValidationError is one
             raise SubmitError(f"{_first_line(exc)}") from None
         payload: dict[str, Any] = {"url": seed, "site": site_of(seed)}
@@ -109,7 +110,8 @@ def _first_line(exc: ValueError) -> str:
     if isinstance(exc, ValidationError):
         error = exc.errors()[0]
         where = ".".join(str(part) for part in error["loc"])
-        return f"field {where}: {error['msg']}" if where else f"field: {error['msg']}"
+        message = str(error["msg"]).removeprefix("Value error, ")
+        return f"field {where}: {message}" if where else f"field {message}"
     return str(exc)
 
 

@@ -114,7 +114,7 @@ def test_a_bad_selector_is_refused_naming_the_field() -> None:
     ):
         with pytest.raises(ValueError, match=message) as caught:
             CrawlParams.model_validate({"url": "http://127.0.0.1/", "fields": {"bad": spec}})
-        assert "fields.bad" in str(caught.value)
+        assert "bad" in str(caught.value) and "fields" in str(caught.value)
 
 
 class _Ticker:

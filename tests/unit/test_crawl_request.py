@@ -39,7 +39,10 @@ def test_the_seed_is_normalised_and_the_rules_carried() -> None:
         (CrawlRequest("http://a.test/", max_pages=0), "--max-pages: must be between 1"),
         (CrawlRequest("http://a.test/", include=("[",)), r"--include[0]: not a valid"),
         (CrawlRequest("http://a.test/", fields={"p": "("}), r"--field p[0]: not a valid"),
-        (CrawlRequest("http://a.test/", fields={"p": {"css": "a["}}), "field css: Value error"),
+        (
+            CrawlRequest("http://a.test/", fields={"p": {"css": "a["}}),
+            "field p.css: invalid CSS",
+        ),
     ],
 )
 def test_bad_options_are_named(request_: CrawlRequest, message: str) -> None:
@@ -78,18 +81,3 @@ def test_css_and_xpath_fields_and_the_robots_switch_are_carried() -> None:
     payload = CrawlRequest("http://a.test/", fields=fields, obey_robots=False).payload()
     assert payload["fields"] == fields
     assert payload["ignore_robots"] is True
-
-
-def test_fetch_page_reads_css_fields_only() -> None:
-    from scrapefleet.common.browser_params import FetchPageParams
-
-    FetchPageParams.model_validate({"url": "http://a.test/", "fields": {"t": {"css": "h1"}}})
-    with pytest.raises(ValueError, match="fetch_page reads fields by css"):
-        FetchPageParams.model_validate({"url": "http://a.test/", "fields": {"t": {"xpath": "//p"}}})
-
-
-def test_a_sitemap_seed_is_carried_and_not_with_a_browser() -> None:
-    payload = CrawlRequest("http://a.test/robots.txt", sitemap=True).payload()
-    assert payload == {"url": "http://a.test/robots.txt", "site": "a.test", "sitemap": True}
-    with pytest.raises(SubmitError, match="--sitemap: sitemaps are read over HTTP"):
-        CrawlRequest("http://a.test/s.xml", sitemap=True, browser=True).payload()
