@@ -18,7 +18,10 @@ Each page first asks its site's robots.txt (common.robots; read once per site pe
 kept ROBOTS_TTL_S) whether the job's User-Agent may fetch it: a disallowed page completes as
 skipped, with the reason and no request for it; disallowed links are not spawned (counted in
 ``links_disallowed``). ``ignore_robots`` (carried on) or the setting ``crawl_obey_robots`` off
-lift it.
+lift it. A page reports its site's Crawl-delay (``crawl_delay_s``), which the producer keeps.
+
+A job with ``sitemap`` true reads its URL as a sitemap, a sitemap index or a robots.txt
+(common.sitemaps) and spawns the sitemaps (as sitemap jobs) or the pages it lists.
 """
 
 from __future__ import annotations
@@ -109,6 +112,13 @@ class CrawlRules(BaseModel):
 
 class CrawlParams(HttpGetParams, CrawlRules):
     fail_on_status: bool = False  # True: every status >= 400 fails, as with http_get
+
+    @field_validator("obey_robots")
+    @classmethod
+    def _crawls_obey(cls, value: bool) -> bool:
+        if value:  # http_get's switch: a crawl obeys robots.txt unless told to ignore it
+            raise ValueError("crawls obey robots.txt already (ignore_robots turns it off)")
+        return value
 
     def page_url(self) -> str:
         return self.url

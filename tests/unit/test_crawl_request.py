@@ -81,3 +81,10 @@ def test_css_and_xpath_fields_and_the_robots_switch_are_carried() -> None:
     payload = CrawlRequest("http://a.test/", fields=fields, obey_robots=False).payload()
     assert payload["fields"] == fields
     assert payload["ignore_robots"] is True
+
+
+def test_a_crawl_refuses_http_gets_robots_switch() -> None:
+    from scrapefleet.common.crawl_action import CrawlParams
+
+    with pytest.raises(ValueError, match=r"crawls obey robots\.txt already"):
+        CrawlParams.model_validate({"url": "http://a.test/", "obey_robots": True})
