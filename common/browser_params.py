@@ -12,6 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from scrapefleet.common.actions import register
 from scrapefleet.common.errors import ScrapefleetError
+from scrapefleet.common.page_fields import BrowserPageFields, FieldSpec
+
+__all__ = ["FetchPageParams", "FieldSpec", "ScreenshotParams", "validate_web_url"]
 
 
 def validate_web_url(value: str) -> str:
@@ -21,21 +24,13 @@ def validate_web_url(value: str) -> str:
     return value
 
 
-class FieldSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    css: str = Field(min_length=1)
-    attr: str | None = Field(default=None, description="attribute to read; absent -> text")
-    all: bool = Field(default=False, description="a list of every match, not the first")
-
-
 class FetchPageParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     url: str
     wait_for: str | None = Field(default=None, min_length=1, description="CSS selector")
     wait_timeout_s: float = Field(default=10.0, gt=0, le=300)
-    fields: dict[str, FieldSpec] = Field(default_factory=dict)
+    fields: BrowserPageFields = Field(default_factory=dict, description="common.page_fields")
     allow_http_errors: bool = False
 
     _url = field_validator("url")(validate_web_url)

@@ -15,9 +15,11 @@ from scrapefleet.common.http_params import (
     validate_proxy_url,
     validate_user_agent,
 )
+from scrapefleet.common.page_fields import PageFields, read_fields
 
 if TYPE_CHECKING:
     from scrapefleet.common import http_client
+    from scrapefleet.common.settings import Settings
 
 
 class NoopParams(BaseModel):
@@ -49,6 +51,10 @@ class HttpGetParams(BaseModel):
     )
     headers: dict[str, str] = Field(default_factory=dict)
     cookies: dict[str, str] = Field(default_factory=dict, description="sent to the URL's host")
+    fields: PageFields = Field(default_factory=dict, description="name -> spec: page_fields")
+    obey_robots: bool = Field(
+        default=False, description="skip the page if the site's robots.txt disallows it"
+    )
 
     @field_validator("url")
     @classmethod
@@ -65,35 +71,47 @@ class HttpGetParams(BaseModel):
     _user_agent = field_validator("user_agent")(validate_user_agent)
 
 
-def fetch_page(params: HttpGetParams) -> http_client.Fetched:
+def fetch_page(params: HttpGetParams, settings: Settings | None = None) -> http_client.Fetched:
     """GET ``params.url`` as its job asks, the host's http_* settings filling the rest."""
     # Imported here: submitting jobs validates params only and needs neither httpx nor the
     # consumer's settings.
     from scrapefleet.common import http_client
     from scrapefleet.common.settings import load_settings
 
-    settings = load_settings()
-    host_proxy = settings.http_proxy.get_secret_value() if settings.http_proxy else None
+    settings = settings or load_settings()
     return http_client.fetch(
         params.url,
         timeout_s=params.timeout_s or settings.http_timeout_s,
         max_body_bytes=settings.http_max_body_bytes,
-        user_agent=params.user_agent or settings.http_user_agent,
-        proxy=params.proxy or host_proxy,
+        user_agent=job_user_agent(params, settings),
+        proxy=job_proxy(params, settings),
         headers=params.headers,
         cookies=params.cookies,
         fail_on_status=params.fail_on_status,
     )
 
 
+def job_user_agent(params: HttpGetParams, settings: Settings) -> str:
+    """The User-Agent the job sends: its own, else the host's (with its contact)."""
+    return params.user_agent or settings.http_agent()
+
+
+def job_proxy(params: HttpGetParams, settings: Settings) -> str | None:
+    """The proxy the job goes through: its own, else the host's, else none."""
+    host_proxy = settings.http_proxy
+    return params.proxy or (host_proxy.get_secret_value() if host_proxy else None)
+
+
 @register("http_get", HttpGetParams)
 def http_get(params: HttpGetParams) -> dict[str, Any]:
     from scrapefleet.common import http_client
 
+    if params.obey_robots and (reason := _robots_skip(params)):
+        return {"status": None, "final_url": None, "title": None, "skipped": reason}
     fetched = fetch_page(params)
     content_type = fetched.headers.get("content-type")
     title = http_client.parse_title(fetched.body, content_type) if fetched.decoded else None
-    return {
+    result = {
         "status": fetched.status,
         "final_url": fetched.final_url,
         "title": title,
@@ -101,3 +119,18 @@ def http_get(params: HttpGetParams) -> dict[str, Any]:
         "truncated": fetched.truncated,
         "headers": http_client.bounded_headers(fetched.headers),
     }
+    if params.fields:  # read from the page's text as a browser decodes it
+        html = http_client.decode_html(fetched.body, content_type) if fetched.decoded else ""
+        result["fields"] = read_fields(html, fetched.final_url, params.fields)
+    return result
+
+
+def _robots_skip(params: HttpGetParams) -> str | None:
+    """Why the site's robots.txt keeps this job's User-Agent off the page, or None."""
+    from scrapefleet.common.robots import robots_skip, site_rules
+    from scrapefleet.common.settings import load_settings
+
+    settings = load_settings()
+    user_agent = job_user_agent(params, settings)
+    rules = site_rules(params.url, user_agent=user_agent, proxy=job_proxy(params, settings))
+    return robots_skip(rules, params.url, user_agent)

@@ -100,3 +100,17 @@ RETRY_AFTER_LIMIT_S: Final = 7 * 86400.0  # the most retry_after_max_s may be se
 # Profiles (common.profiles).
 PROFILE_BLOCK_COOLDOWN_S: Final = 1800.0  # a blocked profile rests this long before its next job
 PROFILE_DIR_FREE_WAIT_S: Final = 15.0  # for the last browser on a profile's directory to exit
+
+# Crawls (common.crawl_action, common.robots).
+ROBOTS_TTL_S: Final = 3600.0  # a site's robots.txt is read again after this long
+ROBOTS_CACHE_SITES: Final = 1024  # sites whose robots.txt a consumer keeps at once
+# RFC 9309 asks crawlers to read at least 500 KiB of a robots.txt; the rest is ignored.
+ROBOTS_MAX_BYTES: Final = 512 * 1024
+ROBOTS_TIMEOUT_S: Final = 10.0  # one robots.txt fetch, redirects included
+# A robots.txt's Crawl-delay is obeyed up to this long (a site asking for more gets this).
+MAX_CRAWL_DELAY_S: Final = 60.0
+CRAWL_SITE_CONCURRENCY: Final = 2  # a crawled site's jobs queued or running at once, by default
+# A user's regular expression (crawl include/exclude, fields) runs at most this long on one
+# text, with the GIL released (common.bounded_regex); past it the attempt fails as permanent.
+REGEX_TIMEOUT_S: Final = 1.0
+REGEX_MAX_INPUT_CHARS: Final = 2 * 1024 * 1024  # a field's regex sees this much of the page

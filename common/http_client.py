@@ -37,6 +37,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpcore
 import httpx
+from w3lib.encoding import html_to_unicode
 
 from scrapefleet.common.clock import utcnow
 from scrapefleet.common.constants import RETRY_AFTER_LIMIT_S
@@ -276,28 +277,25 @@ def bounded_headers(headers: httpx.Headers) -> dict[str, str]:
 
 # -- the title ----------------------------------------------------------------------------------
 
-_CHARSET_HEADER = re.compile(r"""charset\s*=\s*["']?\s*([A-Za-z0-9_:.\-]+)""", re.IGNORECASE)
-_CHARSET_META = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_:.\-]+)""", re.I)
 _ASCII_SPACE = re.compile(r"[\t\n\f\r ]+")
+SNIFF_BYTES = 64 * 1024  # an undeclared page's charset is guessed from this much of it
 
 
-def sniff_charset(body: bytes, content_type: str | None) -> str:
-    """The body's text encoding: a BOM, else the Content-Type charset, else a <meta> one in
-    the first 2 KiB, else UTF-8. Unknown names fall back to UTF-8."""
-    if body.startswith(codecs.BOM_UTF8):
-        return "utf-8-sig"
-    if body.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        return "utf-16"
-    candidates: list[str] = []
-    if content_type and (found := _CHARSET_HEADER.search(content_type)):
-        candidates.append(found[1])
-    if found_meta := _CHARSET_META.search(body[:2048]):
-        candidates.append(found_meta[1].decode("ascii"))
-    for name in candidates:
-        try:
-            return codecs.lookup(name).name
-        except LookupError:
-            continue
+def decode_html(body: bytes, content_type: str | None) -> str:
+    """The page's text as a browser decodes it (w3lib's html_to_unicode): a BOM, else the
+    Content-Type charset, else a <meta> one, else UTF-8 if the start of the body is valid
+    UTF-8 and Windows-1252 if not. Charset names are the WHATWG's labels, so ``iso-8859-1`` and
+    ``latin1`` are Windows-1252 (curly quotes and the euro sign, not C1 controls). Bytes the
+    charset cannot decode become U+FFFD."""
+    return html_to_unicode(content_type, body, auto_detect_fun=_sniff)[1]
+
+
+def _sniff(body: bytes) -> str:
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    try:
+        decoder.decode(body[:SNIFF_BYTES], final=len(body) <= SNIFF_BYTES)
+    except UnicodeDecodeError:
+        return "cp1252"
     return "utf-8"
 
 
@@ -351,7 +349,7 @@ def parse_title(body: bytes, content_type: str | None = None) -> str | None:
     """The page's title as ``document.title`` gives it (entities decoded, ASCII whitespace
     collapsed and stripped), cut to ``TITLE_MAX_CHARS``; None when the page has no <title>."""
     head = body[:TITLE_SCAN_BYTES]
-    text = head.decode(sniff_charset(head, content_type), "replace")
+    text = decode_html(head, content_type)
     # Collapsing can only shorten the text: keep a margin of raw characters beyond the cap.
     parser = _TitleParser(keep_chars=4 * TITLE_MAX_CHARS)
     for start in range(0, len(text), READ_CHUNK):

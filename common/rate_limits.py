@@ -25,6 +25,7 @@ from scrapefleet.common.constants import (
 )
 
 __all__ = [
+    "CRAWL_KINDS",
     "NO_SLOWDOWN",
     "RATE_KEY_DEFAULT_ROW",
     "RATE_KEY_MAX_CHARS",
@@ -41,6 +42,9 @@ __all__ = [
 # The built-in actions whose rate key defaults to their URL's host (the trigger in migration
 # 0013 lists the same kinds; a test checks they agree).
 URL_KEYED_KINDS = ("fetch_page", "screenshot", "http_get", "crawl", "crawl_browser")
+# The crawl actions (common.crawl_action): a key with their jobs is a crawled site, held to
+# crawl_site_concurrency when no other limit names it.
+CRAWL_KINDS = ("crawl", "crawl_browser")
 RATE_KEY_MAX_CHARS = 200
 RATE_KEY_DEFAULT_ROW = "*"  # the rate_keys row that holds the default limits: never a job's key
 
@@ -126,11 +130,12 @@ class PendingSkips:
 class ThrottleSeen:
     """What a key's attempts said since the last look: how many were pushed back (rate limited
     or blocked), the latest time one of them may be retried (its Retry-After), how many
-    completed."""
+    completed, and the site's Crawl-delay if its crawl pages reported one."""
 
     throttled: int = 0
     retry_at: datetime | None = None
     completed: int = 0
+    crawl_delay_s: float | None = None  # the longest Crawl-delay its crawl pages reported
 
 
 def next_slowdown(current: Slowdown, seen: ThrottleSeen, now: datetime) -> Slowdown:

@@ -179,6 +179,21 @@ class Settings(BaseSettings):
 
     # http_get (common/http_client.py): the host's defaults; a job's own params win.
     http_user_agent: str = Field(default="scrapefleet/0.1", description="User-Agent header")
+    http_contact_url: str | None = Field(
+        default=None,
+        description="a page (or mailto:) where sites can reach whoever runs the fleet, added to"
+        " the User-Agent as `scrapefleet/0.1 (+URL)`; unset -> none",
+    )
+    # Crawls (common.crawl_action): what a crawl obeys unless told otherwise.
+    crawl_obey_robots: bool = Field(
+        default=True, description="crawls read each site's robots.txt and skip what it disallows"
+    )
+    crawl_site_concurrency: int | None = Field(
+        default=C.CRAWL_SITE_CONCURRENCY,
+        ge=1,
+        description="a crawled site's jobs queued or running at once fleet-wide, when"
+        " rate_limits and rate_limit_default name no limit for it; unset -> none",
+    )
     http_proxy: SecretStr | None = Field(
         default=None,
         description="http://, https:// or socks5:// URL (user:password@ allowed) every http_get"
@@ -509,6 +524,21 @@ class Settings(BaseSettings):
     @classmethod
     def _user_agent(cls, value: str) -> str:
         return validate_user_agent(value)
+
+    @field_validator("http_contact_url")
+    @classmethod
+    def _contact(cls, value: str | None) -> str | None:
+        if not value:
+            return None
+        if not value.startswith(("http://", "https://", "mailto:")):
+            raise ValueError("must start with http://, https:// or mailto:")
+        return validate_user_agent(value)
+
+    def http_agent(self) -> str:
+        """The User-Agent http_get and crawls send: the product, and the contact if set."""
+        if self.http_contact_url is None:
+            return self.http_user_agent
+        return f"{self.http_user_agent} (+{self.http_contact_url})"
 
     @field_validator("rate_limits")
     @classmethod

@@ -11,8 +11,13 @@ from scrapefleet.common.crawl_action import (
     BROWSER_CRAWL_KIND,
     BrowserCrawlParams,
     crawled_page,
+    delay_of,
     must_retry,
+    robots_skip,
+    site_robots,
+    skipped_page,
 )
+from scrapefleet.common.settings import load_settings
 from scrapefleet.common.spawn import Spawned
 from scrapefleet.consumer.selenium_actions import (
     HttpError,
@@ -24,6 +29,14 @@ from scrapefleet.consumer.selenium_actions import (
 
 @register(BROWSER_CRAWL_KIND, BrowserCrawlParams, needs_browser=True)
 def crawl_browser(driver: Any, params: BrowserCrawlParams) -> Spawned:
+    # robots.txt is read over HTTP with the host's http_* settings, and matched against the
+    # browser's User-Agent when one is set, else the product's (Chromium's names no crawler).
+    settings = load_settings()
+    user_agent = settings.browser_user_agent or settings.http_agent()
+    host_proxy = settings.http_proxy.get_secret_value() if settings.http_proxy else None
+    robots = site_robots(params, settings, user_agent=user_agent, proxy=host_proxy)
+    if reason := robots_skip(robots, params.url, user_agent):
+        return skipped_page(params, reason)
     with translated_errors(f"loading {params.url}"):
         driver.get(params.url)
     page = read_page(driver, {}, params.url)
@@ -42,4 +55,6 @@ def crawl_browser(driver: Any, params: BrowserCrawlParams) -> Spawned:
         status=status,
         title=page["title"],
         html=html,
+        allowed=lambda url: robots.allows(url, user_agent),
+        **delay_of(robots, user_agent),
     )

@@ -50,6 +50,7 @@ from scrapefleet.common.error_classes import (
     parse_retry_after,
 )
 from scrapefleet.common.errors import ScrapefleetError, StackError
+from scrapefleet.common.page_fields import read_fields, refine
 from scrapefleet.consumer.artifacts import full_page_png
 from scrapefleet.consumer.block_detection import (
     NO_RULES,
@@ -240,7 +241,8 @@ def read_page(driver: Any, fields: dict[str, FieldSpec], where: str = "the page"
     """Title, final URL, HTTP status, timings (ms from the navigation's start) and every
     field's text or attribute (None, or [], when its selector matches nothing), read by one
     script call however many fields and matches there are."""
-    specs = {name: spec.model_dump() for name, spec in fields.items()}
+    in_browser = {name: spec for name, spec in fields.items() if spec.css is not None}
+    specs = {name: spec.model_dump() for name, spec in in_browser.items()}
     with translated_errors(f"reading {where}"):
         page: dict[str, Any] = driver.execute_script(_READ_PAGE_JS, specs)
     invalid = page.get("invalid")
@@ -249,6 +251,16 @@ def read_page(driver: Any, fields: dict[str, FieldSpec], where: str = "the page"
         raise ActionError(
             f"field {name!r} ({fields[name].css!r}): invalid CSS selector ({invalid['message']})"
         )
+    read = page["fields"]
+    for name, spec in in_browser.items():
+        if spec.re is not None:
+            read[name] = refine(spec, name, read[name])
+    from_html = {name: spec for name, spec in fields.items() if spec.css is None}
+    if from_html:  # XPath and regexes over the HTML: one more call, only when asked
+        with translated_errors(f"reading {where}"):
+            html = driver.page_source
+        read.update(read_fields(html, page["final_url"], from_html))
+    page["fields"] = {name: read[name] for name in fields}
     return page
 
 

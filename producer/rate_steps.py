@@ -19,12 +19,16 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy.engine import Connection
 
 from scrapefleet.common import store
-from scrapefleet.common.constants import PENDING_SCAN_FACTOR, RATE_WINDOW_REFRESH_S
+from scrapefleet.common.constants import (
+    PENDING_SCAN_FACTOR,
+    RATE_WINDOW_REFRESH_S,
+    ROBOTS_TTL_S,
+)
 from scrapefleet.common.rate_limits import (
     NO_SLOWDOWN,
     RateCount,
@@ -69,6 +73,10 @@ class RateControl:
         self._window: Counter[tuple[str | None, str]] = Counter()
         self._window_read_at: datetime | None = None
         self._last_budget: RateBudget | None = None
+        # Crawl-delays the sites' robots.txt asked for (key -> seconds, learned at), and when
+        # each such key's last job was placed.
+        self.crawl_delays: dict[str, tuple[float, datetime]] = {}
+        self._last_placed: dict[str, datetime] = {}
 
     def lock_pending(
         self, conn: Connection, free_slots: int, *, browser_ok: bool, now: datetime
@@ -81,10 +89,11 @@ class RateControl:
         live = store.live_controls(conn)
         self.rules = with_live_limits(self.configured, live)
         holds = live.holds()
-        if not self.rules.any and not any(s.paused(now) for s in self.slowdowns.values()):
+        paused = any(s.paused(now) for s in self.slowdowns.values())
+        if not self.rules.any and not paused and not self.crawl_delays:
             return store.lock_pending_jobs(conn, limit, browser_ok=browser_ok, holds=holds), None
         counts = self._counts(conn, now) if self.rules.any else []
-        budget = RateBudget(self.rules, counts, self.slowdowns, now)
+        budget = RateBudget(self.rules, counts, self.slowdowns, now, self._next_starts(now))
         self._last_budget = budget
         pending = store.lock_pending_within_limits(
             conn, limit, budget.skips(free_slots), browser_ok=browser_ok, holds=holds
@@ -96,10 +105,7 @@ class RateControl:
         RATE_WINDOW_REFRESH_S and meanwhile grown by the jobs this producer placed. That stays
         an upper bound: every attempt started since the read was queued then (counted) or
         placed since (added); a job placed but lost to a race is counted all the same."""
-        if self._last_budget is not None:
-            for placed in self._last_budget.taken:
-                self._window[placed] += 1
-            self._last_budget = None
+        self._note_placed()
         counts = store.in_flight_counts(conn)
         if not self.rules.counts_starts:
             return counts
@@ -111,6 +117,29 @@ class RateControl:
             self._window_read_at = now
         return counts + [RateCount(k, kind, window=n) for (k, kind), n in self._window.items()]
 
+    def _note_placed(self) -> None:
+        """What the last budget placed: the window's use, and the spaced keys' last start."""
+        if self._last_budget is None:
+            return
+        for placed in self._last_budget.taken:
+            self._window[placed] += 1
+            if placed[0] in self.crawl_delays:
+                self._last_placed[placed[0]] = self._last_budget.now
+        self._last_budget = None
+
+    def _next_starts(self, now: datetime) -> dict[str, datetime]:
+        """Each Crawl-delay key's earliest next placement; delays older than ROBOTS_TTL_S
+        (no page of the site reported one since) are forgotten."""
+        self._note_placed()
+        fresh = timedelta(seconds=ROBOTS_TTL_S)
+        self.crawl_delays = {k: v for k, v in self.crawl_delays.items() if now - v[1] < fresh}
+        starts = {}
+        for key, (delay_s, _learned) in self.crawl_delays.items():
+            last = self._last_placed.get(key)
+            starts[key] = now if last is None else last + timedelta(seconds=delay_s)
+        self._last_placed = {k: v for k, v in self._last_placed.items() if k in starts}
+        return starts
+
     def learn(self, conn: Connection, now: datetime) -> None:
         """Slow the keys pushed back on since the last look, let the others recover, and save."""
         if self._after_event is None:  # just took the lead: carry on from the saved state
@@ -119,6 +148,8 @@ class RateControl:
             conn, self._after_event, recovering=bool(self.slowdowns)
         )
         for key, what in seen.items():
+            if what.crawl_delay_s is not None:
+                self._learn_delay(key, what.crawl_delay_s, now)
             slowed = next_slowdown(self.slowdowns.get(key, NO_SLOWDOWN), what, now)
             if what.throttled:
                 log.warning(
@@ -133,6 +164,14 @@ class RateControl:
         if self._saved != self.slowdowns:
             store.save_rate_keys(conn, self.rules.keys, self.rules.default, self.slowdowns, now)
             self._saved = dict(self.slowdowns)
+
+    def _learn_delay(self, key: str, delay_s: float, now: datetime) -> None:
+        if delay_s <= 0:
+            self.crawl_delays.pop(key, None)
+            return
+        if key not in self.crawl_delays:
+            log.info("rate key %s: its robots.txt asks %.3g s between requests", key, delay_s)
+        self.crawl_delays[key] = (delay_s, now)
 
     def lost_lead(self) -> None:
         """Another producer may have changed the state meanwhile, or this cycle's writes were

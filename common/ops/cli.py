@@ -8,13 +8,14 @@ BULK_CONFIRM_OVER_JOBS jobs asks first, or exits 2 with no terminal to ask on an
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import suppress
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
@@ -34,10 +35,13 @@ from scrapefleet.common.ops.profiles_command import profiles
 from scrapefleet.common.ops.rate_limits_command import rate_limits
 from scrapefleet.common.ops.results_out import (
     FORMATS,
+    export_format,
+    flat_columns,
     jsonl_lines,
     parse_since,
     table_lines,
     write_csv,
+    write_json,
     write_jsonl,
 )
 
@@ -465,22 +469,38 @@ def results() -> None:
 
 @results.command("export")
 @_result_filter_options
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="jsonl", show_default=True)
+@click.option(
+    "--format", "fmt", type=click.Choice(FORMATS), help="default: by extension, else jsonl"
+)
 @click.option(
     "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="default: stdout"
 )
+@click.option("--flatten", is_flag=True, help="CSV: a result.KEY column per result key")
 @pass_ctx
-def results_export(ctx: _Context, fmt: str, output: Path | None, **filters: Any) -> None:
-    """Every matching job, archived ones too, streamed as JSON lines or CSV (payload and result
-    as JSON). A progress bar on a terminal. Matching nothing is an error (exit 1)."""
+def results_export(
+    ctx: _Context, fmt: str | None, output: Path | None, flatten: bool, **filters: Any
+) -> None:
+    """Every matching job, archived ones too, streamed as JSON lines, a JSON array or CSV
+    (payload and result as JSON, or with --flatten a column per result key), the format taken
+    from the file's extension (.jsonl, .json, .csv) unless --format says. A progress bar on a
+    terminal. Matching nothing is an error (exit 1)."""
     with _one_line_errors(), database.wrapped_errors():
+        fmt = export_format(str(output) if output else None, fmt)
+        if flatten and fmt != "csv":
+            _fail(f"--flatten: only for CSV, not {fmt}", 2)
         which = _result_filter(**filters)
         engine = ctx.client.engine
         with engine.connect() as conn:
             total = job_results.count_results(conn, which)
         if total == 0:
             _fail(f"no job matches ({which.describe()})", 1)
-        write = write_csv if fmt == "csv" else write_jsonl
+        write: Callable[[Iterable[dict[str, Any]], IO[str], Callable[[], None]], int]
+        if fmt == "csv":
+            # The columns first: one more pass over the rows (streamed, nothing kept but keys).
+            columns = flat_columns(job_results.iter_results(engine, which)) if flatten else None
+            write = functools.partial(write_csv, result_columns=columns)
+        else:
+            write = write_json if fmt == "json" else write_jsonl
         target = str(output) if output else "-"
         # atomic: a file appears whole or not at all (an export cut short leaves nothing).
         with click.open_file(target, "w", encoding="utf-8", atomic=bool(output)) as out:

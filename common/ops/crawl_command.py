@@ -1,6 +1,7 @@
 """`scrapefleet crawl URL` starts a crawl; `scrapefleet crawls show ID` tells how far it got.
 
     scrapefleet crawl https://example.org/ --depth 3 --include '/docs/' --max-pages 5000
+    scrapefleet crawl --sitemap https://example.org/robots.txt --depth 2
     scrapefleet crawls show 41 [--json]
 
 The crawl is a root ``crawl`` job (``crawl_browser`` with ``--browser``; common.crawl_action
@@ -21,7 +22,6 @@ from typing import Any
 
 import click
 
-from scrapefleet.common.crawl_links import compile_patterns, normalise_url, site_of
 from scrapefleet.common.errors import (
     DatabaseUnavailable,
     NotFound,
@@ -44,10 +44,12 @@ class CrawlRequest:
     max_pages: int = DEFAULT_MAX_PAGES
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
-    fields: dict[str, str] = field(default_factory=dict)
+    fields: dict[str, Any] = field(default_factory=dict)  # name -> regex, or a spec
     same_site: bool = True
     priority: int = 0
     browser: bool = False  # each page in a browser (crawl_browser), not over HTTP (crawl)
+    obey_robots: bool = True  # False: fetch what the sites' robots.txt disallow
+    sitemap: bool = False  # the URL is a sitemap, a sitemap index or a robots.txt
 
     @property
     def kind(self) -> str:
@@ -55,6 +57,9 @@ class CrawlRequest:
 
     def seed(self) -> str:
         """The start URL in its one spelling; SubmitError names the option."""
+        # Imported here: `--help` loads neither pydantic nor the URL libraries.
+        from scrapefleet.common.crawl_links import normalise_url
+
         seed = normalise_url(self.url)
         if seed is None:
             raise SubmitError(f"url: {self.url!r} is not an http:// or https:// URL with a host")
@@ -62,6 +67,11 @@ class CrawlRequest:
 
     def payload(self) -> dict[str, Any]:
         """The root job's payload, every rule checked; SubmitError names the option."""
+        from pydantic import TypeAdapter
+
+        from scrapefleet.common.crawl_links import compile_patterns, site_of
+        from scrapefleet.common.page_fields import PageFields
+
         seed = self.seed()
         if self.depth < 0:
             raise SubmitError(f"--depth: {self.depth} is below 0")
@@ -70,10 +80,12 @@ class CrawlRequest:
         try:
             compile_patterns(self.include, "--include")
             compile_patterns(self.exclude, "--exclude")
-            for name, pattern in self.fields.items():
-                compile_patterns([pattern], f"--field {name}")
-        except ValueError as exc:
-            raise SubmitError(str(exc)) from None
+            for name, spec in self.fields.items():
+                if isinstance(spec, str):
+                    compile_patterns([spec], f"--field {name}")
+            TypeAdapter(PageFields).validate_python(self.fields)
+        except ValueError as exc:  # pydantic's ValidationError is one
+            raise SubmitError(f"{_first_line(exc)}") from None
         payload: dict[str, Any] = {"url": seed, "site": site_of(seed)}
         if self.include:
             payload["include"] = list(self.include)
@@ -83,7 +95,24 @@ class CrawlRequest:
             payload["fields"] = dict(self.fields)
         if not self.same_site:
             payload["same_site"] = False
+        if not self.obey_robots:
+            payload["ignore_robots"] = True
+        if self.sitemap:
+            if self.browser:
+                raise SubmitError("--sitemap: sitemaps are read over HTTP, not with --browser")
+            payload["sitemap"] = True
         return payload
+
+
+def _first_line(exc: ValueError) -> str:
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"])
+        message = str(error["msg"]).removeprefix("Value error, ")
+        return f"field {where}: {message}" if where else f"field {message}"
+    return str(exc)
 
 
 def start(conn: Any, request: CrawlRequest, *, max_attempts: int) -> int:
@@ -168,8 +197,14 @@ def _one_line_errors() -> Iterator[None]:
 @click.option("--include", multiple=True, metavar="REGEX", help="follow links matching one")
 @click.option("--exclude", multiple=True, metavar="REGEX", help="never links matching one")
 @click.option("--field", "fields", multiple=True, metavar="NAME=REGEX", help="keep from a page")
+@click.option("--css", "css_fields", multiple=True, metavar="NAME=SELECTOR", help="its text")
+@click.option("--xpath", "xpath_fields", multiple=True, metavar="NAME=XPATH", help="its text")
 @click.option("--any-site", is_flag=True, help="follow links to other sites too")
 @click.option("--browser", is_flag=True, help="load each page in a browser (after its scripts)")
+@click.option("--ignore-robots", is_flag=True, help="fetch what the site's robots.txt disallows")
+@click.option(
+    "--sitemap", is_flag=True, help="URL is a sitemap (index, .gz) or a robots.txt: its pages"
+)
 @click.option("--priority", type=click.IntRange(-1_000_000, 1_000_000), default=0)
 @click.pass_obj
 def crawl(
@@ -180,20 +215,41 @@ def crawl(
     include: tuple[str, ...],
     exclude: tuple[str, ...],
     fields: tuple[str, ...],
+    css_fields: tuple[str, ...],
+    xpath_fields: tuple[str, ...],
     any_site: bool,
     browser: bool,
+    ignore_robots: bool,
+    sitemap: bool,
     priority: int,
 ) -> None:
     """Start a crawl at URL: prints its id (see `scrapefleet crawls show ID`)."""
     with _one_line_errors():
-        named: dict[str, str] = {}
-        for spec in fields:
-            name, sep, pattern = spec.partition("=")
-            if not sep or not name:
-                raise SubmitError(f"--field: {spec!r} is not NAME=REGEX")
-            named[name] = pattern
+        named: dict[str, Any] = {}
+        for option, given, what in (
+            ("--field", fields, "REGEX"),
+            ("--css", css_fields, "SELECTOR"),
+            ("--xpath", xpath_fields, "XPATH"),
+        ):
+            for spec in given:
+                name, sep, text = spec.partition("=")
+                if not sep or not name:
+                    raise SubmitError(f"{option}: {spec!r} is not NAME={what}")
+                if name in named:
+                    raise SubmitError(f"{option}: the field {name!r} is given twice")
+                named[name] = text if option == "--field" else {option[2:]: text}
         request = CrawlRequest(
-            url, depth, max_pages, include, exclude, named, not any_site, priority, browser
+            url,
+            depth,
+            max_pages,
+            include,
+            exclude,
+            named,
+            not any_site,
+            priority,
+            browser,
+            obey_robots=not ignore_robots,
+            sitemap=sitemap,
         )
         request.payload()  # refused before the database is even opened
         with obj.client.engine.begin() as conn:

@@ -1,4 +1,9 @@
-"""Job rows out, for people and for other programs: JSON lines, CSV, a table for a terminal.
+"""Job rows out, for people and for other programs: JSON lines, a JSON array, CSV (payload and
+result as JSON cells, or the result flattened into a column per key), a table for a terminal.
+
+A CSV cell that a spreadsheet would run as a formula (text starting with ``=``, ``+``, ``-``,
+``@``, a tab or a carriage return) is written with a leading ``'``: a page's title is data,
+never a formula (OWASP's advice for CSV injection).
 
 The CLI's ``jobs list`` and ``results export`` (common.ops.cli) are thin wrappers around these;
 the rows come from common.results, streamed.
@@ -11,11 +16,16 @@ import json
 import re
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import PurePath
 from typing import IO, Any
 
 from scrapefleet.common.errors import SubmitError
 
-FORMATS = ("jsonl", "csv")
+FORMATS = ("jsonl", "json", "csv")
+# A file's extension -> its format; any other name (and stdout) gets JSON lines.
+FORMAT_OF_SUFFIX = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv"}
+MAX_FLAT_COLUMNS = 200  # result.* columns of a flattened CSV, the first keys met
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 _RELATIVE = re.compile(r"(\d+)\s*([smhd])")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 TABLE_ERROR_CHARS = 60
@@ -57,27 +67,93 @@ def write_jsonl(rows: Iterable[dict[str, Any]], out: IO[str], tick: Callable[[],
     return written
 
 
-def write_csv(rows: Iterable[dict[str, Any]], out: IO[str], tick: Callable[[], None]) -> int:
-    """One row per job; payload and result as JSON text in their cells."""
+def export_format(output: str | None, fmt: str | None) -> str:
+    """``fmt`` if given, else the one the file's extension names, else JSON lines."""
+    if fmt is not None:
+        return fmt
+    suffix = "" if output is None else PurePath(output).suffix.lower()
+    return FORMAT_OF_SUFFIX.get(suffix, "jsonl")
+
+
+def write_json(rows: Iterable[dict[str, Any]], out: IO[str], tick: Callable[[], None]) -> int:
+    """One JSON array, a row per line, streamed."""
+    written = 0
+    out.write("[")
+    for line in jsonl_lines(rows):
+        out.write(("\n" if written == 0 else ",\n") + line.rstrip("\n"))
+        written += 1
+        tick()
+    out.write("\n]\n" if written else "]\n")
+    return written
+
+
+def flat_result(result: Any, prefix: str = "result") -> dict[str, Any]:
+    """A result's keys as ``result.a.b`` columns: objects flattened, lists as JSON text."""
+    if not isinstance(result, dict):
+        return {} if result is None else {prefix: result}
+    flat: dict[str, Any] = {}
+    for key, value in result.items():
+        flat |= (
+            flat_result(value, f"{prefix}.{key}")
+            if isinstance(value, dict)
+            else {f"{prefix}.{key}": value}
+        )
+    return flat
+
+
+def flat_columns(rows: Iterable[dict[str, Any]]) -> list[str]:
+    """The ``result.*`` columns the rows' results have, in the order first met (at most
+    MAX_FLAT_COLUMNS)."""
+    columns: dict[str, None] = {}
+    for row in rows:
+        for key in flat_result(row.get("result")):
+            if len(columns) < MAX_FLAT_COLUMNS:
+                columns.setdefault(key)
+    return list(columns)
+
+
+def csv_cell(value: Any) -> Any:
+    """A value as a CSV cell: "" for None, JSON text for lists and objects, a time in ISO
+    8601; text a spreadsheet would run as a formula gets a leading ``'``."""
+    if value is None:
+        return ""
+    if isinstance(value, dict | list):
+        value = json.dumps(value, default=str)
+    value = _plain(value)
+    if isinstance(value, str) and value.startswith(_FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
+def write_csv(
+    rows: Iterable[dict[str, Any]],
+    out: IO[str],
+    tick: Callable[[], None],
+    result_columns: list[str] | None = None,
+) -> int:
+    """One row per job; payload and result as JSON text in their cells, or, with
+    ``result_columns``, the result's keys one column each (flat_result) instead of ``result``."""
     from scrapefleet.common.results import COLUMNS  # here: the CLI imports this module at start
 
+    columns = list(COLUMNS)
+    if result_columns is not None:
+        columns = [c for c in COLUMNS if c != "result"] + result_columns
     writer = csv.writer(out)
-    writer.writerow(COLUMNS)
+    writer.writerow(columns)
     written = 0
     for row in rows:
-        writer.writerow(
-            [
-                json.dumps(row[c], default=str)
-                if c in ("payload", "result") and row[c] is not None
-                else _plain(row[c])
-                if row[c] is not None
-                else ""
-                for c in COLUMNS
-            ]
-        )
+        cells = row | flat_result(row.get("result")) if result_columns is not None else row
+        writer.writerow([csv_cell(_json_cell(c, cells.get(c))) for c in columns])
         written += 1
         tick()
     return written
+
+
+def _json_cell(column: str, value: Any) -> Any:
+    """payload and result are JSON in their cells, whatever JSON value they hold."""
+    if column in ("payload", "result") and value is not None:
+        return json.dumps(value, default=str)
+    return value
 
 
 def _first_line(text: str | None) -> str:

@@ -12,9 +12,10 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from scrapefleet.common.constants import RATE_WINDOW_S
+from scrapefleet.common.constants import MAX_CRAWL_DELAY_S, RATE_WINDOW_S
 from scrapefleet.common.error_classes import ErrorClass
 from scrapefleet.common.rate_limits import (
+    CRAWL_KINDS,
     RATE_KEY_DEFAULT_ROW,
     PendingSkips,
     RateCount,
@@ -90,6 +91,17 @@ _TIGHT_SQL = {(column, ok): _tight(column, ok) for column in _BY for ok in (True
 # (its Retry-After), and completions. One indexed range of the audit table per cycle.
 _PUSHED_BACK = sql_list((ErrorClass.RATE_LIMITED, ErrorClass.BLOCKED))
 _S = JobStatus
+# A crawl page's result says its site's Crawl-delay (common.crawl_action): a host's word, so
+# read only as a JSON number and held to 0..MAX_CRAWL_DELAY_S (a bad value is no delay, and
+# the most a lying host can do is slow a site it crawls, as a false push-back could).
+_CRAWL_DONE = (
+    f"e.to_status = '{_S.COMPLETED}' AND j.kind IN {sql_list(CRAWL_KINDS)}"
+    " AND jsonb_typeof(j.result -> 'crawl_delay_s') = 'number'"
+)
+_CRAWL_DELAY = (
+    f"CASE WHEN jsonb_typeof(j.result -> 'crawl_delay_s') = 'number' THEN CAST(GREATEST(0,"
+    f" LEAST(CAST(j.result -> 'crawl_delay_s' AS numeric), {MAX_CRAWL_DELAY_S:g})) AS float8) END"
+)
 # Completions are read only while some key is slowed (``recovering``): most cycles join no
 # job at all. ``last_event`` is the range's end whether or not any row in it mattered.
 THROTTLES_SQL = sa.text(
@@ -99,10 +111,11 @@ THROTTLES_SQL = sa.text(
     f"   count(*) FILTER (WHERE e.error_class IN {_PUSHED_BACK}) AS throttled,"
     f"   max(j.not_before) FILTER (WHERE e.to_status = '{_S.PENDING}'"
     f"     AND e.error_class = '{ErrorClass.RATE_LIMITED}') AS retry_at,"
-    f"   count(*) FILTER (WHERE e.to_status = '{_S.COMPLETED}') AS completed"
+    f"   count(*) FILTER (WHERE e.to_status = '{_S.COMPLETED}') AS completed,"
+    f"   max({_CRAWL_DELAY}) FILTER (WHERE {_CRAWL_DONE}) AS crawl_delay"
     "  FROM job_events e JOIN jobs j ON j.id = e.job_id"
     f"  WHERE e.id > :after AND e.id <= m.last_event AND e.from_status = '{_S.PROCESSING}'"
-    f"    AND (e.error_class IN {_PUSHED_BACK}"
+    f"    AND (e.error_class IN {_PUSHED_BACK} OR ({_CRAWL_DONE})"
     f"      OR (CAST(:recovering AS boolean) AND e.to_status = '{_S.COMPLETED}'))"
     "    AND j.rate_key IS NOT NULL"
     "  GROUP BY j.rate_key) AS g ON true"
@@ -199,7 +212,7 @@ def throttles_since(
     for r in conn.execute(THROTTLES_SQL, params):
         last = int(r.last_event)
         if r.rate_key is not None:
-            seen[r.rate_key] = ThrottleSeen(r.throttled, r.retry_at, r.completed)
+            seen[r.rate_key] = ThrottleSeen(r.throttled, r.retry_at, r.completed, r.crawl_delay)
     return seen, last
 
 

@@ -72,6 +72,31 @@ def test_fetch_page_returns_title_final_url_and_fields(
     }
 
 
+def test_fetch_page_reads_xpath_and_regex_fields_the_crawl_way(
+    driver: StackWebDriver, site: LocalSite
+) -> None:
+    params = FetchPageParams.model_validate(
+        {
+            "url": site.url("/item"),
+            "wait_for": "#late",
+            "fields": {
+                "name": {"xpath": "//h1[@class='name']"},
+                "colours": {"xpath": "//li", "all": True, "re": "^(g|b)"},
+                "first": {"css": "li", "re": "^(\\w)"},
+                "title": "<title>(\\w+)",
+                "absent": {"xpath": "//table"},
+            },
+        }
+    )
+    assert fetch_page(driver, params)["fields"] == {
+        "name": "Widget",
+        "colours": ["g", "b"],
+        "first": "r",
+        "title": "Widget",
+        "absent": None,
+    }
+
+
 def commands_sent(driver: StackWebDriver, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every WebDriver command the driver sends from now on, by name, in order."""
     sent: list[str] = []

@@ -114,16 +114,20 @@ def _handler(site: Site, other: bool) -> type[BaseHTTPRequestHandler]:
                     f"<body><p class=level>{level}</p>{anchors}</body></html>"
                 ).encode()
                 status = 200
-            self.send_response(status)
-            self.send_header("Content-Type", "text/html; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            send_page(self, status, "text/html; charset=utf-8", body)
 
         def log_message(self, format: str, *args: object) -> None:
             pass
 
     return Handler
+
+
+def send_page(handler: BaseHTTPRequestHandler, status: int, content_type: str, body: bytes) -> None:
+    handler.send_response(status)
+    handler.send_header("Content-Type", content_type)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
 
 
 @contextmanager

@@ -95,6 +95,41 @@ def test_export_streams_every_matching_job_archived_ones_too(
     assert len(table) == 5 and json.loads(table[4]["result"]) == {"price": 4}
 
 
+def test_export_takes_its_format_from_the_file_name_and_csv_flattens_results(
+    engine: Engine, database_url: str, tmp_path: Path
+) -> None:
+    results: list[dict[str, object]] = [
+        {"title": '=HYPERLINK("http://evil.test")', "fields": {"price": "9", "sku": "@A"}},
+        {"title": "Plain", "status": 200, "fields": {"price": "-3"}},
+    ]
+    ids = _finished(engine, "completed", "crawl", results)
+
+    def export(name: str, *extra: str) -> Path:
+        out = tmp_path / name
+        done = run_cli(
+            ["results", "export", "--kind", "crawl", "-o", str(out), *extra], database_url
+        )
+        assert done.returncode == 0, done.stderr
+        return out
+
+    as_array = json.loads(export("week.json").read_text())
+    assert [row["id"] for row in as_array] == ids
+    lines = export("week.jsonl").read_text().splitlines()
+    assert [json.loads(line)["result"] for line in lines] == results
+    forced = export("week.out", "--format", "json").read_text()
+    assert json.loads(forced)[1]["result"] == results[1]
+
+    table = list(csv.DictReader(export("week.csv", "--flatten").open(newline="")))
+    assert [row["id"] for row in table] == [str(i) for i in ids]
+    assert "result" not in table[0]
+    assert table[0]["result.title"] == '\'=HYPERLINK("http://evil.test")'  # not a formula
+    assert (table[0]["result.fields.price"], table[0]["result.fields.sku"]) == ("9", "'@A")
+    assert (table[1]["result.status"], table[1]["result.fields.price"]) == ("200", "'-3")
+    assert table[1]["result.fields.sku"] == ""
+    plain = list(csv.DictReader(export("all.csv").open(newline="")))
+    assert json.loads(plain[1]["result"]) == results[1]
+
+
 def test_list_shows_a_table_or_json_lines_and_says_when_nothing_matches(
     engine: Engine, database_url: str
 ) -> None:

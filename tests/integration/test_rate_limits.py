@@ -4,6 +4,7 @@ rate-limit reads are checked in test_query_plans.)"""
 
 from __future__ import annotations
 
+import itertools
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from scrapefleet.common.store import NewJob
 from scrapefleet.common.submit_file import validate_job
 from tests.integration.producer_helpers import (
     add_hosts,
+    count_status,
     publish_status,
     submit,
 )
@@ -332,3 +334,96 @@ def test_a_job_handed_back_later_is_no_push_back(
     producer.run_cycle()
     with engine.connect() as conn:
         assert store.rate_slowdowns(conn) == {}
+
+
+def test_a_crawled_site_is_held_to_the_crawl_default_across_the_fleet(
+    engine: Engine, tmp_path: Path, make_producer: Any
+) -> None:
+    _fleet(engine, tmp_path, **{f"h{n}": 6 for n in range(10)})
+    pages = [NewJob("crawl", {"url": f"http://docs.test/p/{i}"}) for i in range(200)]
+    submit(engine, [*pages, *(NewJob("noop") for _ in range(100))])
+    producer = make_producer()
+
+    # The first cycle learns the site is crawled from the jobs it reads (a pending read
+    # mostly of that site's pages); from the next on the site's backlog is left out.
+    first = producer.run_cycle().assigned
+    assert first + producer.run_cycle().assigned == 60
+    assert _in_flight_by_key(engine)["docs.test"] == 2  # not sixty requests on one site
+    _run_and_finish(engine, "h0")
+    producer.run_cycle()
+    assert _in_flight_by_key(engine)["docs.test"] == 2
+
+
+def test_the_crawl_default_can_be_lifted(
+    engine: Engine, tmp_path: Path, make_producer: Any
+) -> None:
+    _fleet(engine, tmp_path, h1=6, h2=6)
+    submit(engine, [NewJob("crawl", {"url": f"http://docs.test/p/{i}"}) for i in range(50)])
+    producer = make_producer(crawl_site_concurrency=None)
+    producer.run_cycle()
+    assert _in_flight_by_key(engine)["docs.test"] == 12
+
+
+def _complete_with(engine: Engine, host: str, result: dict[str, Any]) -> int:
+    """A stand-in consumer: claim everything queued on ``host``, complete it with ``result``."""
+    with engine.begin() as conn:
+        claimed = store.claim_jobs(conn, host, 100).jobs
+        store.complete_jobs(conn, host, [(j.id, j.attempt, result) for j in claimed])
+    return len(claimed)
+
+
+def test_a_sites_crawl_delay_spaces_its_pages_fleet_wide(
+    engine: Engine, tmp_path: Path, make_producer: Any
+) -> None:
+    _fleet(engine, tmp_path, h1=6, h2=6)
+    producer = make_producer()
+    producer.run_cycle()  # the lead taken: the audit rows are read from here on
+    submit(engine, [NewJob("crawl", {"url": "http://slow.test/"})])
+    producer.run_cycle()
+    delay = {"crawl_delay_s": 1.0}  # what a page of a site whose robots.txt says so reports
+    assert _complete_with(engine, "h1", delay) + _complete_with(engine, "h2", delay) == 1
+    pages = submit(engine, [NewJob("crawl", {"url": f"http://slow.test/{i}"}) for i in range(4)])
+    submit(engine, [NewJob("noop") for _ in range(20)])  # other work goes on meanwhile
+
+    def all_done() -> bool:
+        producer.run_cycle()
+        for host in ("h1", "h2"):
+            _complete_with(engine, host, delay)
+        return count_status(engine, "completed") == 25
+
+    wait_for(all_done, scaled(20), "the site's four pages, one a second")
+    with engine.connect() as conn:
+        queued_at = (
+            conn.execute(
+                sa.text(
+                    "SELECT at FROM job_events WHERE to_status = 'queued' AND job_id = ANY(:ids)"
+                    " ORDER BY at"
+                ),
+                {"ids": pages},
+            )
+            .scalars()
+            .all()
+        )
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(queued_at)]
+    assert len(gaps) == 3 and min(gaps) >= 0.95, gaps  # the producer's clock, the database's
+
+
+def test_a_hostile_crawl_delay_is_bounded_and_a_bad_one_ignored(
+    engine: Engine, tmp_path: Path, make_producer: Any
+) -> None:
+    _fleet(engine, tmp_path, h1=6)
+    producer = make_producer()
+    producer.run_cycle()
+    submit(engine, [NewJob("crawl", {"url": f"http://{s}.test/"}) for s in ("huge", "bad")])
+    producer.run_cycle()
+    with engine.begin() as conn:
+        claimed = {j.payload["url"]: j for j in store.claim_jobs(conn, "h1", 10).jobs}
+        results = {
+            "http://huge.test/": {"crawl_delay_s": 10**400},
+            "http://bad.test/": {"crawl_delay_s": "soon"},
+        }
+        store.complete_jobs(
+            conn, "h1", [(j.id, j.attempt, results[url]) for url, j in claimed.items()]
+        )
+    assert producer.run_cycle().error is None
+    assert {k: v[0] for k, v in producer._rates.crawl_delays.items()} == {"huge.test": 60.0}

@@ -32,6 +32,48 @@ def test_one_spelling_per_page(raw: str, normal: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("spellings", "key"),
+    [
+        # Dot segments, as a browser resolves them.
+        (
+            ["http://a.test/a/../b/./c", "http://a.test/b/c", "http://a.test/x/%2e%2E/b/c"],
+            "http://a.test/b/c",
+        ),
+        (["http://a.test/a/b/..", "http://a.test/a/./"], "http://a.test/a/"),
+        # Percent-encoding: hex case, and the raw character; unreserved ones decoded.
+        (
+            ["http://a.test/caf%c3%a9", "http://a.test/caf%C3%A9", "http://a.test/café"],
+            "http://a.test/caf%C3%A9",
+        ),
+        (["http://a.test/%7euser", "http://a.test/~user"], "http://a.test/~user"),
+        (["http://a.test/a b", "http://a.test/a%20b"], "http://a.test/a%20b"),
+        # An encoded slash stays one: it is not a path separator to the server.
+        (["http://a.test/a%2fb", "http://a.test/a%2Fb"], "http://a.test/a%2Fb"),
+        # IDN and punycode: one host.
+        (
+            [
+                "http://bücher.example/x",
+                "http://xn--bcher-kva.example/x",
+                "http://BÜCHER.example/x",
+            ],
+            "http://xn--bcher-kva.example/x",
+        ),
+        # The query: escapes the same way, order and case kept.
+        (
+            ["http://a.test/s?q=caf%c3%a9&B=é#f", "http://a.test/s?q=caf%C3%A9&B=%C3%A9"],
+            "http://a.test/s?q=caf%C3%A9&B=%C3%A9",
+        ),
+    ],
+)
+def test_every_spelling_of_a_page_has_one_key(spellings: list[str], key: str) -> None:
+    assert {normalise_url(spelling) for spelling in spellings} == {key}
+
+
+def test_the_query_order_is_kept() -> None:
+    assert normalise_url("http://a.test/p?b=2&a=1") == "http://a.test/p?b=2&a=1"
+
+
+@pytest.mark.parametrize(
     "raw", ["mailto:a@example.org", "javascript:void(0)", "ftp://example.org/", "http://", "x:y"]
 )
 def test_what_is_not_a_page_has_no_spelling(raw: str) -> None:

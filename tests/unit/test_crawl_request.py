@@ -39,6 +39,10 @@ def test_the_seed_is_normalised_and_the_rules_carried() -> None:
         (CrawlRequest("http://a.test/", max_pages=0), "--max-pages: must be between 1"),
         (CrawlRequest("http://a.test/", include=("[",)), r"--include[0]: not a valid"),
         (CrawlRequest("http://a.test/", fields={"p": "("}), r"--field p[0]: not a valid"),
+        (
+            CrawlRequest("http://a.test/", fields={"p": {"css": "a["}}),
+            "field p.css: invalid CSS",
+        ),
     ],
 )
 def test_bad_options_are_named(request_: CrawlRequest, message: str) -> None:
@@ -70,3 +74,17 @@ def test_the_report_reads_by_depth() -> None:
         "    depth 1: 9 completed, 1 failed",
         "    depth 2: 1 pending",
     ]
+
+
+def test_css_and_xpath_fields_and_the_robots_switch_are_carried() -> None:
+    fields = {"t": {"css": "h1"}, "x": {"xpath": "//p"}}
+    payload = CrawlRequest("http://a.test/", fields=fields, obey_robots=False).payload()
+    assert payload["fields"] == fields
+    assert payload["ignore_robots"] is True
+
+
+def test_a_crawl_refuses_http_gets_robots_switch() -> None:
+    from scrapefleet.common.crawl_action import CrawlParams
+
+    with pytest.raises(ValueError, match=r"crawls obey robots\.txt already"):
+        CrawlParams.model_validate({"url": "http://a.test/", "obey_robots": True})

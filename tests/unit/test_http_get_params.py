@@ -220,5 +220,29 @@ def test_the_charset_comes_from_the_header_or_the_page() -> None:
     assert parse_title(_page('<meta charset="iso-8859-1"><title>caf\u00e9</title>', "latin-1")) == (
         "caf\u00e9"
     )
-    assert parse_title(latin) == "caf\ufffd"  # no charset said: UTF-8, invalid bytes replaced
+    # No charset said and not UTF-8: sniffed as Windows-1252, as a browser does.
+    assert parse_title(latin) == "caf\u00e9"
     assert parse_title(_page("<title>x</title>"), "text/html; charset=bogus") == "x"
+
+
+# -- the charset, as a browser decides it ---------------------------------------------------------
+
+CP1252_TITLE = b"<title>\x93Quoted\x94 \x80 5 \x96 caf\xe9</title>"
+AS_SHOWN = "\u201cQuoted\u201d \u20ac 5 \u2013 caf\u00e9"
+
+
+def test_iso_8859_1_is_read_as_windows_1252_as_browsers_do() -> None:
+    assert parse_title(CP1252_TITLE, "text/html; charset=iso-8859-1") == AS_SHOWN
+    assert parse_title(b"<meta charset=latin1>" + CP1252_TITLE) == AS_SHOWN
+
+
+def test_an_undeclared_page_that_is_not_utf8_is_sniffed() -> None:
+    assert parse_title(CP1252_TITLE, "text/html") == AS_SHOWN
+    assert parse_title("<title>café</title>".encode(), "text/html") == "café"
+
+
+def test_a_bom_wins_over_the_header_and_the_header_over_meta() -> None:
+    utf8 = "<title>café</title>".encode()
+    assert parse_title(b"\xef\xbb\xbf" + utf8, "text/html; charset=iso-8859-1") == "café"
+    meta = b"<meta charset=iso-8859-1>" + utf8
+    assert parse_title(meta, "text/html; charset=utf-8") == "café"

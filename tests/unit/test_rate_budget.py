@@ -245,3 +245,63 @@ def test_limits_from_the_environment_as_json(monkeypatch: pytest.MonkeyPatch) ->
 def test_the_default_rows_name_is_no_key_of_its_own() -> None:
     with pytest.raises(SettingsError, match=r"rate_limits .*'\*' is reserved"):
         load_settings(rate_limits={"*": {"concurrency": 1}})
+
+
+# ---------------------------------------------------------------- crawled sites
+
+CRAWLED_TWO = RateRules(crawled_site=RateLimit(concurrency=2))
+
+
+def test_a_crawled_site_with_no_limit_gets_the_crawl_default() -> None:
+    budget = _budget(CRAWLED_TWO, RateCount("docs.test", "crawl", in_flight=1))
+    assert budget.key_left("docs.test") == 1
+    assert budget.skips(free_slots=12).tight_keys == {"docs.test": 1}
+    assert budget.key_left("api.test") is None  # no crawl on it: no limit
+
+
+def test_the_first_crawl_jobs_of_a_site_take_its_default_then_it_is_full() -> None:
+    budget = _budget(CRAWLED_TWO)
+    assert budget.key_left("docs.test") is None  # an http_get asks first: no limit
+    pending = [Job(i, "docs.test", kind="crawl") for i in range(1, 61)]
+    hosts = [HostSlots(f"h{n}", 6, 0, 6) for n in range(10)]  # ten hosts of six
+    placed = plan_assignments(hosts, pending, set(), admission=budget.admission(pending))
+    assert len(placed) == 2
+
+
+def test_a_named_limit_or_the_default_wins_over_the_crawl_default() -> None:
+    rules = RateRules(
+        keys={"docs.test": RateLimit(concurrency=5)},
+        default=RateLimit(concurrency=3),
+        crawled_site=RateLimit(concurrency=2),
+    )
+    budget = _budget(rules, RateCount("docs.test", "crawl"), RateCount("b.test", "crawl"))
+    assert (budget.key_left("docs.test"), budget.key_left("b.test")) == (5, 3)
+
+
+def test_the_crawl_default_is_a_setting() -> None:
+    assert RateRules.from_settings(load_settings()).crawled_site == RateLimit(concurrency=2)
+    unset = load_settings(crawl_site_concurrency=None)
+    assert RateRules.from_settings(unset).crawled_site is None
+
+
+def test_a_crawl_delay_key_gets_one_job_and_none_before_its_next_start() -> None:
+    later = NOW + timedelta(seconds=1)
+    budget = RateBudget(CRAWLED_TWO, [], {}, NOW, {"slow.test": later, "due.test": NOW})
+    assert budget.key_left("slow.test", "crawl") == 0
+    assert budget.key_left("due.test", "crawl") == 1  # not two: one request per delay
+    assert budget.skips(free_slots=12).saturated_keys == ("slow.test",)
+    no_limit = RateBudget(RateRules(), [], {}, NOW, {"due.test": NOW})
+    assert no_limit.key_left("due.test") == 1
+
+
+def test_robots_crawl_delay_and_request_rate_are_capped_seconds() -> None:
+    from scrapefleet.common.constants import MAX_CRAWL_DELAY_S
+    from scrapefleet.common.robots import rules_from_answer
+
+    def delay(text: str) -> float | None:
+        return rules_from_answer("u", 200, text.encode()).crawl_delay("scrapefleet/0.1")
+
+    assert delay("User-agent: *\nCrawl-delay: 2.5\n") == 2.5
+    assert delay("User-agent: *\nRequest-rate: 1/5s\nCrawl-delay: 1\n") == 5.0
+    assert delay("User-agent: *\nCrawl-delay: 86400\n") == MAX_CRAWL_DELAY_S
+    assert delay("User-agent: *\nDisallow: /x\n") is None
