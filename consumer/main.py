@@ -22,7 +22,7 @@ from typing import Any
 import click
 
 from scrapefleet.common.errors import DatabaseUnavailable, ProbeError, SettingsError
-from scrapefleet.common.host_status import parse_status, status_path
+from scrapefleet.common.host_status import parse_status, read_status_text, status_path
 from scrapefleet.common.settings import Settings, load_settings
 
 log = logging.getLogger("scrapefleet.consumer")
@@ -196,7 +196,7 @@ def status(as_json: bool, host: str | None, config: Path | None) -> None:
     name = _host_name(host, settings)
     path = status_path(settings.state_dir, name)
     try:
-        text = path.read_text()
+        text = read_status_text(settings.state_dir, name)  # a regular file, size-capped
         document = parse_status(text)  # print only a document the probe can use
     except OSError as exc:
         _fail(f"no status for host {name!r} at {path}: {exc.strerror}", 1)
