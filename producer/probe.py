@@ -22,6 +22,7 @@ from scrapefleet.common.host_status import (
     read_status_text,
     status_path,
 )
+from scrapefleet.common.status_answer import stale_reason
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +75,8 @@ class LocalProbe:
                 f" running, with this producer's state_dir ({self.state_dir})?"
             ) from None
         status = parse_status(text)
-        age = now - status.updated_at
-        if age > self.stale_after_s:
-            raise ProbeError(f"status is {age:.0f} s old: consumer not running?")
+        if stale := stale_reason(status, now, self.stale_after_s):
+            raise ProbeError(stale)
         if status.host != name:
             raise ProbeError(f"status file names host {status.host!r}")
         return status
