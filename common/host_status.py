@@ -1,9 +1,10 @@
 """The status document a consumer publishes and every probe reads.
 
 The consumer writes it atomically to ``<state_dir>/hosts/<name>/status.json`` at every heartbeat
-and whenever its state, its browser stack or its count of stuck threads changes;
-``scrapefleet-consumer status --json`` prints the same document, so the local probe and the SSH
-probe parse one format. Not at every claim and completion: the producer counts a host's jobs in
+and whenever its state, its browser stack or its count of stuck threads changes. The local probe
+reads the file; the SSH probe's forced command prints it after the host's clock
+(common.status_answer), and ``scrapefleet-consumer status --json`` prints it for people: one
+format for every reader. Not at every claim and completion: the producer counts a host's jobs in
 the database, which is always current, and takes from the document only what the database
 cannot know (``stuck``: threads still busy with jobs the database no longer counts there).
 
@@ -36,7 +37,7 @@ from scrapefleet.common.errors import ProbeError
 from scrapefleet.common.lifecycle import DaemonState
 from scrapefleet.common.store.statuses import HostState
 
-# store.statuses loads no SQLAlchemy: ``scrapefleet-consumer status`` runs once per SSH probe.
+# store.statuses loads no SQLAlchemy: ``scrapefleet-consumer status`` starts light.
 HOST_STATES = tuple(s.value for s in HostState)
 DAEMON_STATES = tuple(s.value for s in DaemonState)
 MAX_STATUS_CHARS = 64 * 1024  # a document is ~450 characters; more is garbage

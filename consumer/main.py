@@ -120,8 +120,8 @@ def run(
         _fail("invalid setting database_url (SCRAPEFLEET_DATABASE_URL): not set", 2)
     assert settings.database_url is not None
     name = _host_name(host, settings)
-    # Imported here, not at the top: `status` runs once per probe over SSH, and SQLAlchemy +
-    # psycopg would double its start-up time.
+    # Imported here, not at the top: `status` (a host still on the older forced command runs
+    # it once per probe over SSH) would pay for SQLAlchemy + psycopg at every start.
     from scrapefleet.common.db import check_reachable, make_engine
     from scrapefleet.common.db_pooler import check_listen_url
 
