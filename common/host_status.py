@@ -1,24 +1,31 @@
 """The status document a consumer publishes and every probe reads.
 
 The consumer writes it atomically to ``<state_dir>/hosts/<name>/status.json`` at every heartbeat
-and whenever its state, its browser stack or its count of stuck threads changes;
-``scrapefleet-consumer status --json`` prints the same document, so the local probe and the SSH
-probe parse one format. Not at every claim and completion: the producer counts a host's jobs in
+and whenever its state, its browser stack or its count of stuck threads changes. The local probe
+reads the file; the SSH probe's forced command prints it after the host's clock
+(common.status_answer), and ``scrapefleet-consumer status --json`` prints it for people: one
+format for every reader. Not at every claim and completion: the producer counts a host's jobs in
 the database, which is always current, and takes from the document only what the database
 cannot know (``stuck``: threads still busy with jobs the database no longer counts there).
 
 The producer trusts none of it: every field is checked for its type and range, the document for
-its size, and a defect is a failed probe of that host alone. ``daemon`` (the consumer's
-lifecycle: starting, running, draining, stopped) came later than the rest: a document without
-it, from an older consumer, still parses (as None); so do ``browser*`` and ``stuck``.
+its size, and a defect is a failed probe of that host alone. The consumer's user writes its
+host's directory, so the file itself is hostile too: ``read_status_text`` opens a regular file
+only (never a FIFO, a device or a link) and reads at most ``MAX_STATUS_BYTES``.
+
+``daemon`` (the consumer's lifecycle: starting, running, draining, stopped) came later than the
+rest: a document without it, from an older consumer, still parses (as None); so do
+``browser*`` and ``stuck``.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
 import re
+import stat
 import tempfile
 from dataclasses import asdict, dataclass
 from enum import StrEnum
@@ -30,10 +37,11 @@ from scrapefleet.common.errors import ProbeError
 from scrapefleet.common.lifecycle import DaemonState
 from scrapefleet.common.store.statuses import HostState
 
-# store.statuses loads no SQLAlchemy: ``scrapefleet-consumer status`` runs once per SSH probe.
+# store.statuses loads no SQLAlchemy: ``scrapefleet-consumer status`` starts light.
 HOST_STATES = tuple(s.value for s in HostState)
 DAEMON_STATES = tuple(s.value for s in DaemonState)
 MAX_STATUS_CHARS = 64 * 1024  # a document is ~450 characters; more is garbage
+MAX_STATUS_BYTES = MAX_STATUS_CHARS  # read cap; the consumer writes ASCII (json.dumps' default)
 MAX_REASON_CHARS = 500  # one line for an operator; the consumer clips its own
 
 
@@ -129,6 +137,10 @@ def parse_status(text: str) -> HostStatus:
         raw: Any = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ProbeError(f"status is not JSON: {exc.msg} at char {exc.pos}") from None
+    except RecursionError:
+        raise ProbeError("status is nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer past int()'s digit limit
+        raise ProbeError(f"status is not JSON: {_clip(str(exc), 80)}") from None
     if not isinstance(raw, dict):
         raise ProbeError("status is not a JSON object")
     if raw.get("version") != STATUS_FORMAT_VERSION:
@@ -227,9 +239,72 @@ def write_status(state_dir: Path, status: HostStatus) -> None:
         raise
 
 
+# O_NONBLOCK: opening a FIFO with no writer returns at once (then refused) instead of waiting.
+_OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_OPEN_DIR = os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
+_FILE_KINDS = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFDIR: "a directory",
+}
+
+
+def read_status_text(state_dir: Path, host: str) -> str:
+    """The text of a host's status file, read as a hostile file: the host's directory and the
+    file are opened without following a link (the consumer's user owns both; state_dir and
+    hosts/ are the operator's), only a regular file is read, and at most MAX_STATUS_BYTES of it.
+
+    Raises FileNotFoundError when there is no file (the caller explains that case), and
+    ProbeError naming the defect otherwise.
+    """
+    path = status_path(state_dir, host)
+    try:
+        directory = os.open(path.parent, _OPEN_DIR)
+        try:
+            fd = os.open(path.name, _OPEN_FILE, dir_fd=directory)
+        finally:
+            os.close(directory)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise ProbeError(f"{exc.filename or path} is a symbolic link: refused") from None
+        raise ProbeError(f"cannot open {path}: {exc.strerror}") from None
+    try:
+        kind = stat.S_IFMT(os.fstat(fd).st_mode)
+        if kind != stat.S_IFREG:
+            what = _FILE_KINDS.get(kind, "not a file")
+            raise ProbeError(f"{path} is not a regular file ({what}): refused")
+        data = _read_at_most(fd, MAX_STATUS_BYTES + 1)
+    except OSError as exc:
+        raise ProbeError(f"cannot read {path}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_STATUS_BYTES:
+        raise ProbeError(f"status file larger than {MAX_STATUS_BYTES} bytes")
+    try:
+        return data.decode()
+    except UnicodeDecodeError as exc:
+        raise ProbeError(f"status is not UTF-8 (byte {exc.start})") from None
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    left = limit
+    while left > 0:
+        chunk = os.read(fd, left)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
 def read_status(state_dir: Path, host: str) -> HostStatus:
     try:
-        text = status_path(state_dir, host).read_text()
-    except OSError as exc:
-        raise ProbeError(f"no status file for host {host!r}: {exc.strerror}") from None
+        text = read_status_text(state_dir, host)
+    except FileNotFoundError:
+        raise ProbeError(f"no status file for host {host!r}") from None
     return parse_status(text)

@@ -22,7 +22,7 @@ from typing import Any
 import click
 
 from scrapefleet.common.errors import DatabaseUnavailable, ProbeError, SettingsError
-from scrapefleet.common.host_status import parse_status, status_path
+from scrapefleet.common.host_status import parse_status, read_status_text, status_path
 from scrapefleet.common.settings import Settings, load_settings
 
 log = logging.getLogger("scrapefleet.consumer")
@@ -120,8 +120,8 @@ def run(
         _fail("invalid setting database_url (SCRAPEFLEET_DATABASE_URL): not set", 2)
     assert settings.database_url is not None
     name = _host_name(host, settings)
-    # Imported here, not at the top: `status` runs once per probe over SSH, and SQLAlchemy +
-    # psycopg would double its start-up time.
+    # Imported here, not at the top: `status` (a host still on the older forced command runs
+    # it once per probe over SSH) would pay for SQLAlchemy + psycopg at every start.
     from scrapefleet.common.db import check_reachable, make_engine
     from scrapefleet.common.db_pooler import check_listen_url
 
@@ -196,7 +196,7 @@ def status(as_json: bool, host: str | None, config: Path | None) -> None:
     name = _host_name(host, settings)
     path = status_path(settings.state_dir, name)
     try:
-        text = path.read_text()
+        text = read_status_text(settings.state_dir, name)  # a regular file, size-capped
         document = parse_status(text)  # print only a document the probe can use
     except OSError as exc:
         _fail(f"no status for host {name!r} at {path}: {exc.strerror}", 1)

@@ -2,11 +2,13 @@
 
 A probe returns, per host, the consumer's status document or the reason it could not get it.
 ``LocalProbe`` reads the status files of consumers on this machine; ``producer.ssh_probe``
-asks remote hosts over SSH. Both parse the document with common.host_status.parse_status.
+asks remote hosts over SSH. Both parse the document with common.host_status.parse_status, and
+both fail a host alone: nothing one host's file or answer holds reaches another host's result.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,7 +16,15 @@ from pathlib import Path
 from typing import Protocol
 
 from scrapefleet.common.errors import ProbeError
-from scrapefleet.common.host_status import HostStatus, read_status, status_path
+from scrapefleet.common.host_status import (
+    HostStatus,
+    parse_status,
+    read_status_text,
+    status_path,
+)
+from scrapefleet.common.status_answer import stale_reason
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -42,28 +52,34 @@ class LocalProbe:
         self.stale_after_s = stale_after_s
 
     def probe_all(self, targets: Sequence[HostTarget]) -> dict[str, HostStatus | ProbeError]:
-        results: dict[str, HostStatus | ProbeError] = {}
         now = time.time()
-        for target in targets:
-            try:
-                path = status_path(self.state_dir, target.name)
-                if not path.exists():
-                    # The usual mistake on one machine: the consumer writes under a state_dir
-                    # of its own, which the producer never reads.
-                    raise ProbeError(
-                        f"no status file at {path}: is its consumer running, with this"
-                        f" producer's state_dir ({self.state_dir})?"
-                    )
-                status = read_status(self.state_dir, target.name)
-                age = now - status.updated_at
-                if age > self.stale_after_s:
-                    raise ProbeError(f"status is {age:.0f} s old: consumer not running?")
-                if status.host != target.name:
-                    raise ProbeError(f"status file names host {status.host!r}")
-                results[target.name] = status
-            except ProbeError as exc:
-                results[target.name] = exc
-        return results
+        return {target.name: self._probe_one(target.name, now) for target in targets}
+
+    def _probe_one(self, name: str, now: float) -> HostStatus | ProbeError:
+        try:
+            return self._read(name, now)
+        except ProbeError as exc:
+            return exc
+        except Exception as exc:  # a bug or an unforeseen defect: never the other hosts' round
+            log.exception("unexpected error probing %s", name)
+            return ProbeError(f"probe error: {type(exc).__name__}: {exc}")
+
+    def _read(self, name: str, now: float) -> HostStatus:
+        try:
+            text = read_status_text(self.state_dir, name)
+        except FileNotFoundError:
+            # The usual mistake on one machine: the consumer writes under a state_dir of its
+            # own, which the producer never reads.
+            raise ProbeError(
+                f"no status file at {status_path(self.state_dir, name)}: is its consumer"
+                f" running, with this producer's state_dir ({self.state_dir})?"
+            ) from None
+        status = parse_status(text)
+        if stale := stale_reason(status, now, self.stale_after_s):
+            raise ProbeError(stale)
+        if status.host != name:
+            raise ProbeError(f"status file names host {status.host!r}")
+        return status
 
     def close(self) -> None:
         pass

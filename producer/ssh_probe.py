@@ -5,6 +5,9 @@ round trips and CPU on both sides, while a command on an open Transport is one c
 failure becomes a ProbeError whose one-line message is what an operator reads in SQL; nothing
 from paramiko or the socket layer escapes ``probe_all``.
 
+What a host answers (common.status_answer): its clock, then its status document, from a forced
+command that starts only sh, date and cat; the document's age is judged here on that clock.
+
 Security: key authentication only (no agent, no password, no keys found on disk by guessing),
 and the server's host key must match the target's known_hosts file. An unknown or changed key
 is refused, never added.
@@ -24,10 +27,11 @@ from dataclasses import dataclass, field
 
 import paramiko
 
-from scrapefleet.common.constants import PROBE_TIMEOUT_S
+from scrapefleet.common.constants import LOCAL_STATE_STALE_S, PROBE_TIMEOUT_S
 from scrapefleet.common.errors import ProbeError
-from scrapefleet.common.host_status import HostStatus, parse_status
+from scrapefleet.common.host_status import HostStatus
 from scrapefleet.common.settings import Settings
+from scrapefleet.common.status_answer import MAX_ANSWER_BYTES, parse_status_answer, stale_reason
 from scrapefleet.producer.probe import HostTarget
 
 log = logging.getLogger(__name__)
@@ -36,7 +40,7 @@ DEFAULT_STATUS_COMMAND = "scrapefleet-consumer status --json"
 DEFAULT_MAX_WORKERS = 16
 RECONNECT_BASE_S = 1.0  # wait after the 2nd consecutive connect failure; doubles each time
 RECONNECT_MAX_S = 30.0  # a host that comes back is seen within this long
-MAX_STATUS_BYTES = 64 * 1024  # a status document is ~400 bytes; more is garbage
+MAX_DETAIL_CHARS = 200  # of the status command's last stderr line, quoted in the reason
 ROUND_GRACE_S = 0.25  # how long past the deadline the round waits for workers to notice it
 
 
@@ -101,6 +105,7 @@ class SSHProbe:
         max_workers: int = DEFAULT_MAX_WORKERS,
         command: str = DEFAULT_STATUS_COMMAND,
         *,
+        stale_after_s: float = LOCAL_STATE_STALE_S,
         fresh: bool = False,
         reconnect_base_s: float = RECONNECT_BASE_S,
         reconnect_max_s: float = RECONNECT_MAX_S,
@@ -108,6 +113,7 @@ class SSHProbe:
     ) -> None:
         self.timeout_s = timeout_s
         self.command = command
+        self.stale_after_s = stale_after_s  # on the host's clock, which comes with the answer
         self.fresh = fresh  # connect afresh every round (benchmark baseline)
         self._reconnect = (reconnect_base_s, reconnect_max_s)
         self._clock = clock
@@ -121,6 +127,7 @@ class SSHProbe:
             timeout_s=settings.probe_timeout_s,
             max_workers=settings.ssh_probe_workers,
             command=settings.ssh_status_command,
+            stale_after_s=settings.local_state_stale_s,
             reconnect_base_s=settings.ssh_reconnect_base_s,
             reconnect_max_s=settings.ssh_reconnect_max_s,
         )
@@ -236,14 +243,22 @@ class SSHProbe:
     def _run_status(
         self, target: HostTarget, transport: paramiko.Transport, deadline: _Deadline
     ) -> HostStatus:
+        # What the producer asks matters only where the key has no forced command: the
+        # forced command (status_answer_command) answers whatever is asked.
         command = f"{self.command} --host {shlex.quote(target.name)}"
         out, err, code = _exec(transport, command, deadline)
         if code != 0:
             detail = err.decode(errors="replace").strip().splitlines()
             raise ProbeError(
-                f"status command exited with {code}" + (f": {detail[-1]}" if detail else "")
+                f"status command exited with {code}" + (f": {_clip(detail[-1])}" if detail else "")
             )
-        status = parse_status(out.decode(errors="replace"))
+        answer = parse_status_answer(out)
+        status = answer.status
+        # Without a clock the answer came from an older forced command, which judged the age.
+        if answer.host_clock is not None and (
+            stale := stale_reason(status, answer.host_clock, self.stale_after_s)
+        ):
+            raise ProbeError(stale)
         if status.host != target.name:
             raise ProbeError(f"status is for host {status.host!r}, not {target.name!r}")
         return status
@@ -257,6 +272,11 @@ class SSHProbe:
             else:
                 log.info("probe of %s succeeds again", name)
             link.logged_reason = reason
+
+
+def _clip(line: str, limit: int = MAX_DETAIL_CHARS) -> str:
+    """A host's own words in an error an operator reads: never the whole of a long line."""
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 class _TransportBroken(ProbeError):
@@ -401,12 +421,12 @@ def _exec(
             if not chunk:
                 break
             out += chunk
-            if len(out) > MAX_STATUS_BYTES:
-                raise ProbeError(f"status output larger than {MAX_STATUS_BYTES} bytes")
+            if len(out) > MAX_ANSWER_BYTES:
+                raise ProbeError(f"status output larger than {MAX_ANSWER_BYTES} bytes")
         if not channel.status_event.wait(deadline.remaining()):
             deadline.remaining()  # raises the timeout
         err = bytearray()
-        while channel.recv_stderr_ready() and len(err) < MAX_STATUS_BYTES:
+        while channel.recv_stderr_ready() and len(err) < MAX_ANSWER_BYTES:
             err += channel.recv_stderr(32768)
         return bytes(out), bytes(err), channel.recv_exit_status()
     except TimeoutError:

@@ -24,6 +24,7 @@ import psutil
 import pytest
 import yaml
 
+from scrapefleet.common.status_answer import parse_status_answer, status_answer_command
 from tests.ansible.deployment import SECRETS, Deployment, build_wheel
 from tests.ansible.playbook import REPO, PlaybookRun
 from tests.ansible.service_control import parse_unit
@@ -285,10 +286,8 @@ def test_consumers_are_locked_down(deployment: Deployment) -> None:
     for host in deployment.consumers:
         keys = (host.dir / "home" / ".ssh" / "authorized_keys").read_text()
         (line,) = [k for k in keys.splitlines() if k and not k.startswith("#")]
-        status = (
-            f"{host.dir / 'venv'}/bin/scrapefleet-consumer status --json --host {host.name}"
-            f" --config {host.dir / 'etc' / 'consumer.toml'}"
-        )
+        # The role's line is the product's own answer (common.status_answer), to the byte.
+        status = status_answer_command(host.dir / "state" / "hosts" / host.name / "status.json")
         # restrict: no pty, forwarding, agent, X11 or ~/.ssh/rc; from=: the producer only.
         expected = f'restrict,from="{deployment.db.address}",command="{status}" ssh-ed25519 '
         assert line.startswith(expected), line
@@ -415,7 +414,9 @@ def test_probe_key_works_from_the_producer_only(deployment: Deployment) -> None:
             f"{user}@{target.address}", "sh", "-c", "id"]  # fmt: skip
     allowed = deployment.db.run(argv)
     assert allowed.returncode == 0, allowed.stderr
-    assert json.loads(allowed.stdout)["host"] == target.name  # the forced command, not `id`
+    # The forced command (the host's clock, then its document), not `id`.
+    answer = parse_status_answer(allowed.stdout.encode())
+    assert answer.status.host == target.name and answer.host_clock is not None
     refused = other.run(argv)
     assert refused.returncode == 255, refused.stdout + refused.stderr
     assert "Permission denied" in refused.stderr, refused.stderr

@@ -70,6 +70,21 @@ class CpuMeter:
         }
 
 
+def tree_cpu_s(root: psutil.Process) -> float:
+    """CPU seconds used so far by ``root`` and every process it started, including those that
+    exited and were reaped (their time is in their parent's children_* times): an sshd and the
+    sessions and commands of every connection it served. Read it when no process of the tree is
+    exiting, or a just-reaped one may be counted twice."""
+    used = 0.0
+    for process in [root, *root.children(recursive=True)]:
+        try:
+            times = process.cpu_times()
+        except psutil.Error:  # exited between the listing and the reading
+            continue
+        used += times.user + times.system + times.children_user + times.children_system
+    return used
+
+
 def per_job_ms(used_s: dict[str, float], jobs: int) -> dict[str, float]:
     per_job = {name: seconds * 1000 / jobs for name, seconds in used_s.items()}
     per_job["total"] = sum(per_job.values())

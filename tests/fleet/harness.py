@@ -15,7 +15,7 @@ and end them one PID at a time.
 
     with Fleet() as fleet:                   # or the fixtures in tests/fleet/conftest.py
         h1, h2, h3 = fleet.add_hosts(3)
-        h1.serve_status(running=2)            # forced command prints this status document
+        h1.serve_status(running=2)            # forced command answers with this status document
         probe.probe_all(fleet.targets())
 """
 
@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from scrapefleet.common.host_status import HostStatus
+from scrapefleet.common.status_answer import status_answer_command
 from scrapefleet.producer.probe import HostTarget
 from tests.host_status_factory import status_for
 
@@ -195,10 +196,11 @@ class FleetHost:
         _atomic_write(self.forced_command, script, mode=0o755)
 
     def serve_status(self, status: HostStatus | None = None, **fields: Any) -> HostStatus:
-        """Forced command prints a valid status document (defaults + fields)."""
+        """The product's answer (the host's clock, then the document) with a valid status
+        document (defaults + fields)."""
         status = status or default_status(self.name, **fields)
-        _atomic_write(self.status_file, status.to_json() + "\n")
-        self.set_forced_command('exec cat "$FLEET_HOST_DIR/status.json"')
+        _atomic_write(self.status_file, status.to_json())
+        self.set_forced_command(status_answer_command(self.status_file))
         return status
 
     def last_command(self) -> str:

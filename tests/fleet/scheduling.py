@@ -3,8 +3,8 @@ producer in this process probing them over SSH, PostgreSQL on a Unix socket.
 
 The database is an embedded pgserver: its Unix socket lives on the shared filesystem, so the
 consumers inside the network namespaces reach it without a server listening on the bridge.
-Each host's sshd forces the product's own status command (``scrapefleet-consumer status --json
---host hN`` with that host's state directory), exactly what an authorized_keys line would.
+Each host's sshd forces the product's own answer (common.status_answer: the host's clock, then
+``cat`` of that host's status file), exactly what the Ansible role's authorized_keys line does.
 
 Everything started here is ended by ``SchedulingFleet.close`` (consumers by PID, through the
 harness, which also tears down sshd and the namespaces).
@@ -27,8 +27,9 @@ from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
 from scrapefleet.common.db import make_engine
-from scrapefleet.common.host_status import parse_status
+from scrapefleet.common.host_status import parse_status, status_path
 from scrapefleet.common.settings import Settings, load_settings
+from scrapefleet.common.status_answer import status_answer_command
 from scrapefleet.common.store import HostSpec, NewJob
 from scrapefleet.producer.daemon import Producer
 from tests.fleet.harness import Fleet, FleetHost
@@ -37,7 +38,7 @@ from tests.waiting import wait_for
 BIN = Path(sys.executable).parent
 CONSUMER_BIN = BIN / "scrapefleet-consumer"
 CAPACITY = 3
-STALE_STATUS_S = 4.0  # a status file this old makes the status command fail (consumer dead)
+STALE_STATUS_S = 4.0  # a status document this old is a failed probe (consumer dead)
 CONSUMER_STOP_S = 10.0  # SIGTERM drains in-flight noop jobs (< 2 s), then SIGKILL
 T = TypeVar("T")
 
@@ -87,12 +88,8 @@ class SchedulingFleet:
         return host.dir / "state"
 
     def use_status_command(self, host: FleetHost) -> None:
-        """The forced command is the product's status command, as in production."""
-        host.set_forced_command(
-            f"export SCRAPEFLEET_STATE_DIR={self.state_dir(host)}\n"
-            f"export SCRAPEFLEET_LOCAL_STATE_STALE_S={STALE_STATUS_S}\n"
-            f"exec {CONSUMER_BIN} status --json --host {host.name}"
-        )
+        """The forced command is the product's answer, as in production."""
+        host.set_forced_command(status_answer_command(status_path(self.state_dir(host), host.name)))
 
     def write_boot_id(self, host: FleetHost) -> str:
         """A new boot id, as the kernel gives after a reboot."""
@@ -140,10 +137,11 @@ class SchedulingFleet:
             database_url=self.database_url,
             state_dir=self.work_dir / "producer",
             producer_interval_s=0.3,
-            # The status command is a Python start (~0.3 s idle); on a CI machine shared with
-            # browser tests it was seen past 3 s, and two such rounds would take a healthy
-            # host offline. Failures under test here are fast (refused, bad key, garbage).
+            # Room for a CI machine shared with browser tests: two slow rounds would take a
+            # healthy host offline. Failures under test here are fast (refused, bad key,
+            # garbage).
             probe_timeout_s=5.0,
+            local_state_stale_s=STALE_STATUS_S,
             probe_failures_offline=2,
             offline_grace_s=1.0,
             # Longer than a consumer's restart under load: the restarted consumer, not the

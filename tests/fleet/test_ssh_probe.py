@@ -9,12 +9,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import paramiko
 import pytest
 
 from scrapefleet.common.errors import ProbeError
 from scrapefleet.common.host_status import HostStatus
+from scrapefleet.common.status_answer import parse_status_answer
 from scrapefleet.producer.ssh_probe import SSHProbe
 from tests.fleet import harness
 from tests.fleet.harness import Fleet, FleetHost, default_status
@@ -133,6 +135,68 @@ def test_wrong_client_key_fails_authentication(
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key_file)], check=True)
     result = make_probe().probe_all([hosts[0].target(key_file=str(key_file))])["h1"]
     assert "authentication failed" in reason(result)
+
+
+# -- the answer: the host's clock, then the document its consumer wrote ------------------------
+
+
+def test_a_stale_document_fails_its_host_alone(
+    fleet: Fleet, hosts: list[FleetHost], make_probe
+) -> None:
+    hosts[1].serve_status(updated_at=time.time() - 60)  # its consumer stopped a minute ago
+    results = make_probe(stale_after_s=15).probe_all(fleet.targets())
+    text = reason(results["h2"])
+    assert text.startswith("status is ") and text.endswith(" s old: consumer not running?")
+    assert_healthy(results, "h1", "h3")
+
+
+def test_age_is_judged_on_the_hosts_clock(fleet: Fleet, hosts: list[FleetHost], make_probe) -> None:
+    """A host whose clock is an hour behind the producer's, with a consumer writing on that
+    clock: its document is fresh, not an hour old."""
+    hosts[0].serve_status(updated_at=time.time() - 3600)
+    hosts[0].set_forced_command(
+        f"echo $(( $(date +%s) - 3600 )) && exec cat {hosts[0].status_file}"
+    )
+    assert_healthy(make_probe(stale_after_s=15).probe_all(fleet.targets()), *fleet.hosts)
+
+
+def test_an_older_forced_commands_answer_is_still_read(
+    fleet: Fleet, hosts: list[FleetHost], make_probe
+) -> None:
+    """During a rollout the producer is upgraded first: a host still on the Python status
+    command prints the document alone (having judged its age itself)."""
+    served = hosts[0].serve_status(running=3)
+    hosts[0].set_forced_command(f"exec cat {hosts[0].status_file}")
+    results = make_probe().probe_all(fleet.targets())
+    assert results["h1"] == served
+    assert_healthy(results, "h2", "h3")
+
+
+def _nested(path: Path) -> str:
+    path.write_text("[" * 30_000 + "]" * 30_000)
+    return "nested too deeply"
+
+
+def _oversized(path: Path) -> str:
+    path.write_text(" " * (4 << 20) + default_status("h1").to_json())
+    return "status output larger than"
+
+
+def _missing(path: Path) -> str:
+    path.unlink()
+    return "status command exited with 1: cat: "
+
+
+@pytest.mark.parametrize("poison", [_nested, _oversized, _missing])
+def test_a_poisoned_status_file_fails_its_host_alone(
+    fleet: Fleet, hosts: list[FleetHost], make_probe, poison: Callable[[Path], str]
+) -> None:
+    expected = poison(hosts[0].status_file)
+    started = time.monotonic()
+    results = make_probe(timeout_s=2.0).probe_all(fleet.targets())
+    assert expected in reason(results["h1"])
+    assert_healthy(results, "h2", "h3")
+    assert time.monotonic() - started < 2.0 + MARGIN_S
 
 
 def _wrong_version() -> str:
@@ -261,9 +325,12 @@ def test_key_cannot_run_a_shell_command_or_get_a_pty(fleet: Fleet, hosts: list[F
         channel = transport.open_session(timeout=3)
         channel.settimeout(3)
         channel.exec_command("id; cat /etc/passwd")
-        output = channel.makefile("rb").read().decode()
-        assert json.loads(output) == json.loads(served.to_json())
-        assert "root:" not in output and "uid=" not in output
+        output = channel.makefile("rb").read()
+        answer = parse_status_answer(output)
+        assert answer.status == served
+        # The host's clock (this machine's: the namespaces share it), to the second.
+        assert answer.host_clock is not None and abs(answer.host_clock - time.time()) < 5
+        assert b"root:" not in output and b"uid=" not in output
         with pytest.raises(paramiko.SSHException):
             transport.open_session(timeout=3).get_pty()
     finally:
