@@ -22,7 +22,13 @@ from sqlalchemy.engine import Connection
 
 from scrapefleet.common import store
 from scrapefleet.common.constants import PENDING_SCAN_FACTOR, RATE_WINDOW_REFRESH_S
-from scrapefleet.common.rate_limits import NO_SLOWDOWN, RateCount, Slowdown, next_slowdown
+from scrapefleet.common.rate_limits import (
+    NO_SLOWDOWN,
+    RateCount,
+    Slowdown,
+    capped_pause,
+    next_slowdown,
+)
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store.records import PendingJob
 from scrapefleet.producer.planner import Admission
@@ -34,6 +40,7 @@ log = logging.getLogger(__name__)
 class RateControl:
     def __init__(self, settings: Settings) -> None:
         self.rules = RateRules.from_settings(settings)
+        self.max_pause_s = settings.retry_after_max_s  # a pause a host's job asks for, at most
         self.slowdowns: dict[str, Slowdown] = {}
         self._after_event: int | None = None  # the last audit row looked at
         self._saved: dict[str, Slowdown] | None = None  # as last written (None: never)
@@ -80,12 +87,14 @@ class RateControl:
     def learn(self, conn: Connection, now: datetime) -> None:
         """Slow the keys pushed back on since the last look, let the others recover, and save."""
         if self._after_event is None:  # just took the lead: carry on from the saved state
-            self.slowdowns = store.rate_slowdowns(conn)
+            saved = store.rate_slowdowns(conn)
+            self.slowdowns = {k: capped_pause(s, now, self.max_pause_s) for k, s in saved.items()}
         seen, self._after_event = store.throttles_since(
             conn, self._after_event, recovering=bool(self.slowdowns)
         )
         for key, what in seen.items():
-            slowed = next_slowdown(self.slowdowns.get(key, NO_SLOWDOWN), what, now)
+            current = self.slowdowns.get(key, NO_SLOWDOWN)
+            slowed = next_slowdown(current, what, now, max_pause_s=self.max_pause_s)
             if what.throttled:
                 log.warning(
                     "rate key %s pushed back %d time(s): factor %.3g, paused until %s",
