@@ -185,7 +185,8 @@ hosts = sa.Table(
     sa.Column("state_reason", sa.Text),
     sa.Column("state_changed_at", TS, nullable=False, server_default=sa.text("now()")),
     # How the producer reaches it lives in host_access (migration 0008): a consumer's role
-    # updates this row, and must not be able to point the producer elsewhere.
+    # writes this row (through the host_* functions of migration 0017), and must not be able
+    # to point the producer elsewhere.
     # What the last probe and the consumer itself reported.
     sa.Column("boot_id", sa.Text),
     sa.Column("jobs_since_restart", sa.Integer, nullable=False, server_default="0"),
