@@ -137,8 +137,14 @@ BEGIN
         SELECT h.state, h.state_reason INTO old FROM hosts h WHERE h.name = p_name
             FOR NO KEY UPDATE SKIP LOCKED;
     END IF;
-    IF NOT FOUND OR old.state = p_to
-       OR (p_expected IS NOT NULL AND old.state <> ALL(p_expected)) THEN
+    IF NOT FOUND OR (p_expected IS NOT NULL AND old.state <> ALL(p_expected)) THEN
+        RETURN NULL;
+    END IF;
+    -- Already there: nothing to do, except that an operator's drain takes over a drain the
+    -- consumer started for its own stop (else the consumer's next start would undo it).
+    IF old.state = p_to AND (consumer OR p_to <> 'draining'
+        OR old.state_reason IS DISTINCT FROM '{OWN_DRAIN_REASON}'
+        OR p_reason IS NOT DISTINCT FROM '{OWN_DRAIN_REASON}') THEN
         RETURN NULL;
     END IF;
     IF consumer AND (old.state || '>' || p_to <> ALL({MOVES_SQL})

@@ -155,6 +155,24 @@ def test_a_consumer_cannot_undo_an_operators_choice(
     assert row.state == chosen and row.state_reason != "consumer stopping"
 
 
+def test_an_operators_drain_takes_over_a_consumers_own(
+    admin: Engine,  # noqa: F811
+    own: Engine,  # noqa: F811
+) -> None:
+    with own.begin() as conn:
+        assert store.set_host_state(conn, OWN, HostState.DRAINING, "consumer stopping")
+    with admin.begin() as conn:
+        store.drain_host(conn, OWN)
+    with own.begin() as conn:
+        assert not store.reactivate_after_own_drain(conn, OWN, "consumer stopping")
+        assert store.register_consumer(conn, OWN, 6, "boot-3").state == HostState.DRAINING
+    with admin.connect() as conn:
+        reason = conn.execute(
+            sa.text(f"SELECT state_reason FROM hosts WHERE name = '{OWN}'")
+        ).scalar_one()
+    assert reason == "drained by operator"
+
+
 def test_a_consumer_still_makes_its_own_moves(admin: Engine, own: Engine) -> None:  # noqa: F811
     with own.begin() as conn:
         assert store.set_host_state(conn, OWN, HostState.RESTARTING, "restart")
