@@ -70,6 +70,9 @@ CLEAR_PROBE_FAILURES_SQL = sa.text(
 COUNT_RUNNING_SQL = sa.text(
     f"SELECT count(*) FROM jobs WHERE host = :name AND status = '{JobStatus.PROCESSING}'"
 )
+COUNT_QUEUED_SQL = sa.text(
+    f"SELECT count(*) FROM jobs WHERE host = :name AND status = '{JobStatus.QUEUED}'"
+)
 DELETE_HOST_SQL = sa.text("DELETE FROM hosts WHERE name = :name")
 HOST_EXISTS_SQL = sa.text("SELECT 1 FROM hosts WHERE name = :name")
 
@@ -176,6 +179,9 @@ def remove_host(conn: Connection, name: str) -> None:
     if running:
         raise SubmitError(f"host {name!r} is running {running} job(s): drain it and wait first")
     requeue_host_queued(conn, name, f"requeued: host {name} removed")
+    if conn.execute(COUNT_QUEUED_SQL, {"name": name}).scalar_one():
+        # Held by another session (its consumer?): removed now, they would belong to no host.
+        raise HostBusy(f"host {name!r} has queued jobs locked by another session: try again")
     conn.execute(DELETE_HOST_SQL, {"name": name})
     record_host_event(conn, name, "removed")
 

@@ -71,8 +71,16 @@ _REQUEUE = (
     f"UPDATE jobs SET status = '{JobStatus.PENDING}', host = NULL, queued_at = NULL"
     f" WHERE status = '{JobStatus.QUEUED}'"
 )
-REQUEUE_HOST_SQL = sa.text(f"{_REQUEUE} AND host = :host RETURNING id")
-REQUEUE_HOST_BROWSER_SQL = sa.text(f"{_REQUEUE} AND host = :host AND needs_browser RETURNING id")
+# A host's queued jobs, those free now: its consumer's session may hold them (an operator's
+# drain must not wait for it); the consumer's own requeue sees its own locks as free.
+_HOST_QUEUED_FREE = (
+    f"id IN (SELECT id FROM jobs WHERE status = '{JobStatus.QUEUED}' AND host = :host"
+    " FOR NO KEY UPDATE SKIP LOCKED)"
+)
+REQUEUE_HOST_SQL = sa.text(f"{_REQUEUE} AND host = :host AND {_HOST_QUEUED_FREE} RETURNING id")
+REQUEUE_HOST_BROWSER_SQL = sa.text(
+    f"{_REQUEUE} AND host = :host AND needs_browser AND {_HOST_QUEUED_FREE} RETURNING id"
+)
 _UNAVAILABLE = (HostState.OFFLINE, HostState.DISABLED)  # for longer than a grace period
 _OF_UNAVAILABLE = (
     f"host IN (SELECT name FROM hosts WHERE state IN {sql_list(_UNAVAILABLE)}"

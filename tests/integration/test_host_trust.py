@@ -5,6 +5,7 @@ operator's drain or disable), write times and artifacts (bounded, so no tool cra
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -122,6 +123,28 @@ def test_a_consumer_holding_its_row_does_not_stall_assignment(
         producer.stop()
         cycle.join(scaled(60))
         engine.dispose()
+
+
+def test_an_operators_drain_does_not_wait_for_the_jobs_a_consumer_holds(
+    admin: Engine,  # noqa: F811
+    own: Engine,  # noqa: F811
+) -> None:
+    held, free = queue(admin, OWN, 2)
+    with own.connect() as conn:
+        conn.execute(sa.text("SET statement_timeout = 0"))
+        conn.execute(sa.text(f"SELECT id FROM jobs WHERE id = {held} FOR UPDATE"))
+        started = time.monotonic()
+        with admin.begin() as operator:
+            assert store.drain_host(operator, OWN) == [free]
+        assert time.monotonic() - started < scaled(5)
+        # Removing it now would leave the held job queued on no host: refused instead.
+        busy = pytest.raises(HostBusy, match="queued jobs locked")
+        with busy, admin.begin() as operator:
+            store.remove_host(operator, OWN)
+        conn.rollback()
+    with admin.begin() as operator:
+        store.remove_host(operator, OWN)
+    assert _hosts_of_jobs(admin) == {held: None, free: None}
 
 
 # ---------------------------------------------------------------- a consumer's moves only
