@@ -59,6 +59,9 @@ class JobLine(BaseModel):
     def _aware(cls, value: datetime | None) -> datetime | None:
         if value is not None and value.tzinfo is None:
             raise ValueError("needs a timezone, e.g. 2026-11-22T08:00:00+00:00")
+        if value is not None and not 2000 < value.year < 3000:
+            # The database keeps a job's times within these years (jobs_not_before_sane).
+            raise ValueError("must be between the years 2000 and 3000")
         return value
 
 

@@ -62,3 +62,9 @@ def test_a_csv_cell_over_the_field_limit_is_named_by_line() -> None:
     with pytest.raises(SubmitError) as caught:
         read_jobs(io.BytesIO(content.encode()), "csv")
     assert str(caught.value).startswith("line 3: not CSV: field larger than field limit")
+
+
+def test_a_not_before_the_database_would_refuse_is_named_by_line() -> None:
+    content = '{"kind": "noop", "not_before": "9999-12-31T00:00:00+00:00"}\n'
+    with pytest.raises(SubmitError, match=r"^line 1: field 'not_before': .*2000 and 3000"):
+        read_jobs(io.BytesIO(content.encode()), "jsonl")
