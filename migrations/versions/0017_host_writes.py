@@ -301,10 +301,12 @@ def upgrade() -> None:
     for function in DEFINER_FUNCTIONS:
         _ROLES._pin_search_path(function)
     op.execute(ROLE_HOST_FUNCTION)
+    _ROLES._pin_search_path("db_role_host(name)")  # CREATE OR REPLACE dropped the pin
     _for_each_consumer("REVOKE INSERT, UPDATE ON hosts FROM %I")
 
     op.add_column("crawl_runs", sa.Column("spawn_kinds", sa.ARRAY(sa.Text)))
     op.execute(_spawn_function(capped=True))
+    _ROLES._pin_search_path("spawn_children(text, jsonb)")
 
     for table, column, name in _time_checks():
         bad = f"NOT ({SANE_TIME.format(c=column)})"
@@ -323,12 +325,14 @@ def downgrade() -> None:
     for table, _column, name in _time_checks():
         op.drop_constraint(name, table, type_="check")
     op.execute(_spawn_function(capped=False))
+    _ROLES._pin_search_path("spawn_children(text, jsonb)")
     op.drop_column("crawl_runs", "spawn_kinds")
     _for_each_consumer(
         "GRANT INSERT (name, capacity), UPDATE (state, state_reason, state_changed_at, boot_id,"
         " heartbeat_at, jobs_since_restart, jobs_since_boot, jobs_total) ON hosts TO %I"
     )
     op.execute(ROLE_HOST_FUNCTION_0008)
+    _ROLES._pin_search_path("db_role_host(name)")
     for function in DEFINER_FUNCTIONS:
         op.execute(f"DROP FUNCTION {function}")
     op.execute("DROP FUNCTION host_writer_is_consumer(text)")

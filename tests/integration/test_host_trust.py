@@ -278,3 +278,16 @@ def test_the_tools_read_a_host_that_wrote_an_infinite_heartbeat(
     dashboard = create_app(settings, admin).test_client()
     for path in ("/", "/api/status", f"/hosts/{OWN}", f"/jobs/{job}"):
         assert dashboard.get(path).status_code == 200, path
+
+
+def test_every_definer_function_has_a_fixed_search_path(admin: Engine) -> None:  # noqa: F811
+    with admin.connect() as conn:
+        loose = conn.execute(
+            sa.text(
+                "SELECT p.oid::regprocedure::text FROM pg_proc p"
+                " WHERE p.pronamespace = to_regnamespace(current_schema()) AND p.prosecdef"
+                "   AND NOT coalesce(array_to_string(p.proconfig, ',') LIKE '%search_path=%',"
+                "                    false)"
+            )
+        ).scalars()
+        assert list(loose) == []
