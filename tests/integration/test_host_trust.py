@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -43,8 +44,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
 class HealthyProbe:
+    def __init__(self, **fields: Any) -> None:
+        self.fields = fields
+
     def probe_all(self, targets: Sequence[HostTarget]) -> dict[str, HostStatus | ProbeError]:
-        return {t.name: status_for(t.name) for t in targets}
+        return {t.name: status_for(t.name, **self.fields) for t in targets}
 
     def close(self) -> None:
         pass
@@ -83,6 +87,31 @@ def _hosts_of_jobs(engine: Engine) -> dict[int, str | None]:
 # ---------------------------------------------------------------- no row a consumer holds stalls
 
 
+@contextmanager
+def producer_role(fleet: Fleet, state_dir: Path, probe: HealthyProbe) -> Iterator[Producer]:  # noqa: F811
+    """A real Producer logged in as the producer's role."""
+    url = fleet.url(fleet.names.producer)
+    engine = make_engine(url, pool_size=3)
+    producer = Producer(producer_settings(url, state_dir), engine, probe)
+    try:
+        yield producer
+    finally:
+        producer.stop()
+        engine.dispose()
+
+
+def cycle_goes_on(producer: Producer, done: Callable[[], bool], what: str) -> None:
+    """A producer's cycle, run while a row is held: ``done`` within seconds, and the cycle
+    ends (a cycle that waits for the row would run until the lock timeout)."""
+    cycle = threading.Thread(target=producer.run_cycle, daemon=True)
+    cycle.start()
+    try:
+        wait_for(done, scaled(5), what)
+    finally:
+        cycle.join(scaled(5))
+    assert not cycle.is_alive(), "the producer's cycle waited for the held row"
+
+
 def test_a_consumer_holding_its_row_does_not_stall_assignment(
     fleet: Fleet,  # noqa: F811
     admin: Engine,  # noqa: F811
@@ -91,21 +120,14 @@ def test_a_consumer_holding_its_row_does_not_stall_assignment(
 ) -> None:
     with admin.begin() as conn:
         store.insert_jobs(conn, [NewJob("noop", {})] * 4, default_max_attempts=1)
-    url = fleet.url(fleet.names.producer)
-    engine = make_engine(url, pool_size=3)
-    producer = Producer(producer_settings(url, tmp_path / "state"), engine, HealthyProbe())
-    cycle = threading.Thread(target=producer.run_cycle, daemon=True)
-    try:
+    with producer_role(fleet, tmp_path / "state", HealthyProbe()) as producer:
         with row_held(own):
-            cycle.start()
             # The other host keeps being probed and assigned while OWN's row stays locked.
-            wait_for(
+            cycle_goes_on(
+                producer,
                 lambda: OTHER in _hosts_of_jobs(admin).values(),
-                scaled(5),
                 "jobs assigned while a consumer holds its own host row",
             )
-            cycle.join(scaled(5))
-            assert not cycle.is_alive(), "the producer's cycle waited for the locked row"
             with admin.connect() as conn:
                 seen = dict(conn.execute(sa.text("SELECT name, last_seen_at FROM hosts")).all())
             assert seen[OTHER] is not None  # its health written
@@ -115,14 +137,40 @@ def test_a_consumer_holding_its_row_does_not_stall_assignment(
             with busy, admin.begin() as conn:
                 store.drain_host(conn, OWN)
         producer.run_cycle()  # released: OWN's health is written again
-        with admin.connect() as conn:
-            assert conn.execute(
-                sa.text(f"SELECT last_seen_at IS NOT NULL FROM hosts WHERE name = '{OWN}'")
-            ).scalar_one()
-    finally:
-        producer.stop()
-        cycle.join(scaled(60))
-        engine.dispose()
+    with admin.connect() as conn:
+        assert conn.execute(
+            sa.text(f"SELECT last_seen_at IS NOT NULL FROM hosts WHERE name = '{OWN}'")
+        ).scalar_one()
+
+
+def test_a_consumer_holding_its_profile_row_does_not_stall_assignment(
+    fleet: Fleet,  # noqa: F811
+    admin: Engine,  # noqa: F811
+    own: Engine,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    profiled = NewJob("fetch_page", {"url": "http://x/", "browser": {"profile": "p-own"}})
+    with admin.begin() as conn:  # p-own bound to OWN by an earlier job, finished since
+        conn.execute(sa.text("DELETE FROM profiles"))
+        (earlier,) = store.insert_jobs(conn, [profiled], default_max_attempts=1).ids
+        store.assign_jobs(conn, [(earlier, OWN)])
+        store.bind_profiles(conn, [(earlier, "p-own", OWN)])
+        conn.execute(sa.text(f"UPDATE jobs SET status = 'cancelled' WHERE id = {earlier}"))
+        (waiting,) = store.insert_jobs(conn, [profiled], default_max_attempts=1).ids
+        plain = store.insert_jobs(conn, [NewJob("noop", {})] * 2, default_max_attempts=1).ids
+    with producer_role(fleet, tmp_path / "state", HealthyProbe(browser="ready")) as producer:
+        with own.connect() as conn:
+            conn.execute(sa.text("SET statement_timeout = 0"))
+            conn.execute(sa.text("SELECT name FROM profiles WHERE name = 'p-own' FOR UPDATE"))
+            cycle_goes_on(
+                producer,
+                lambda: all(_hosts_of_jobs(admin)[i] for i in plain),
+                "jobs assigned while a consumer holds its profile's row",
+            )
+            assert _hosts_of_jobs(admin)[waiting] is None  # its profile's row was held
+            conn.rollback()
+        producer.run_cycle()
+    assert _hosts_of_jobs(admin)[waiting] == OWN
 
 
 def test_an_operators_drain_does_not_wait_for_the_jobs_a_consumer_holds(
