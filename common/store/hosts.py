@@ -85,6 +85,7 @@ _OPERATOR_CHOSEN = (HostState.DRAINING, HostState.DISABLED)
 def add_host(conn: Connection, spec: HostSpec) -> bool:
     """Create the host, or update its settings if it exists (so provisioning can re-run).
     Returns True when it was created."""
+    _take_row_for_operator(conn, spec.name)  # an existing row its consumer holds: HostBusy
     created = conn.execute(ADD_HOST_SQL, spec.__dict__).scalar_one()
     conn.execute(SET_HOST_ACCESS_SQL, spec.__dict__)
     if created:
@@ -190,6 +191,12 @@ def lock_host_for_operator(conn: Connection, name: str) -> None:
     """Take the host's row for an operator's command, waiting OPERATOR_LOCK_TIMEOUT at most: a
     row its consumer holds (it may, for as long as it likes) is refused with one line, rather
     than hanging the command. NotFound when there is no such host."""
+    if not _take_row_for_operator(conn, name):
+        raise NotFound(f"no host named {name!r}")
+
+
+def _take_row_for_operator(conn: Connection, name: str) -> bool:
+    """lock_host_for_operator's lock; False when there is no such row."""
     previous = conn.execute(LOCK_TIMEOUT_SQL).scalar_one()
     conn.execute(SET_LOCK_TIMEOUT_SQL, {"timeout": OPERATOR_LOCK_TIMEOUT})
     try:
@@ -202,8 +209,7 @@ def lock_host_for_operator(conn: Connection, name: str) -> None:
             f" {OPERATOR_LOCK_TIMEOUT}: try again"
         ) from None
     conn.execute(SET_LOCK_TIMEOUT_SQL, {"timeout": previous})
-    if found is None:
-        raise NotFound(f"no host named {name!r}")
+    return found is not None
 
 
 def require_host(conn: Connection, name: str) -> None:

@@ -23,7 +23,7 @@ from scrapefleet.common.host_status import HostStatus
 from scrapefleet.common.ops.cli import cli
 from scrapefleet.common.ops.dashboard.app import create_app
 from scrapefleet.common.settings import load_settings
-from scrapefleet.common.store import NewJob
+from scrapefleet.common.store import HostSpec, NewJob
 from scrapefleet.common.store.statuses import HostState
 from scrapefleet.producer.daemon import Producer
 from scrapefleet.producer.probe import HostTarget
@@ -133,9 +133,12 @@ def test_a_consumer_holding_its_row_does_not_stall_assignment(
             assert seen[OTHER] is not None  # its health written
             assert seen[OWN] is None  # OWN's left for a later cycle
             # An operator's command is refused with one line rather than hanging.
-            busy = pytest.raises(HostBusy, match="locked by another session")
-            with busy, admin.begin() as conn:
-                store.drain_host(conn, OWN)
+            for command in (store.drain_host, store.enable_host, store.remove_host):
+                busy = pytest.raises(HostBusy, match="locked by another session")
+                with busy, admin.begin() as conn:
+                    command(conn, OWN)
+            with pytest.raises(HostBusy), admin.begin() as conn:  # re-provisioning it
+                store.add_host(conn, HostSpec(name=OWN, capacity=4))
         producer.run_cycle()  # released: OWN's health is written again
     with admin.connect() as conn:
         assert conn.execute(
