@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from alembic import command as alembic
 from click.testing import CliRunner
 from sqlalchemy.engine import Connection, Engine
 
@@ -20,6 +21,7 @@ from scrapefleet.common import store
 from scrapefleet.common.db import make_engine
 from scrapefleet.common.errors import HostBusy, ProbeError
 from scrapefleet.common.host_status import HostStatus
+from scrapefleet.common.migrate import alembic_config
 from scrapefleet.common.ops.cli import cli
 from scrapefleet.common.ops.dashboard.app import create_app
 from scrapefleet.common.settings import load_settings
@@ -37,6 +39,7 @@ from tests.integration.test_db_roles import (  # noqa: F401  (fixtures)
     fleet,
     own,
     queue,
+    refused,
 )
 from tests.waiting import scaled, wait_for
 
@@ -342,3 +345,20 @@ def test_every_definer_function_has_a_fixed_search_path(admin: Engine) -> None: 
             )
         ).scalars()
         assert list(loose) == []
+
+
+def test_the_migration_takes_back_the_grants_an_older_db_grant_gave(
+    fleet: Fleet,  # noqa: F811
+    admin: Engine,  # noqa: F811
+    own: Engine,  # noqa: F811
+) -> None:
+    config = alembic_config(fleet.admin_url)
+    write = f"UPDATE hosts SET state_reason = 'mine' WHERE name = '{OWN}'"
+    alembic.downgrade(config, "0015")  # gives back 0015's column grants to the consumer roles
+    try:
+        with own.begin() as conn:
+            assert conn.execute(sa.text(write)).rowcount == 1
+    finally:
+        alembic.upgrade(config, "head")
+    assert "permission denied" in refused(own, write)
+    own.dispose()  # its pooled sessions planned statements against the old functions
