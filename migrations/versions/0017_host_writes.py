@@ -147,9 +147,13 @@ BEGIN
         OR p_reason IS NOT DISTINCT FROM '{OWN_DRAIN_REASON}') THEN
         RETURN NULL;
     END IF;
-    IF consumer AND (old.state || '>' || p_to <> ALL({MOVES_SQL})
-        OR (old.state = 'draining' AND old.state_reason IS DISTINCT FROM '{OWN_DRAIN_REASON}'))
-    THEN
+    -- An operator's drain stays: its consumer's move out of it does not happen (not an error:
+    -- the consumer may have read its own drain just before the operator's took over).
+    IF consumer AND old.state = 'draining'
+       AND old.state_reason IS DISTINCT FROM '{OWN_DRAIN_REASON}' THEN
+        RETURN NULL;
+    END IF;
+    IF consumer AND old.state || '>' || p_to <> ALL({MOVES_SQL}) THEN
         RAISE EXCEPTION 'host %: its consumer may not move it from % to %', p_name, old.state, p_to
             USING ERRCODE = 'insufficient_privilege';
     END IF;
