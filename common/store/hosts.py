@@ -6,12 +6,13 @@ actors make are rows of statuses.TRANSITIONS.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from scrapefleet.common.errors import HostBusy, NotFound, SubmitError
+from scrapefleet.common.errors import HostBusy, NotFound, ScrapefleetError, SubmitError
 from scrapefleet.common.store.events import record_host_event
 from scrapefleet.common.store.records import HostSpec, Registration
 from scrapefleet.common.store.releases import requeue_host_queued
@@ -197,19 +198,29 @@ def lock_host_for_operator(conn: Connection, name: str) -> None:
 
 def _take_row_for_operator(conn: Connection, name: str) -> bool:
     """lock_host_for_operator's lock; False when there is no such row."""
+    busy = HostBusy(
+        f"host {name!r} is locked by another session (its consumer?) for more than"
+        f" {OPERATOR_LOCK_TIMEOUT}: try again"
+    )
+    with operator_waits(conn, busy):
+        found = conn.execute(LOCK_HOST_FOR_OPERATOR_SQL, {"name": name}).first()
+    return found is not None
+
+
+@contextmanager
+def operator_waits(conn: Connection, busy: ScrapefleetError) -> Iterator[None]:
+    """An operator's statements inside wait OPERATOR_LOCK_TIMEOUT at most for a row another
+    session holds (a host's consumer may hold its own rows as long as it likes), then ``busy``
+    is raised: one line, rather than a command hanging for the session's lock_timeout."""
     previous = conn.execute(LOCK_TIMEOUT_SQL).scalar_one()
     conn.execute(SET_LOCK_TIMEOUT_SQL, {"timeout": OPERATOR_LOCK_TIMEOUT})
     try:
-        found = conn.execute(LOCK_HOST_FOR_OPERATOR_SQL, {"name": name}).first()
+        yield
     except sa.exc.OperationalError as exc:
         if getattr(exc.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
             raise
-        raise HostBusy(
-            f"host {name!r} is locked by another session (its consumer?) for more than"
-            f" {OPERATOR_LOCK_TIMEOUT}: try again"
-        ) from None
+        raise busy from None
     conn.execute(SET_LOCK_TIMEOUT_SQL, {"timeout": previous})
-    return found is not None
 
 
 def require_host(conn: Connection, name: str) -> None:

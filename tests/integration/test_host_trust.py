@@ -19,13 +19,13 @@ from sqlalchemy.engine import Connection, Engine
 
 from scrapefleet.common import store
 from scrapefleet.common.db import make_engine
-from scrapefleet.common.errors import HostBusy, ProbeError
+from scrapefleet.common.errors import HostBusy, ProbeError, SubmitError
 from scrapefleet.common.host_status import HostStatus
 from scrapefleet.common.migrate import alembic_config
 from scrapefleet.common.ops.cli import cli
 from scrapefleet.common.ops.dashboard.app import create_app
 from scrapefleet.common.settings import load_settings
-from scrapefleet.common.store import HostSpec, NewJob
+from scrapefleet.common.store import HostSpec, JobFilter, NewJob
 from scrapefleet.common.store.statuses import HostState
 from scrapefleet.producer.daemon import Producer
 from scrapefleet.producer.probe import HostTarget
@@ -199,6 +199,24 @@ def test_an_operators_drain_does_not_wait_for_the_jobs_a_consumer_holds(
     with admin.begin() as operator:
         store.remove_host(operator, OWN)
     assert _hosts_of_jobs(admin) == {held: None, free: None}
+
+
+def test_an_operators_job_commands_say_busy_rather_than_hang(
+    admin: Engine,  # noqa: F811
+    own: Engine,  # noqa: F811
+) -> None:
+    (held,) = queue(admin, OWN)
+    with own.connect() as conn:
+        conn.execute(sa.text("SET statement_timeout = 0"))
+        conn.execute(sa.text(f"SELECT id FROM jobs WHERE id = {held} FOR UPDATE"))
+        started = time.monotonic()
+        busy = pytest.raises(SubmitError, match="locked by another session")
+        with busy, admin.begin() as operator:
+            store.cancel_jobs(operator, JobFilter(ids=[held]))
+        assert time.monotonic() - started < scaled(5)
+        conn.rollback()
+    with admin.begin() as operator:
+        assert store.cancel_jobs(operator, JobFilter(ids=[held])) == [held]
 
 
 # ---------------------------------------------------------------- a consumer's moves only
