@@ -33,6 +33,10 @@ class NotFound(ScrapefleetError):
     """The job or host named does not exist."""
 
 
+class HostBusy(ScrapefleetError):
+    """A host's row is locked by another session (its consumer may hold it): try again."""
+
+
 class StackError(ScrapefleetError):
     """The browser stack (Xvfb, Grid, Chromium) failed; not the job's fault."""
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -35,6 +35,7 @@ __all__ = [
     "RateLimit",
     "Slowdown",
     "ThrottleSeen",
+    "capped_pause",
     "check_rate_key",
     "next_slowdown",
 ]
@@ -138,10 +139,14 @@ class ThrottleSeen:
     crawl_delay_s: float | None = None  # the longest Crawl-delay its crawl pages reported
 
 
-def next_slowdown(current: Slowdown, seen: ThrottleSeen, now: datetime) -> Slowdown:
+def next_slowdown(
+    current: Slowdown, seen: ThrottleSeen, now: datetime, *, max_pause_s: float
+) -> Slowdown:
     """Halve the factor per push-back (down to RATE_FACTOR_MIN) and pause until the latest
     Retry-After; with no push-back, recover one RATE_FACTOR_RECOVERY step per completion.
-    A pause already passed is forgotten."""
+    A pause already passed is forgotten. The retry time comes from a job a host wrote (its
+    ``not_before``): the pause ends ``max_pause_s`` (retry_after_max_s) from now at the latest,
+    whatever it said, or one host could pause a site for the whole fleet for ever."""
     factor = current.factor
     paused_until = current.paused_until if current.paused(now) else None
     if seen.throttled:
@@ -150,4 +155,12 @@ def next_slowdown(current: Slowdown, seen: ThrottleSeen, now: datetime) -> Slowd
             paused_until = max(paused_until or seen.retry_at, seen.retry_at)
     elif seen.completed:
         factor = min(1.0, factor * RATE_FACTOR_RECOVERY**seen.completed)
-    return Slowdown(factor, paused_until)
+    return capped_pause(Slowdown(factor, paused_until), now, max_pause_s)
+
+
+def capped_pause(slowdown: Slowdown, now: datetime, max_pause_s: float) -> Slowdown:
+    """The slowdown with its pause ending ``max_pause_s`` from now at the latest."""
+    latest = now + timedelta(seconds=max_pause_s)
+    if slowdown.paused_until is None or slowdown.paused_until <= latest:
+        return slowdown
+    return Slowdown(slowdown.factor, latest)

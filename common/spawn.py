@@ -49,7 +49,7 @@ class Child:
     kind: str
     payload: dict[str, Any]
     dedupe_key: str | None = None
-    priority: int | None = None  # None: the parent's
+    priority: int | None = None  # None: the parent's; above it, the database makes it the parent's
     needs_browser: bool = False
 
     def as_json(self) -> dict[str, Any]:

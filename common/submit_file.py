@@ -59,6 +59,9 @@ class JobLine(BaseModel):
     def _aware(cls, value: datetime | None) -> datetime | None:
         if value is not None and value.tzinfo is None:
             raise ValueError("needs a timezone, e.g. 2026-11-22T08:00:00+00:00")
+        if value is not None and not 2000 < value.year < 3000:
+            # The database keeps a job's times within these years (jobs_not_before_sane).
+            raise ValueError("must be between the years 2000 and 3000")
         return value
 
 
@@ -118,6 +121,20 @@ def parse_jobs(stream: Iterable[str], fmt: str) -> Iterator[NewJob]:
             yield validate_job(fields)
         except SubmitError as exc:
             raise SubmitError(f"line {number}: {exc}") from None
+        except RecursionError:
+            raise SubmitError(f"line {number}: {TOO_DEEP}") from None
+
+
+TOO_DEEP = "nested too deeply"
+
+
+def _loads(text: str) -> Any:
+    """json.loads, with a document nested past Python's recursion limit as a JSONDecodeError
+    (one line naming the line, not a traceback)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError(TOO_DEEP, text, 0) from None
 
 
 def _json_lines(stream: Iterable[str]) -> Iterable[tuple[int, dict[str, Any]]]:
@@ -125,7 +142,7 @@ def _json_lines(stream: Iterable[str]) -> Iterable[tuple[int, dict[str, Any]]]:
         if not text.strip():
             continue
         try:
-            fields = json.loads(text)
+            fields = _loads(text)
         except json.JSONDecodeError as exc:
             raise SubmitError(f"line {number}: not JSON: {exc.msg} at column {exc.colno}") from None
         if not isinstance(fields, dict):
@@ -139,7 +156,14 @@ def _csv_rows(stream: Iterable[str]) -> Iterable[tuple[int, dict[str, Any]]]:
         return  # an empty file: read_jobs says so
     if "kind" not in reader.fieldnames:
         raise SubmitError("line 1: CSV header must have a 'kind' column")
-    for row in reader:
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:  # a cell over csv.field_size_limit(), say
+            # line_num counts the lines read whole: the record that failed starts after them.
+            raise SubmitError(f"line {reader.line_num + 1}: not CSV: {exc}") from None
         number = reader.line_num
         if None in row:
             raise SubmitError(f"line {number}: more cells than header columns")
@@ -152,7 +176,7 @@ def _csv_rows(stream: Iterable[str]) -> Iterable[tuple[int, dict[str, Any]]]:
                 payload[column.removeprefix("payload.")] = _cell_value(cell)
             elif column == "payload":
                 try:
-                    fields["payload"] = json.loads(cell)
+                    fields["payload"] = _loads(cell)
                 except json.JSONDecodeError as exc:
                     raise SubmitError(
                         f"line {number}: field 'payload': not JSON: {exc.msg}"
@@ -167,7 +191,7 @@ def _csv_rows(stream: Iterable[str]) -> Iterable[tuple[int, dict[str, Any]]]:
 def _cell_value(cell: str) -> Any:
     try:
         return json.loads(cell)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return cell
 
 

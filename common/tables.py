@@ -26,6 +26,16 @@ metadata = sa.MetaData()
 TS = sa.DateTime(timezone=True)
 
 
+def _sane_time(table: str, column: str) -> sa.CheckConstraint:
+    """Migration 0017: a time a host or job writes is finite and one a datetime holds (a host's
+    'infinity' made every tool reading it crash)."""
+    return sa.CheckConstraint(
+        f"{column} IS NULL"
+        f" OR ({column} > '2000-01-01 00:00+00' AND {column} < '3000-01-01 00:00+00')",
+        name=f"{table}_{column}_sane",
+    )
+
+
 def _in(column: str, values: Iterable[str]) -> sa.TextClause:
     return sa.text(f"{column} IN {statuses.sql_list(values)}")
 
@@ -84,6 +94,11 @@ jobs = sa.Table(
     sa.CheckConstraint(_in("error_class", ERROR_CLASSES), name="jobs_error_class_valid"),
     sa.CheckConstraint("max_attempts >= 1", name="jobs_max_attempts_positive"),
     sa.CheckConstraint("attempts >= 0", name="jobs_attempts_not_negative"),
+    *(_sane_time("jobs", c) for c in ("not_before", "queued_at", "started_at", "finished_at")),
+    _sane_time("jobs", "heartbeat_at"),
+    sa.CheckConstraint(
+        "artifacts IS NULL OR jsonb_typeof(artifacts) = 'object'", name="jobs_artifacts_object"
+    ),
     comment="One row per job; status is its place in the flow",
 )
 # The producer's query: pending jobs by priority then age. Partial, so it stays small whatever
@@ -170,7 +185,8 @@ hosts = sa.Table(
     sa.Column("state_reason", sa.Text),
     sa.Column("state_changed_at", TS, nullable=False, server_default=sa.text("now()")),
     # How the producer reaches it lives in host_access (migration 0008): a consumer's role
-    # updates this row, and must not be able to point the producer elsewhere.
+    # writes this row (through the host_* functions of migration 0017), and must not be able
+    # to point the producer elsewhere.
     # What the last probe and the consumer itself reported.
     sa.Column("boot_id", sa.Text),
     sa.Column("jobs_since_restart", sa.Integer, nullable=False, server_default="0"),
@@ -192,6 +208,10 @@ hosts = sa.Table(
     sa.Column("created_at", TS, nullable=False, server_default=sa.text("now()")),
     sa.CheckConstraint(_in("state", HOST_STATES), name="hosts_state_valid"),
     sa.CheckConstraint("capacity BETWEEN 1 AND 64", name="hosts_capacity_range"),
+    *(
+        _sane_time("hosts", c)
+        for c in ("state_changed_at", "last_seen_at", "heartbeat_at", "browser_retry_at")
+    ),
     comment="Consumer hosts: capacity, state, counters, probe",
 )
 
@@ -386,6 +406,8 @@ crawl_runs = sa.Table(
     sa.Column("max_jobs", sa.Integer, nullable=False, server_default="10000"),
     sa.Column("jobs_count", sa.Integer, nullable=False, server_default="1"),
     sa.Column("created_at", TS, nullable=False, server_default=sa.text("now()")),
+    # Migration 0017: the kinds its jobs may spawn (NULL: any); spawn_children drops the rest.
+    sa.Column("spawn_kinds", sa.ARRAY(sa.Text)),
     sa.CheckConstraint("max_depth >= 0", name="crawl_runs_max_depth_not_negative"),
     sa.CheckConstraint("max_jobs >= 1", name="crawl_runs_max_jobs_positive"),
     comment="One row per crawl (id = its root job's id): bounds and jobs so far",

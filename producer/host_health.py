@@ -6,7 +6,9 @@ constraint, a trigger) must not abort the others' writes with it. So the reports
 statement inside a savepoint (a round trip per host would be most of a cycle at a thousand
 hosts); if the database refuses that, it is rolled back and each host's write runs in a
 savepoint of its own, where a refused report rolls back alone and the host gets a failed probe
-with the reason instead. A lost connection is not one host's fault: it propagates.
+with the reason instead. A lost connection is not one host's fault: it propagates. Every write
+skips a host row another session holds (its consumer may hold it as long as it likes): that
+host waits for the next cycle.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ def record_fleet_health(
             continue
         if stored is not None and isinstance(result, HostStatus):
             if name not in stored:
-                continue  # no row: removed since the cycle read the hosts
+                continue  # no row (removed since the cycle read the hosts), or held by its
+                # consumer's session: this host waits for the next cycle, the others go on
             metrics.PROBES.labels(host=name).inc()
             # Our own state values only: nothing a host sent, so no savepoint of its own.
             moved = _move(conn, name, state, 0, result, threshold)
@@ -103,11 +106,15 @@ def _apply(
     conn: Connection, name: str, state: str, result: HostStatus | ProbeError, threshold: int
 ) -> Transition | None:
     if isinstance(result, HostStatus):
-        store.record_probe_success(conn, name, result)
+        if not store.record_probe_success(conn, name, result):
+            return None  # gone, or held by its consumer: no move this cycle
         failures = 0
     else:
         metrics.PROBE_FAILURES.labels(host=name).inc()
-        failures = store.record_probe_failure(conn, name, str(result))
+        counted = store.record_probe_failure(conn, name, str(result))
+        if counted is None:
+            return None
+        failures = counted
         level = logging.INFO if failures == 1 else logging.DEBUG
         log.log(level, "probe failed host=%s failures=%d reason=%s", name, failures, result)
     return _move(conn, name, state, failures, result, threshold)
@@ -131,7 +138,7 @@ def _move(
         if new_state == HostState.OFFLINE
         else "probe succeeds again"
     )
-    if not store.set_host_state(conn, name, new_state, reason, expected=[state]):
+    if not store.set_host_state(conn, name, new_state, reason, expected=[state], skip_locked=True):
         return None
     # A host lost is what an operator must see; one back is good news.
     log.log(

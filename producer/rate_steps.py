@@ -34,6 +34,7 @@ from scrapefleet.common.rate_limits import (
     RateCount,
     RateLimit,
     Slowdown,
+    capped_pause,
     next_slowdown,
 )
 from scrapefleet.common.settings import Settings
@@ -67,6 +68,7 @@ class RateControl:
     def __init__(self, settings: Settings) -> None:
         self.configured = RateRules.from_settings(settings)  # the settings file's: the default
         self.rules = self.configured  # with an operator's live limits over it, this cycle
+        self.max_pause_s = settings.retry_after_max_s  # a pause a host's job asks for, at most
         self.slowdowns: dict[str, Slowdown] = {}
         self._after_event: int | None = None  # the last audit row looked at
         self._saved: dict[str, Slowdown] | None = None  # as last written (None: never)
@@ -143,14 +145,16 @@ class RateControl:
     def learn(self, conn: Connection, now: datetime) -> None:
         """Slow the keys pushed back on since the last look, let the others recover, and save."""
         if self._after_event is None:  # just took the lead: carry on from the saved state
-            self.slowdowns = store.rate_slowdowns(conn)
+            saved = store.rate_slowdowns(conn)
+            self.slowdowns = {k: capped_pause(s, now, self.max_pause_s) for k, s in saved.items()}
         seen, self._after_event = store.throttles_since(
             conn, self._after_event, recovering=bool(self.slowdowns)
         )
         for key, what in seen.items():
             if what.crawl_delay_s is not None:
                 self._learn_delay(key, what.crawl_delay_s, now)
-            slowed = next_slowdown(self.slowdowns.get(key, NO_SLOWDOWN), what, now)
+            current = self.slowdowns.get(key, NO_SLOWDOWN)
+            slowed = next_slowdown(current, what, now, max_pause_s=self.max_pause_s)
             if what.throttled:
                 log.warning(
                     "rate key %s pushed back %d time(s): factor %.3g, paused until %s",

@@ -24,6 +24,7 @@ from scrapefleet.common.constants import BULK_CONFIRM_OVER_JOBS
 from scrapefleet.common.errors import (
     ProbeError,
     SettingsError,
+    SubmitError,
 )
 from scrapefleet.common.lazy_import import lazy_module
 from scrapefleet.common.logging_setup import configure_logging
@@ -535,6 +536,7 @@ def hosts_add(
 ) -> None:
     """Add a host (or update its settings)."""
     with _one_line_errors():
+        _check_host_name(name)
         user = ssh_user or ctx.settings.ssh_user
         spec = store.HostSpec(
             name=name, capacity=capacity or ctx.settings.capacity, ssh_user=user, **ssh
@@ -542,6 +544,17 @@ def hosts_add(
         with database.transaction(ctx.client.engine) as conn:
             created = store.add_host(conn, spec)
     click.echo(f"host {name} {'added' if created else 'updated'} (capacity {spec.capacity})")
+
+
+def _check_host_name(name: str) -> None:
+    """A host's name becomes a database role's, a status file's and a log field: the same
+    rule as every host name in the settings (letters, digits, '-', dot-separated labels)."""
+    if not settings.HOST_NAME.fullmatch(name):
+        shown = name if len(name) <= 80 else f"{name[:80]}..."
+        raise SubmitError(
+            f"host name {shown!r} ({len(name)} characters): letters, digits and '-' in labels"
+            " separated by dots, at most 253 characters"
+        )
 
 
 @hosts.command("check")

@@ -5,9 +5,10 @@
     producer   LOGIN, NOINHERIT: reads and writes every table (db_roles only reads); a member
                of the owner only so that `db upgrade` may SET ROLE to it.
     reporting  LOGIN: reads every table and view (the dashboard without controls, psql).
-    consumer   one LOGIN role per host (``<prefix>_consumer_<host>``): its own host row and
-               the jobs assigned to it (row-level security, migration 0008), its host_events,
-               nothing else; no grant on host_access, job_events, webhook_deliveries.
+    consumer   one LOGIN role per host (``<prefix>_consumer_<host>``): its own host row (read;
+               written through the functions of migration 0017) and the jobs assigned to it
+               (row-level security, migration 0008), its host_events, nothing else; no grant
+               on host_access, job_events, webhook_deliveries.
 
 Row-level security rather than SECURITY DEFINER functions for the consumer's statements: the
 store's statements stay as they are, and a statement added later is confined too. The policies
@@ -37,18 +38,10 @@ from scrapefleet.common.scram import scram_sha256_verifier
 MAX_IDENTIFIER_BYTES = 63  # PostgreSQL's NAMEDATALEN - 1: a longer name is cut, silently
 _PREFIX = re.compile(r"[a-z_][a-z0-9_]*")
 
-# What a consumer writes in its own host row (claims count, heartbeats, registration, its own
-# state changes); never capacity, the probe's fields, or anything in host_access.
-CONSUMER_HOST_COLUMNS = (
-    "state",
-    "state_reason",
-    "state_changed_at",
-    "boot_id",
-    "heartbeat_at",
-    "jobs_since_restart",
-    "jobs_since_boot",
-    "jobs_total",
-)
+# A consumer writes its own host row only through the functions of migration 0017
+# (host_register, host_set_state, host_heartbeat, host_count_claims, host_set_stack_counter),
+# which allow a consumer's moves only and bound what it writes. With no UPDATE on hosts its role
+# can take no row lock there either. A grant an older `db grant` made is revoked on each run.
 # What a consumer writes in the jobs assigned to it (claim, complete, fail, release, requeue);
 # never the payload, kind, priority, callback URL or limits an operator submitted.
 CONSUMER_JOB_COLUMNS = (
@@ -183,8 +176,8 @@ def consumer_plan(
         _create_or_alter(role, attributes, cluster),
         f"GRANT CONNECT ON DATABASE {db} TO {who}",
         f"GRANT USAGE ON SCHEMA {schema} TO {who}",
-        f"GRANT SELECT, INSERT (name, capacity) ON {schema}.hosts TO {who}",
-        f"GRANT UPDATE ({', '.join(CONSUMER_HOST_COLUMNS)}) ON {schema}.hosts TO {who}",
+        f"REVOKE INSERT, UPDATE ON {schema}.hosts FROM {who}",
+        f"GRANT SELECT ON {schema}.hosts TO {who}",
         f"GRANT SELECT ON {schema}.jobs TO {who}",
         f"GRANT UPDATE ({', '.join(CONSUMER_JOB_COLUMNS)}) ON {schema}.jobs TO {who}",
         f"GRANT INSERT ON {schema}.host_events TO {who}",

@@ -47,6 +47,8 @@ _OURS = f"status = '{_S.PROCESSING}' AND attempts = :attempt AND host = :host"
 # claims again as soon as a slot frees, and otherwise waits for the next assignment's NOTIFY).
 # A row per claimed job, or one with no job when nothing was; none at all when the host has no
 # row.
+# The host's counters are written through host_count_claims (migration 0017): a consumer's
+# role has no UPDATE on hosts.
 # The statement runs alone (autocommit): a host with no row claims nothing, rather than taking
 # jobs it will never be told about (the caller raises NotFound on the empty answer).
 _REGISTERED = "EXISTS (SELECT 1 FROM hosts WHERE hosts.name = :host)"
@@ -71,10 +73,10 @@ CLAIM_SQL = sa.text(
     " tally AS ("
     "  SELECT count(*) AS n, count(*) FILTER (WHERE needs_browser) AS browser FROM claimed),"
     " counted AS ("
-    "  UPDATE hosts SET jobs_since_restart = jobs_since_restart + tally.browser,"
-    "    jobs_since_boot = jobs_since_boot + tally.browser, jobs_total = jobs_total + tally.n"
-    "  FROM tally WHERE hosts.name = :host AND tally.n > 0"
-    "  RETURNING hosts.jobs_since_restart, hosts.jobs_since_boot),"
+    "  SELECT c.jobs_since_restart, c.jobs_since_boot"
+    "  FROM (SELECT * FROM tally WHERE n > 0) AS t"
+    "  CROSS JOIN LATERAL host_count_claims(:host, CAST(t.n AS int), CAST(t.browser AS int))"
+    "    AS c),"
     " counters AS ("
     "  SELECT jobs_since_restart, jobs_since_boot FROM counted"
     "  UNION ALL"
@@ -134,9 +136,7 @@ HEARTBEAT_JOBS_SQL = sa.text(
     f" WHERE id = ANY(:ids) AND status = '{_S.PROCESSING}' AND host = :host"
     " RETURNING id"
 )
-HEARTBEAT_HOST_SQL = sa.text(
-    "UPDATE hosts SET heartbeat_at = now() WHERE name = :host RETURNING state"
-)
+HEARTBEAT_HOST_SQL = sa.text("SELECT host_heartbeat(:host)")
 
 
 def claim_jobs(conn: Executes, host: str, limit: int, browser_limit: int | None = None) -> Claim:

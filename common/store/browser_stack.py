@@ -22,7 +22,8 @@ __all__ = [
     "reset_restart_counter",
 ]
 
-SET_STACK_COUNTER_SQL = sa.text("UPDATE hosts SET jobs_since_restart = :n WHERE name = :name")
+# Through the function a consumer's role may call (migration 0017), within its bounds.
+SET_STACK_COUNTER_SQL = sa.text("SELECT host_set_stack_counter(:name, :n)")
 
 
 def reset_restart_counter(conn: Connection, name: str, details: dict[str, Any]) -> None:

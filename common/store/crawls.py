@@ -4,7 +4,9 @@ A crawl's id is its root job's id (``jobs.crawl_id``; ``crawl_runs`` holds its b
 ``crawl_seen`` every dedupe key it ever inserted a job for). Children are inserted by the
 database function ``spawn_children`` (migration 0012), the one path a consumer's role has to
 insert jobs: it checks each attempt is the caller's, in processing, and locks it, so the
-completion that follows in the same transaction moves it. ``spawn_children`` here must
+completion that follows in the same transaction moves it. A child gets at most its parent's
+priority, and only a kind its crawl allows (``crawl_runs.spawn_kinds``, when set; migration
+0017). ``spawn_children`` here must
 therefore run BEFORE that completion, in the same transaction (attempts.complete_jobs does),
 once for all the transaction's parents: it takes its locks in one order (crawls, then jobs,
 each by id), which two calls in one transaction would not.
@@ -29,6 +31,8 @@ SPAWN_SQL = sa.text(
 )
 # The root job and its crawl in one statement: its id taken first, so that it is its own
 # crawl_id; the seed's dedupe key is seen from the start (a link back to it spawns nothing).
+# Its pages spawn pages of its own kind only (spawn_kinds: the database drops any other kind a
+# host hands it).
 START_CRAWL_SQL = sa.text(
     "WITH new_id AS (SELECT nextval(pg_get_serial_sequence('jobs', 'id')) AS id),"
     " root AS ("
@@ -38,8 +42,9 @@ START_CRAWL_SQL = sa.text(
     f"    0, '{JobStatus.PENDING}' FROM new_id"
     "  RETURNING id),"
     " run AS ("
-    "  INSERT INTO crawl_runs (id, seed, max_depth, max_jobs)"
-    "  SELECT id, :seed, :max_depth, :max_jobs FROM root RETURNING id),"
+    "  INSERT INTO crawl_runs (id, seed, max_depth, max_jobs, spawn_kinds)"
+    "  SELECT id, :seed, :max_depth, :max_jobs, ARRAY[CAST(:kind AS text)] FROM root"
+    "  RETURNING id),"
     " seen AS ("
     "  INSERT INTO crawl_seen (crawl_id, dedupe_key, depth, job_id)"
     "  SELECT id, CAST(:dedupe_key AS text), 0, id FROM root WHERE :dedupe_key IS NOT NULL)"

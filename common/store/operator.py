@@ -8,7 +8,9 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from scrapefleet.common.errors import SubmitError
 from scrapefleet.common.store.events import set_audit_message
+from scrapefleet.common.store.hosts import operator_waits
 from scrapefleet.common.store.records import JobFilter
 from scrapefleet.common.store.statuses import JobStatus, sources, sql_list
 
@@ -89,17 +91,24 @@ SET_ASSIGNMENT_PAUSED_SQL = sa.text(
 )
 
 
+# A host's consumer may hold its own jobs' rows (queued, running) as long as it likes: the
+# operator's commands wait a few seconds for them, then say so (common.store.hosts).
+_BUSY = "some of these jobs are locked by another session (their host's consumer?): try again"
+
+
 def cancel_jobs(conn: Connection, which: JobFilter) -> list[int]:
     """pending or queued -> cancelled. A job already processing is left to finish."""
     params = which.params()
     set_audit_message(conn, "cancelled by operator")
-    return sorted(conn.execute(CANCEL_SQL, params).scalars())
+    with operator_waits(conn, SubmitError(_BUSY)):
+        return sorted(conn.execute(CANCEL_SQL, params).scalars())
 
 
 def stop_jobs(conn: Connection, ids: list[int]) -> list[int]:
     """processing -> cancelled, for the jobs named: their hosts end the attempts."""
     set_audit_message(conn, "stopped by operator")
-    return sorted(conn.execute(STOP_SQL, {"ids": list(ids)}).scalars())
+    with operator_waits(conn, SubmitError(_BUSY)):
+        return sorted(conn.execute(STOP_SQL, {"ids": list(ids)}).scalars())
 
 
 def retry_jobs(conn: Connection, which: JobFilter, *, include_cancelled: bool = False) -> list[int]:
@@ -108,7 +117,8 @@ def retry_jobs(conn: Connection, which: JobFilter, *, include_cancelled: bool = 
     params = which.params()
     set_audit_message(conn, "retried by operator")
     statement = RETRY_INCLUDING_CANCELLED_SQL if include_cancelled else RETRY_SQL
-    return sorted(conn.execute(statement, params).scalars())
+    with operator_waits(conn, SubmitError(_BUSY)):
+        return sorted(conn.execute(statement, params).scalars())
 
 
 def set_assignment_paused(conn: Connection, paused: bool, who: str, reason: str | None) -> bool:

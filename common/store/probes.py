@@ -24,7 +24,7 @@ __all__ = [
 PROBE_SUCCEEDED_SQL = sa.text(
     "WITH old AS (SELECT name, probe_failures, last_probe_error, browser_state, browser_limit"
     "   FROM hosts"
-    "   WHERE name = :name FOR UPDATE)"
+    "   WHERE name = :name FOR NO KEY UPDATE SKIP LOCKED)"
     " UPDATE hosts h SET last_seen_at = now(), probe_failures = 0,"
     "   last_probe_error = NULL, reported_running = :running,"
     "   memory_available_bytes = :memory, boot_id = :boot_id,"
@@ -37,6 +37,9 @@ PROBE_SUCCEEDED_SQL = sa.text(
 # The same for many hosts in one statement: a producer of a thousand hosts would otherwise spend
 # most of its cycle on a round trip (and a savepoint) per host. Rows locked in name order, as
 # every other writer of many host rows does.
+# SKIP LOCKED in all three: a consumer's session may hold its own row as long as it likes (its
+# role sets its own statement_timeout), and the producer must not wait for it, nor the other
+# hosts' health with it: a row held is left for the next cycle.
 PROBES_SUCCEEDED_SQL = sa.text(
     "WITH report AS (SELECT * FROM unnest(CAST(:names AS text[]), CAST(:running AS int[]),"
     "     CAST(:memory AS bigint[]), CAST(:boot_ids AS text[]), CAST(:browser AS text[]),"
@@ -46,7 +49,8 @@ PROBES_SUCCEEDED_SQL = sa.text(
     "        browser_limit, browser_limit_reason)),"
     " old AS (SELECT h.name, h.probe_failures, h.last_probe_error, h.browser_state,"
     "   h.browser_limit"
-    "   FROM hosts h JOIN report r ON r.name = h.name ORDER BY h.name FOR UPDATE OF h)"
+    "   FROM hosts h JOIN report r ON r.name = h.name ORDER BY h.name"
+    "   FOR NO KEY UPDATE OF h SKIP LOCKED)"
     " UPDATE hosts h SET last_seen_at = now(), probe_failures = 0,"
     "   last_probe_error = NULL, reported_running = r.running,"
     "   memory_available_bytes = r.memory, boot_id = r.boot_id,"
@@ -58,14 +62,16 @@ PROBES_SUCCEEDED_SQL = sa.text(
     "   old.browser_limit"
 )
 PROBE_FAILED_SQL = sa.text(
-    "UPDATE hosts SET probe_failures = probe_failures + 1, last_probe_error = :reason"
-    " WHERE name = :name RETURNING probe_failures"
+    "WITH free AS (SELECT name FROM hosts WHERE name = :name FOR NO KEY UPDATE SKIP LOCKED)"
+    " UPDATE hosts h SET probe_failures = h.probe_failures + 1, last_probe_error = :reason"
+    " FROM free WHERE h.name = free.name RETURNING h.probe_failures"
 )
 
 
-def record_probe_success(conn: Connection, name: str, status: HostStatus) -> None:
+def record_probe_success(conn: Connection, name: str, status: HostStatus) -> bool:
     """Store what the host reported; the end of a run of failures, and every change of what its
-    browser stack can do, go to host_events."""
+    browser stack can do, go to host_events. False when nothing was stored (no row, or the row
+    held by another session: left for the next cycle)."""
     before = conn.execute(
         PROBE_SUCCEEDED_SQL,
         {
@@ -80,14 +86,16 @@ def record_probe_success(conn: Connection, name: str, status: HostStatus) -> Non
             "browser_limit_reason": status.browser_limit_reason,
         },
     ).first()
-    if before is not None:
-        _success_events(conn, name, status, before)
+    if before is None:
+        return False
+    _success_events(conn, name, status, before)
+    return True
 
 
 def record_probe_successes(conn: Connection, reports: Mapping[str, HostStatus]) -> list[str]:
     """record_probe_success for many hosts in one statement; returns the names stored (a name
     without a row is skipped). One value the database refuses fails them all: the caller then
-    stores them one by one."""
+    stores them one by one. A row another session holds is skipped, as if it had none."""
     if not reports:
         return []
     names = sorted(reports)
@@ -139,11 +147,14 @@ def _success_events(conn: Connection, name: str, status: HostStatus, before: Any
         )
 
 
-def record_probe_failure(conn: Connection, name: str, reason: str) -> int:
-    """Count one more consecutive failure; returns the count. The first failure of a run goes
-    to host_events with its reason (later ones only update hosts.last_probe_error: one event
-    per tick would bury the trail)."""
-    failures = conn.execute(PROBE_FAILED_SQL, {"name": name, "reason": reason}).scalar_one()
+def record_probe_failure(conn: Connection, name: str, reason: str) -> int | None:
+    """Count one more consecutive failure; returns the count (None: not counted, the row is
+    gone or held by another session). The first failure of a run goes to host_events with its
+    reason (later ones only update hosts.last_probe_error: one event per tick would bury the
+    trail)."""
+    failures = conn.execute(PROBE_FAILED_SQL, {"name": name, "reason": reason}).scalar()
+    if failures is None:
+        return None
     if failures == 1:
         record_host_event(conn, name, "probe_failed", message=reason)
     return int(failures)

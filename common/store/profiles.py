@@ -77,8 +77,13 @@ COOL_AFTER_BLOCK_SQL = sa.text(
     " FROM jobs WHERE jobs.id = :job_id AND p.name = jobs.profile"
     " RETURNING p.name"
 )
+_LOCK_FREE_SQL = sa.text(
+    "SELECT name FROM profiles WHERE name = ANY(CAST(:names AS text[])) ORDER BY name"
+    " FOR NO KEY UPDATE SKIP LOCKED"
+)
+HELD_ELSEWHERE = "(row held by another session)"  # a ProfileRow's busy_on when locked
 _ROWS_SQL = sa.text(
-    "SELECT n.name, p.host, p.cooldown_until,"
+    "SELECT n.name, p.name IS NOT NULL AS stored, p.host, p.cooldown_until,"
     f"  (SELECT j.host FROM jobs j WHERE j.profile = n.name AND j.{_IN_FLIGHT} LIMIT 1)"
     "    AS busy_on"
     " FROM unnest(CAST(:names AS text[])) AS n(name) LEFT JOIN profiles p ON p.name = n.name"
@@ -98,9 +103,22 @@ _HELD_SQL = sa.text(f"SELECT id, host FROM jobs WHERE profile = :name AND {_IN_F
 
 
 def profile_rows(conn: Connection, names: Iterable[str]) -> dict[str, ProfileRow]:
-    """The planner's view of these profiles (a name without a row is unbound and ready)."""
-    rows = conn.execute(_ROWS_SQL, {"names": sorted(set(names))})
-    return {r.name: ProfileRow(r.name, r.host, r.cooldown_until, r.busy_on) for r in rows}
+    """The planner's view of these profiles (a name without a row is unbound and ready). The
+    rows are locked for the assignment's transaction, those free now only: a row another
+    session holds (its host's consumer may, for as long as it likes) shows as busy, and its
+    jobs wait for a later cycle rather than the producer for the row."""
+    wanted = sorted(set(names))
+    free = set(conn.execute(_LOCK_FREE_SQL, {"names": wanted}).scalars())
+    rows = conn.execute(_ROWS_SQL, {"names": wanted})
+    return {
+        r.name: ProfileRow(
+            r.name,
+            r.host,
+            r.cooldown_until,
+            r.busy_on if not r.stored or r.name in free else HELD_ELSEWHERE,
+        )
+        for r in rows
+    }
 
 
 def bind_profiles(conn: Connection, chosen: Sequence[tuple[int, str, str]]) -> None:

@@ -58,9 +58,12 @@ RELEASE_SQL = _release_statement(
 )
 # Every attempt a host left behind when its consumer died.
 RECOVER_SQL = _release_statement(f"{_PROCESSING} AND host = :host", keep_last_error=False)
-# Every attempt whose heartbeat stopped: its consumer is gone.
+# Every attempt whose heartbeat stopped: its consumer is gone. The producer's two statements
+# here take only the rows free now (a consumer's session may hold its own jobs' rows for as long
+# as it likes): a row held is left for the next cycle, and the producer does not wait.
+_STALE = f"{_PROCESSING} AND heartbeat_at < now() - make_interval(secs => :stale)"
 RESCUE_SQL = _release_statement(
-    f"{_PROCESSING} AND heartbeat_at < now() - make_interval(secs => :stale)",
+    f"id IN (SELECT id FROM jobs WHERE {_STALE} FOR NO KEY UPDATE SKIP LOCKED) AND {_STALE}",
     keep_last_error=False,
 )
 
@@ -68,13 +71,24 @@ _REQUEUE = (
     f"UPDATE jobs SET status = '{JobStatus.PENDING}', host = NULL, queued_at = NULL"
     f" WHERE status = '{JobStatus.QUEUED}'"
 )
-REQUEUE_HOST_SQL = sa.text(f"{_REQUEUE} AND host = :host RETURNING id")
-REQUEUE_HOST_BROWSER_SQL = sa.text(f"{_REQUEUE} AND host = :host AND needs_browser RETURNING id")
+# A host's queued jobs, those free now: its consumer's session may hold them (an operator's
+# drain must not wait for it); the consumer's own requeue sees its own locks as free.
+_HOST_QUEUED_FREE = (
+    f"id IN (SELECT id FROM jobs WHERE status = '{JobStatus.QUEUED}' AND host = :host"
+    " FOR NO KEY UPDATE SKIP LOCKED)"
+)
+REQUEUE_HOST_SQL = sa.text(f"{_REQUEUE} AND host = :host AND {_HOST_QUEUED_FREE} RETURNING id")
+REQUEUE_HOST_BROWSER_SQL = sa.text(
+    f"{_REQUEUE} AND host = :host AND needs_browser AND {_HOST_QUEUED_FREE} RETURNING id"
+)
 _UNAVAILABLE = (HostState.OFFLINE, HostState.DISABLED)  # for longer than a grace period
-REQUEUE_FROM_UNAVAILABLE_SQL = sa.text(
-    f"{_REQUEUE} AND host IN ("
-    f"   SELECT name FROM hosts WHERE state IN {sql_list(_UNAVAILABLE)}"
+_OF_UNAVAILABLE = (
+    f"host IN (SELECT name FROM hosts WHERE state IN {sql_list(_UNAVAILABLE)}"
     "   AND state_changed_at < now() - make_interval(secs => :grace))"
+)
+REQUEUE_FROM_UNAVAILABLE_SQL = sa.text(
+    f"{_REQUEUE} AND {_OF_UNAVAILABLE} AND id IN (SELECT id FROM jobs"
+    f"   WHERE status = '{JobStatus.QUEUED}' AND {_OF_UNAVAILABLE} FOR NO KEY UPDATE SKIP LOCKED)"
     " RETURNING id"
 )
 

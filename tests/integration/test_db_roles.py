@@ -149,9 +149,14 @@ def test_a_consumer_cannot_update_a_hosts_trust_field(admin: Engine, own: Engine
     assert "permission denied" in refused(
         own, f"UPDATE hosts SET capacity = 64 WHERE name = '{OWN}'"
     )
-    with own.begin() as conn:
-        moved = conn.execute(sa.text(f"UPDATE hosts SET state = 'disabled' WHERE name = '{OTHER}'"))
-        assert moved.rowcount == 0
+    # It writes no host row directly at all (only through the host_* functions), and through
+    # them never another host's.
+    assert "permission denied" in refused(
+        own, f"UPDATE hosts SET state = 'disabled' WHERE name = '{OTHER}'"
+    )
+    assert "may write host" in refused(
+        own, f"SELECT host_set_state('{OTHER}', 'disabled', 'x', NULL, false)"
+    )
     with admin.connect() as conn:
         access = {h.name: h.address for h in queries.hosts(conn)}
         states: dict[str, str] = dict(conn.execute(sa.text("SELECT name, state FROM hosts")).all())

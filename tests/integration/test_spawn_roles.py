@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
+from scrapefleet.common.store import NewJob
 from tests.integration.test_db_roles import (  # noqa: F401  (fixtures)
     OTHER,
     OWN,
@@ -76,3 +77,40 @@ def test_no_spawn_under_an_attempt_that_is_not_processing(clean: Engine, own: En
     with own.begin() as conn:  # completed: too late to add any
         assert store.spawn_children(conn, OWN, [(job, 1, CHILDREN)]) == {}
     assert _children_of(clean, job) == []
+
+
+def _priorities_and_kinds(engine: Engine, parent: int) -> list[tuple[int, str]]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.text("SELECT priority, kind FROM jobs WHERE parent_id = :p ORDER BY id"),
+            {"p": parent},
+        )
+        return [(r.priority, r.kind) for r in rows]
+
+
+def test_a_child_gets_at_most_its_parents_priority(clean: Engine, own: Engine) -> None:  # noqa: F811
+    with clean.begin() as conn:
+        new = [NewJob("noop", {}, priority=5)]
+        (job,) = store.insert_jobs(conn, new, default_max_attempts=1).ids
+        store.assign_jobs(conn, [(job, OWN)])
+    flood = {"kind": "noop", "payload": {}, "needs_browser": False, "priority": 2147483647}
+    lower = {"kind": "noop", "payload": {}, "needs_browser": False, "priority": -3}
+    with own.begin() as conn:
+        store.claim_jobs(conn, OWN, 1)
+        store.spawn_children(conn, OWN, [(job, 1, [flood, lower])])
+    assert _priorities_and_kinds(clean, job) == [(5, "noop"), (-3, "noop")]
+
+
+def test_a_crawls_pages_spawn_only_its_kind(clean: Engine, own: Engine) -> None:  # noqa: F811
+    with clean.begin() as conn:
+        root = store.start_crawl(conn, kind="noop", payload={}, max_depth=3, max_jobs=100)
+        store.assign_jobs(conn, [(root, OWN)])
+    other = {"kind": "http_get", "payload": {"url": "http://10.0.0.1/"}, "dedupe_key": "x"}
+    same = {"kind": "noop", "payload": {}, "dedupe_key": "y"}
+    with own.begin() as conn:
+        store.claim_jobs(conn, OWN, 1)
+        assert store.spawn_children(conn, OWN, [(root, 1, [other, same])]) == {root: 1}
+    assert _priorities_and_kinds(clean, root) == [(0, "noop")]
+    with clean.connect() as conn:  # the refused child's key was not taken either
+        seen = conn.execute(sa.text("SELECT dedupe_key FROM crawl_seen ORDER BY 1")).scalars()
+        assert list(seen) == ["y"]

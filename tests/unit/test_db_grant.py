@@ -62,7 +62,10 @@ def test_a_consumer_gets_no_grant_on_trust_fields_or_audit_tables() -> None:
     assert '"sf_consumer_web-1"' in plan and "PASSWORD 'SCRAM-SHA-256$x'" in plan
     for table in ("host_access", "job_events", "webhook_deliveries", "db_roles", "jobs_archive"):
         assert table not in plan.replace('INSERT INTO "public".db_roles', ""), table
-    assert "capacity)" in plan and "UPDATE (state," in plan  # column lists, not the table
+    # Host rows are written through the host_* functions only: no INSERT or UPDATE grant, and
+    # one an older run made is revoked.
+    assert 'REVOKE INSERT, UPDATE ON "public".hosts' in plan
+    assert 'GRANT SELECT ON "public".hosts TO' in plan and "UPDATE (state, state_reason" not in plan
     kept = consumer_plan(NAMES, _cluster("sf_consumer_web-1"), "web-1", None)
     assert kept[0] == 'ALTER ROLE "sf_consumer_web-1" LOGIN NOINHERIT'  # password untouched
 

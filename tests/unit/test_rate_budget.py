@@ -16,6 +16,7 @@ from scrapefleet.common.rate_limits import (
     RateLimit,
     Slowdown,
     ThrottleSeen,
+    capped_pause,
     next_slowdown,
 )
 from scrapefleet.common.settings import load_settings
@@ -23,6 +24,7 @@ from scrapefleet.producer.planner import HostSlots, plan_assignments
 from scrapefleet.producer.rate_budget import RateBudget, RateRules
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+DAY = 86400.0
 TWO_AT_ONCE = RateLimit(concurrency=2, per_minute=60)
 
 
@@ -184,22 +186,24 @@ def test_kind_and_key_budgets_both_hold() -> None:
 
 def test_a_push_back_halves_the_factor_and_pauses_until_retry_after() -> None:
     retry_at = NOW + timedelta(seconds=30)
-    slowed = next_slowdown(Slowdown(), ThrottleSeen(throttled=1, retry_at=retry_at), NOW)
+    slowed = next_slowdown(
+        Slowdown(), ThrottleSeen(throttled=1, retry_at=retry_at), NOW, max_pause_s=DAY
+    )
     assert slowed == Slowdown(0.5, retry_at)
-    twice = next_slowdown(slowed, ThrottleSeen(throttled=2), NOW)
+    twice = next_slowdown(slowed, ThrottleSeen(throttled=2), NOW, max_pause_s=DAY)
     assert twice == Slowdown(0.125, retry_at)  # the pause already set stays
 
 
 def test_the_factor_has_a_floor_and_a_retry_time_already_past_pauses_nothing() -> None:
     seen = ThrottleSeen(throttled=50, retry_at=NOW - timedelta(seconds=1))
-    assert next_slowdown(Slowdown(), seen, NOW) == Slowdown(RATE_FACTOR_MIN, None)
+    assert next_slowdown(Slowdown(), seen, NOW, max_pause_s=DAY) == Slowdown(RATE_FACTOR_MIN, None)
 
 
 def test_successes_recover_step_by_step_up_to_one() -> None:
     state = Slowdown(RATE_FACTOR_MIN)
     steps = 0
     while state.factor < 1:
-        state = next_slowdown(state, ThrottleSeen(completed=1), NOW)
+        state = next_slowdown(state, ThrottleSeen(completed=1), NOW, max_pause_s=DAY)
         steps += 1
     assert state == Slowdown(1.0)
     assert 5 < steps < 30, steps  # gradual, not at once, not forever
@@ -208,7 +212,9 @@ def test_successes_recover_step_by_step_up_to_one() -> None:
 
 def test_a_pause_that_passed_is_forgotten() -> None:
     old = Slowdown(0.5, NOW - timedelta(seconds=1))
-    assert next_slowdown(old, ThrottleSeen(completed=0), NOW) == Slowdown(0.5, None)
+    assert next_slowdown(old, ThrottleSeen(completed=0), NOW, max_pause_s=DAY) == Slowdown(
+        0.5, None
+    )
 
 
 # ---------------------------------------------------------------- settings
@@ -305,3 +311,14 @@ def test_robots_crawl_delay_and_request_rate_are_capped_seconds() -> None:
     assert delay("User-agent: *\nRequest-rate: 1/5s\nCrawl-delay: 1\n") == 5.0
     assert delay("User-agent: *\nCrawl-delay: 86400\n") == MAX_CRAWL_DELAY_S
     assert delay("User-agent: *\nDisallow: /x\n") is None
+
+
+def test_a_pause_a_host_asks_for_is_capped_at_retry_after_max_s() -> None:
+    # A job rate limited with not_before = 9999-12-31 would pause its site for the whole fleet.
+    forever = datetime(9999, 12, 31, tzinfo=UTC)
+    seen = ThrottleSeen(throttled=1, retry_at=forever)
+    slowed = next_slowdown(Slowdown(), seen, NOW, max_pause_s=600)
+    assert slowed == Slowdown(0.5, NOW + timedelta(seconds=600))
+    # A pause saved before (or by a producer without the cap) is capped when read again.
+    assert capped_pause(Slowdown(0.5, forever), NOW, 600) == slowed
+    assert capped_pause(Slowdown(0.5, NOW), NOW, 600) == Slowdown(0.5, NOW)

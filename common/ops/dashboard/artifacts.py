@@ -15,9 +15,10 @@ TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg"}
 TEXT_SUFFIXES = {".html", ".htm", ".txt", ".log", ".json"}
 
 
-def relative_artifact(root: Path, stored: str | None) -> str | None:
-    """The URL part of a stored artifact path, or None when it is not under ``root``."""
-    if not stored:
+def relative_artifact(root: Path, stored: object) -> str | None:
+    """The URL part of a stored artifact path, or None when it is not under ``root`` (or not a
+    path at all: a job's artifacts are written by its host, and only their shape is checked)."""
+    if not stored or not isinstance(stored, str):
         return None
     try:
         resolved = Path(stored).resolve()

@@ -40,7 +40,7 @@ from werkzeug.wrappers import Response
 from scrapefleet.common import queries, store
 from scrapefleet.common.constants import BULK_CONFIRM_OVER_JOBS
 from scrapefleet.common.db import transaction, wrapped_errors
-from scrapefleet.common.errors import NotFound, SubmitError
+from scrapefleet.common.errors import HostBusy, NotFound, SubmitError
 from scrapefleet.common.logging_setup import fields
 from scrapefleet.common.ops import bulk
 from scrapefleet.common.ops.dashboard.inputs import BadInput, parse_job_ids
@@ -218,7 +218,7 @@ def host(name: str) -> Response:
                 notice = f"host {name} active"
             else:
                 raise BadInput("action must be drain or enable")
-    except NotFound as exc:
+    except (NotFound, HostBusy) as exc:  # busy: its consumer holds the row; try again
         raise BadInput(str(exc)) from None
     log.info("host %s from the dashboard", action, extra=fields(host=name, action=action))
     flash(notice)
