@@ -82,8 +82,9 @@ class Settings(BaseSettings):
     # "a,b" works as well as JSON.
     actions: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="user actions as 'module:function' dotted paths (env: comma-separated, or a"
-        " JSON list)",
+        description="user actions: 'module' (imported: its @register actions) or"
+        " 'module:function' dotted paths (env: comma-separated, or a JSON list); installed"
+        " packages' 'scrapefleet.actions' entry points are loaded too",
     )
 
     # Database connections: common/db.py adds these to every connection unless the URL names

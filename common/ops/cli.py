@@ -123,6 +123,7 @@ pass_ctx = click.make_pass_decorator(_Context)
 
 @click.group()
 @click.option("--config", type=click.Path(path_type=Path), help="TOML settings file")
+@click.version_option(package_name="scrapefleet", prog_name="scrapefleet")
 @click.pass_context
 def cli(ctx: click.Context, config: Path | None) -> None:
     """scrapefleet: schedule scraping jobs over a fleet of Selenium hosts."""

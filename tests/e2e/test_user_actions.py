@@ -88,4 +88,4 @@ def test_user_actions_validate_at_submit_and_run_on_a_consumer(
 def test_a_bad_action_path_is_a_settings_error(database_url: str) -> None:
     done = run_cli(["submit", "-"], database_url, stdin="", SCRAPEFLEET_ACTIONS='["nosuchmod:f"]')
     assert done.returncode == 2
-    assert "invalid setting actions: cannot import 'nosuchmod:f'" in done.stderr
+    assert "invalid setting actions: cannot import 'nosuchmod': ModuleNotFoundError" in done.stderr
