@@ -1,0 +1,119 @@
+"""`scrapefleet try`: run one job of an action here and show how it ended (common.ops.try_job).
+
+    scrapefleet try http_get '{"url": "https://example.org/"}'
+    scrapefleet try prices --payload '{"url": "..."}' --out /tmp/prices
+    scrapefleet try job.json          (one job as `submit` reads it: kind, payload, ...)
+
+The result goes to stdout as JSON, then one line per saved file. Exit 0 when the job
+completed; 1 with one line on stderr naming the outcome and why when it did not; 2 for bad
+input (an unknown kind, a payload that does not validate, a file that is not one job).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from scrapefleet.common.errors import SubmitError
+from scrapefleet.common.ops.one_line_errors import one_line_errors
+from scrapefleet.common.store import NewJob
+
+OUT_ROOT = Path("scrapefleet-try")  # under the working directory, one folder per try
+
+
+@click.command("try")
+@click.argument("target")
+@click.argument("payload", required=False)
+@click.option("--payload", "payload_option", help="the job's payload, a JSON object")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    help=f"folder for the screenshot, HTML and network log [default: ./{OUT_ROOT}/KIND-<UTC time>]",
+)
+@click.pass_context
+def try_command(
+    click_ctx: click.Context,
+    target: str,
+    payload: str | None,
+    payload_option: str | None,
+    out: Path | None,
+) -> None:
+    """Run one job of KIND (or the job in the file TARGET) on this machine, no database."""
+    from scrapefleet.common.actions import load_user_actions
+    from scrapefleet.common.ops.try_job import try_job
+
+    ctx = click_ctx.obj
+    with one_line_errors():
+        settings = ctx.settings
+        load_user_actions(settings.actions)
+        job = _job_of(target, payload if payload is not None else payload_option)
+        if out is None:
+            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+            out = OUT_ROOT / f"{job.kind}-{stamp}"
+        report = try_job(job, settings, out)
+    outcome = report.outcome
+    shown: dict[str, Any] = {"status": outcome.status, "result": outcome.result}
+    if outcome.spawn:
+        shown["spawn"] = [child.as_json() for child in outcome.spawn]
+    click.echo(json.dumps(shown, indent=2, default=str))
+    for part, path in report.artifacts.items():
+        click.echo(f"{part}: {path}")
+    for note in report.notes:
+        click.echo(f"note: {note}")
+    if outcome.status != "completed":
+        click.echo(f"error: {job.kind} {_why(outcome)} ({report.seconds:.1f} s)", err=True)
+        sys.exit(1)
+    click.echo(f"{job.kind} completed in {report.seconds:.1f} s")
+
+
+def _why(outcome: Any) -> str:
+    """The outcome in one line: its status, class and the last line of its error."""
+    error_class = getattr(outcome.error_class, "value", None)
+    what = outcome.status + (f" ({error_class})" if error_class else "")
+    detail = outcome.reason or (outcome.error or "").strip().splitlines()[-1:]
+    if isinstance(detail, list):
+        detail = detail[0] if detail else ""
+    return f"{what}: {detail}" if detail else what
+
+
+def _job_of(target: str, payload: str | None) -> NewJob:
+    """The job named by the command line: KIND and a payload, or a file holding one job."""
+    from scrapefleet.common.submit_file import validate_job
+
+    path = Path(target)
+    if payload is None and path.suffix in (".json", ".jsonl") and path.is_file():
+        return validate_job(_one_job_in(path))
+    fields: dict[str, Any] = {"kind": target, "payload": {}}
+    if payload is not None:
+        try:
+            fields["payload"] = json.loads(payload)
+        except json.JSONDecodeError as exc:
+            raise SubmitError(f"payload: not JSON: {exc.msg} at column {exc.colno}") from None
+    return validate_job(fields)
+
+
+def _one_job_in(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SubmitError(f"{path}: {exc}") from None
+    try:  # one object, however it is laid out; else JSON lines holding one
+        job = json.loads(text)
+    except json.JSONDecodeError:
+        lines = [line for line in text.splitlines() if line.strip()]
+        if len(lines) != 1:
+            raise SubmitError(
+                f"{path}: not one JSON object ({len(lines)} lines): try runs one job"
+            ) from None
+        try:
+            job = json.loads(lines[0])
+        except json.JSONDecodeError as exc:
+            raise SubmitError(f"{path}: not JSON: {exc.msg} at column {exc.colno}") from None
+    if not isinstance(job, dict):
+        raise SubmitError(f"{path}: not a JSON object with a kind and a payload")
+    return job
