@@ -14,6 +14,7 @@ import csv
 import json
 from collections.abc import Iterable, Iterator
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -85,6 +86,25 @@ def validate_job(fields: dict[str, Any]) -> NewJob:
 
 def _first(*values: Any) -> Any:
     return next((v for v in values if v is not None), None)
+
+
+def jobs_in_file(path: Path) -> list[NewJob]:
+    """The jobs of a job file as `try` and `schedules add` read it: one JSON object however it
+    is laid out, JSON lines, or CSV (by its name); SubmitError names the file and line."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise SubmitError(f"{path}: {exc.strerror or exc}") from None
+    try:
+        whole = json.loads(raw.decode("utf-8-sig"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        whole = None
+    if isinstance(whole, dict):
+        return [validate_job(whole)]
+    try:
+        return read_jobs(raw.splitlines(keepends=True), detect_format(path.name, None), str(path))
+    except SubmitError as exc:
+        raise SubmitError(f"{path}: {exc}") from None
 
 
 def read_jobs(raw: Iterable[bytes], fmt: str, name: str = "the file") -> list[NewJob]:

@@ -132,7 +132,9 @@ class Producer:
         self._standby_logged = False
         self._closed = False
         self._paused = False  # as last read from fleet_control, to log changes once
-        self.operator_jobs = OperatorJobs(engine, settings, lambda: self.is_leader)
+        self.operator_jobs = OperatorJobs(
+            engine, settings, lambda: self.is_leader, self.identity.name
+        )
         self._rates = RateControl(settings)
         self._systemd = Notifier()  # READY, WATCHDOG per full cycle, STOPPING: when systemd asks
         # Figures for tests, benchmarks and the debug log.

@@ -41,7 +41,8 @@ def engine(session_engine: Engine) -> Engine:
         conn.execute(
             sa.text(
                 "TRUNCATE jobs, hosts, job_events, host_events, jobs_archive, webhook_deliveries,"
-                " fleet_control, producers, profiles, crawl_runs, crawl_seen, rate_keys"
+                " fleet_control, producers, profiles, crawl_runs, crawl_seen, rate_keys,"
+                " schedule_defs, schedule_runs"
                 " RESTART IDENTITY"
             )
         )

@@ -39,6 +39,7 @@ from scrapefleet.common.ops.results_out import (
     write_csv,
     write_jsonl,
 )
+from scrapefleet.common.ops.schedules_command import schedules
 from scrapefleet.common.ops.try_command import try_command
 
 # Loaded on first use: `scrapefleet --help` needs none of them (common.lazy_import).
@@ -146,6 +147,7 @@ db.add_command(db_grant)
 cli.add_command(crawl)
 cli.add_command(crawls)
 cli.add_command(try_command)
+cli.add_command(schedules)
 
 
 @db.command("upgrade")

@@ -83,11 +83,14 @@ def _why(outcome: Any) -> str:
 
 def _job_of(target: str, payload: str | None) -> NewJob:
     """The job named by the command line: KIND and a payload, or a file holding one job."""
-    from scrapefleet.common.submit_file import validate_job
+    from scrapefleet.common.submit_file import jobs_in_file, validate_job
 
     path = Path(target)
-    if payload is None and path.suffix in (".json", ".jsonl") and path.is_file():
-        return validate_job(_one_job_in(path))
+    if payload is None and path.suffix in (".json", ".jsonl", ".csv") and path.is_file():
+        jobs = jobs_in_file(path)
+        if len(jobs) != 1:
+            raise SubmitError(f"{path}: holds {len(jobs)} jobs: try runs one")
+        return jobs[0]
     fields: dict[str, Any] = {"kind": target, "payload": {}}
     if payload is not None:
         try:
@@ -95,25 +98,3 @@ def _job_of(target: str, payload: str | None) -> NewJob:
         except json.JSONDecodeError as exc:
             raise SubmitError(f"payload: not JSON: {exc.msg} at column {exc.colno}") from None
     return validate_job(fields)
-
-
-def _one_job_in(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SubmitError(f"{path}: {exc}") from None
-    try:  # one object, however it is laid out; else JSON lines holding one
-        job = json.loads(text)
-    except json.JSONDecodeError:
-        lines = [line for line in text.splitlines() if line.strip()]
-        if len(lines) != 1:
-            raise SubmitError(
-                f"{path}: not one JSON object ({len(lines)} lines): try runs one job"
-            ) from None
-        try:
-            job = json.loads(lines[0])
-        except json.JSONDecodeError as exc:
-            raise SubmitError(f"{path}: not JSON: {exc.msg} at column {exc.colno}") from None
-    if not isinstance(job, dict):
-        raise SubmitError(f"{path}: not a JSON object with a kind and a payload")
-    return job

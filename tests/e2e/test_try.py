@@ -78,7 +78,7 @@ def test_a_job_file_is_tried_as_submit_reads_it(team_env: dict[str, str], tmp_pa
     two.write_text('{"kind": "noop"}\n{"kind": "noop"}\n')
     code, _out, err = _try([str(two)], team_env)
     assert code == 2
-    assert err == f"error: {two}: not one JSON object (2 lines): try runs one job\n"
+    assert err == f"error: {two}: holds 2 jobs: try runs one\n"
 
 
 def test_a_failing_action_exits_1_with_one_line_naming_why(team_env: dict[str, str]) -> None:

@@ -1,0 +1,228 @@
+"""Schedules fired by two producers' firing code against real PostgreSQL, on a clock the test
+drives: every slot fired exactly once (from the database), none early, a paused schedule none;
+a leader killed in the middle of a fire leaves its slot to the standby; catch-up and overlap."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from scrapefleet.common import store
+from scrapefleet.common.db import make_engine
+from scrapefleet.common.schedules import parse_cron
+from scrapefleet.common.store import JobFilter, NewJob, ScheduleSpec
+from scrapefleet.producer.schedules import Fired, fire_due, fire_one
+from tests.waiting import scaled, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+MONDAY = datetime(2026, 11, 23, tzinfo=UTC)
+STEP = timedelta(minutes=20)
+WEEK_STEPS = 7 * 24 * 3  # a week of 20-minute ticks
+NOOP = NewJob(kind="noop", payload={}, needs_browser=False)
+
+
+@pytest.fixture
+def producers(database_url: str) -> Iterator[tuple[Engine, Engine]]:
+    """Two producers' own engines, as two processes would have."""
+    engines = (
+        make_engine(database_url, application_name="producer-a"),
+        make_engine(database_url, application_name="producer-b"),
+    )
+    yield engines
+    for engine in engines:
+        engine.dispose()
+
+
+def add(
+    engine: Engine,
+    name: str,
+    cron: str,
+    zone: str = "UTC",
+    now: datetime = MONDAY,
+    jobs: tuple[NewJob, ...] = (NOOP,),
+    **policies: str,
+) -> None:
+    spec = ScheduleSpec(name, cron, zone, jobs, **policies)
+    with engine.begin() as conn:
+        store.add_schedule(conn, spec, parse_cron(cron, zone).next_after(now))
+
+
+def runs(engine: Engine, name: str) -> list[sa.Row[tuple[object, ...]]]:
+    with engine.connect() as conn:
+        return list(
+            conn.execute(
+                sa.text(
+                    "SELECT r.slot, r.fired_at, r.outcome, r.missed, r.fired_by, r.job_ids"
+                    " FROM schedule_runs r JOIN schedule_defs d ON d.id = r.schedule_id"
+                    " WHERE d.name = :name ORDER BY r.slot"
+                ),
+                {"name": name},
+            )
+        )
+
+
+def slots_between(cron: str, zone: str, start: datetime, end: datetime) -> list[datetime]:
+    parsed, slots = parse_cron(cron, zone), []
+    slot = parsed.next_after(start)
+    while slot <= end:
+        slots.append(slot)
+        slot = parsed.next_after(slot)
+    return slots
+
+
+def fire_together(engines: list[tuple[Engine, str]], now: datetime) -> list[Fired]:
+    """Every live producer's firing round at the same ``now``, started at the same moment."""
+    barrier = threading.Barrier(len(engines))
+    fired: list[Fired] = []
+    lock = threading.Lock()
+
+    def one(engine: Engine, name: str) -> None:
+        barrier.wait(timeout=scaled(10))
+        got = fire_due(engine, now, name, default_max_attempts=3)
+        with lock:
+            fired.extend(got)
+
+    threads = [threading.Thread(target=one, args=pair) for pair in engines]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=scaled(30))
+    return fired
+
+
+def test_a_week_with_two_producers_and_leaders_dying_fires_every_slot_exactly_once(
+    producers: tuple[Engine, Engine], engine: Engine
+) -> None:
+    a, b = producers
+    add(engine, "daily", "0 7 * * *", "Europe/Paris")
+    add(engine, "six-hourly", "15 */6 * * *")
+    add(engine, "paused", "*/30 * * * *")
+    with engine.begin() as conn:
+        assert store.set_schedule_paused(conn, "paused", True)
+    for step in range(1, WEEK_STEPS + 1):
+        now = MONDAY + step * STEP
+        # Each producer is down three hours in nine, never both: A's outages and B's alternate,
+        # so fire times fall to one producer alone, to both at once, and to a standby whose
+        # leader died just before the slot.
+        window = (step // 9) % 3
+        alive = [(e, n) for e, n, down in ((a, "a", 0), (b, "b", 1)) if window != down]
+        fire_together(alive, now)
+    end = MONDAY + WEEK_STEPS * STEP
+    for name, cron, zone in (
+        ("daily", "0 7 * * *", "Europe/Paris"),
+        ("six-hourly", "15 */6 * * *", "UTC"),
+    ):
+        expected = slots_between(cron, zone, MONDAY, end)
+        fired = runs(engine, name)
+        assert [r.slot for r in fired] == expected, name
+        for run in fired:
+            assert run.outcome == "fired" and run.missed == 0 and len(run.job_ids) == 1
+            assert run.slot <= run.fired_at < run.slot + STEP  # never early, within a tick
+        assert {r.fired_by for r in fired} == {"a", "b"}
+    assert runs(engine, "paused") == []
+    with engine.connect() as conn:
+        jobs = conn.execute(sa.text("SELECT count(*) FROM jobs WHERE kind = 'noop'")).scalar()
+        shown = conn.execute(
+            sa.text("SELECT name, last_jobs, last_unfinished FROM schedules ORDER BY name")
+        ).all()
+    assert jobs == 7 + 28
+    assert [tuple(row) for row in shown] == [
+        ("daily", 1, 1),
+        ("paused", 0, 0),
+        ("six-hourly", 1, 1),
+    ]
+
+
+def test_a_leader_killed_in_the_middle_of_a_fire_leaves_the_slot_to_its_standby(
+    producers: tuple[Engine, Engine], engine: Engine
+) -> None:
+    a, b = producers
+    add(engine, "daily", "0 7 * * *")
+    now = MONDAY + timedelta(hours=7, seconds=5)
+    dying = a.connect()
+    dying.begin()
+    (due,) = store.due_schedules(dying, now)
+    # A has claimed the slot and inserted its jobs, and has not committed yet.
+    assert fire_one(dying, due, now, "a", default_max_attempts=3) is not None
+    standby: list[Fired] = []
+    thread = threading.Thread(target=lambda: standby.extend(fire_due(b, now, "b", 3)))
+    thread.start()
+    wait_for(lambda: _waiting_on_a_lock(engine), timeout_s=scaled(10))
+    with engine.connect() as conn:  # A dies: its session, and its transaction, with it
+        conn.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": _pid(dying)})
+    thread.join(timeout=scaled(30))
+    with contextlib.suppress(sa.exc.OperationalError):
+        dying.close()
+    assert [(f.name, f.outcome) for f in standby] == [("daily", "fired")]
+    (run,) = runs(engine, "daily")
+    assert run.fired_by == "b" and len(run.job_ids) == 1
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM jobs")).scalar() == 1
+
+
+def _pid(conn: Connection) -> int:
+    return int(conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one())
+
+
+def _waiting_on_a_lock(engine: Engine) -> bool:
+    with engine.connect() as conn:
+        return bool(
+            conn.execute(
+                sa.text(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE application_name = 'producer-b' AND wait_event_type = 'Lock'"
+                )
+            ).scalar()
+        )
+
+
+def test_after_downtime_one_run_stands_for_the_missed_slots_or_none(engine: Engine) -> None:
+    add(engine, "once", "0 7 * * *")
+    add(engine, "skip", "0 7 * * *", catch_up="skip")
+    back = MONDAY + timedelta(days=3, hours=9)  # down from Monday 00:00 to Thursday 09:00
+    fired = {f.name: f for f in fire_due(engine, back, "a", default_max_attempts=3)}
+    thursday_7 = MONDAY + timedelta(days=3, hours=7)
+    assert (fired["once"].slot, fired["once"].outcome, fired["once"].missed) == (
+        thursday_7,
+        "fired",
+        3,
+    )
+    assert (fired["skip"].outcome, fired["skip"].job_ids) == ("skipped_missed", ())
+    assert fire_due(engine, back + timedelta(hours=1), "a", default_max_attempts=3) == []
+    with engine.connect() as conn:
+        next_runs = set(conn.execute(sa.text("SELECT next_run_at FROM schedule_defs")).scalars())
+    assert next_runs == {thursday_7 + timedelta(days=1)}
+
+
+def test_overlap_skip_waits_for_the_last_runs_jobs(engine: Engine) -> None:
+    add(engine, "hourly", "0 * * * *", overlap="skip")
+    first = fire_due(engine, MONDAY + timedelta(hours=1), "a", 3)
+    assert [f.outcome for f in first] == ["fired"]
+    second = fire_due(engine, MONDAY + timedelta(hours=2), "a", 3)
+    assert [f.outcome for f in second] == ["skipped_overlap"]
+    with engine.begin() as conn:
+        store.cancel_jobs(conn, JobFilter(ids=list(first[0].job_ids)))
+    third = fire_due(engine, MONDAY + timedelta(hours=3), "a", 3)
+    assert [f.outcome for f in third] == ["fired"]
+
+
+def test_a_resumed_schedule_owes_nothing_for_its_pause(engine: Engine) -> None:
+    add(engine, "daily", "0 7 * * *")
+    with engine.begin() as conn:
+        assert store.set_schedule_paused(conn, "daily", True)
+        assert not store.set_schedule_paused(conn, "daily", True)  # already
+    assert fire_due(engine, MONDAY + timedelta(days=2), "a", 3) == []
+    resumed_at = MONDAY + timedelta(days=2, hours=8)
+    with engine.begin() as conn:
+        next_run = parse_cron("0 7 * * *").next_after(resumed_at)
+        assert store.set_schedule_paused(conn, "daily", False, next_run)
+    assert fire_due(engine, resumed_at, "a", 3) == []
+    (fired,) = fire_due(engine, next_run, "a", 3)
+    assert fired.slot == MONDAY + timedelta(days=3, hours=7) and fired.missed == 0
