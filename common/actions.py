@@ -82,6 +82,7 @@ __all__ = [
     "action_names",
     "get_action",
     "load_user_actions",
+    "longest_time_limit_s",
     "register",
 ]
 
@@ -296,6 +297,15 @@ def get_action(kind: str) -> Action:
     except KeyError:
         known = ", ".join(sorted(_REGISTRY)) or "none"
         raise UnknownAction(f"unknown job kind {kind!r} (known: {known})") from None
+
+
+def longest_time_limit_s(host_default_s: float) -> float:
+    """The longest an attempt of any registered action may run on a host whose own limit is
+    ``host_default_s``: how long a drain must wait for a job to end by itself."""
+    _load_builtins()
+    with _LOCK:
+        actions = list(_REGISTRY.values())
+    return max((a.time_limit_s(host_default_s) for a in actions), default=host_default_s)
 
 
 def action_names() -> list[str]:

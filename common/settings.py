@@ -175,7 +175,8 @@ class Settings(BaseSettings):
         default=None,
         gt=0,
         description="a consumer's warm stop waits this long for running jobs, then stops cold"
-        " (they go back to pending); unset -> job_timeout_s",
+        " (they go back to pending); unset -> the longest of job_timeout_s and the actions'"
+        " own timeout_s",
     )
 
     # http_get (common/http_client.py): the host's defaults; a job's own params win.

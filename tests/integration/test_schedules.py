@@ -8,6 +8,8 @@ import contextlib
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -17,7 +19,9 @@ from scrapefleet.common import store
 from scrapefleet.common.db import make_engine
 from scrapefleet.common.schedules import parse_cron
 from scrapefleet.common.store import JobFilter, NewJob, ScheduleSpec
+from scrapefleet.producer.daemon import Producer
 from scrapefleet.producer.schedules import Fired, fire_due, fire_one
+from tests.integration.producer_helpers import producer_settings
 from tests.waiting import scaled, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -226,3 +230,39 @@ def test_a_resumed_schedule_owes_nothing_for_its_pause(engine: Engine) -> None:
     assert fire_due(engine, resumed_at, "a", 3) == []
     (fired,) = fire_due(engine, next_run, "a", 3)
     assert fired.slot == MONDAY + timedelta(days=3, hours=7) and fired.missed == 0
+
+
+@pytest.fixture
+def named_producers(engine: Engine, database_url: str, tmp_path: Path) -> Iterator[Any]:
+    made: list[Producer] = []
+
+    def make(name: str) -> Producer:
+        made.append(Producer(producer_settings(database_url, tmp_path), engine, name=name))
+        return made[-1]
+
+    yield make
+    for producer in made:
+        producer.stop()
+
+
+def test_the_leading_producer_fires_a_due_schedule_and_its_standby_does_not(
+    engine: Engine, named_producers: Any
+) -> None:
+    due_since = datetime.now(UTC) - timedelta(seconds=1)
+    spec = ScheduleSpec("daily", "0 7 * * *", "UTC", (NOOP,))
+    with engine.begin() as conn:
+        store.add_schedule(conn, spec, due_since)
+    leader = named_producers("leader")
+    leader.start()
+    wait_for(lambda: leader.is_leader, what="the first producer to lead")
+    named_producers("standby").start()
+    (run,) = wait_for(lambda: runs(engine, "daily") or None, scaled(20), "the slot's run")
+    assert (run.slot, run.outcome, run.fired_by, len(run.job_ids)) == (
+        due_since,
+        "fired",
+        "leader",
+        1,
+    )
+    with engine.connect() as conn:
+        next_run = conn.execute(sa.text("SELECT next_run_at FROM schedule_defs")).scalar_one()
+    assert next_run == parse_cron("0 7 * * *").next_after(run.fired_at)

@@ -10,10 +10,17 @@ from pathlib import Path
 import pytest
 
 from scrapefleet.common import api
-from scrapefleet.common.actions import get_action, load_user_actions, register
+from scrapefleet.common.actions import (
+    get_action,
+    load_user_actions,
+    longest_time_limit_s,
+    register,
+)
 from scrapefleet.common.errors import SettingsError
+from scrapefleet.common.settings import load_settings
 from scrapefleet.common.store import ClaimedJob
 from scrapefleet.common.submit_file import validate_job
+from scrapefleet.consumer.config import ConsumerConfig
 from scrapefleet.consumer.serving import time_limit_s
 
 
@@ -46,6 +53,13 @@ def test_an_attempts_time_limit_is_its_actions_else_the_hosts() -> None:
     assert time_limit_s(claimed("test_defaults_slow"), 300.0) == 600
     assert time_limit_s(claimed("noop"), 300.0) == 300.0
     assert time_limit_s(claimed("no_such_kind"), 300.0) == 300.0
+
+
+def test_a_drain_waits_as_long_as_the_longest_attempt_may_run() -> None:
+    settings = load_settings(job_timeout_s=300.0)
+    assert ConsumerConfig.build(settings, "h1").drain_timeout_s == longest_time_limit_s(300.0)
+    assert longest_time_limit_s(300.0) >= 600  # test_defaults_slow's own limit
+    assert ConsumerConfig.build(settings, "h1", drain_timeout_s=5.0).drain_timeout_s == 5.0
 
 
 @pytest.mark.parametrize(
