@@ -13,13 +13,17 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import Connection, Engine
 
 from scrapefleet.common import store
 from scrapefleet.common.db import make_engine
+from scrapefleet.common.metrics import PRODUCER_REGISTRY, publish_fleet_snapshot
 from scrapefleet.common.schedules import parse_cron
 from scrapefleet.common.store import JobFilter, NewJob, ScheduleSpec
 from scrapefleet.producer.daemon import Producer
+from scrapefleet.producer.fleet_metrics import read_fleet_snapshot
 from scrapefleet.producer.schedules import Fired, fire_due, fire_one
 from tests.integration.producer_helpers import producer_settings
 from tests.waiting import scaled, wait_for
@@ -266,3 +270,38 @@ def test_the_leading_producer_fires_a_due_schedule_and_its_standby_does_not(
     with engine.connect() as conn:
         next_run = conn.execute(sa.text("SELECT next_run_at FROM schedule_defs")).scalar_one()
     assert next_run == parse_cron("0 7 * * *").next_after(run.fired_at)
+
+
+def test_the_producer_exports_each_schedules_runs(engine: Engine) -> None:
+    add(engine, "hourly", "0 * * * *")
+    add(engine, "paused", "0 * * * *")
+    with engine.begin() as conn:
+        store.set_schedule_paused(conn, "paused", True)
+    fired_at = MONDAY + timedelta(hours=1)
+    (fired,) = fire_due(engine, fired_at, "a", default_max_attempts=3)
+    unfinished = read_fleet_snapshot(engine).schedules["hourly"]
+    assert unfinished.last_success_timestamp_s is None  # its job has not completed yet
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE jobs SET status = 'completed', finished_at = now() WHERE id = :id"),
+            {"id": fired.job_ids[0]},
+        )
+    snapshot = read_fleet_snapshot(engine)
+    hourly, paused = snapshot.schedules["hourly"], snapshot.schedules["paused"]
+    assert (hourly.last_run_timestamp_s, hourly.last_lag_s) == (fired_at.timestamp(), 0.0)
+    assert hourly.last_success_timestamp_s == fired_at.timestamp()
+    # Its next slot (Monday 02:00 UTC) is past on the database's clock and nobody fired it.
+    assert hourly.overdue_s > 0 and not hourly.paused
+    assert (paused.paused, paused.overdue_s, paused.last_run_timestamp_s) == (True, 0.0, None)
+    publish_fleet_snapshot(snapshot)
+    samples = {
+        (sample.name, sample.labels.get("schedule")): sample.value
+        for family in text_string_to_metric_families(generate_latest(PRODUCER_REGISTRY).decode())
+        for sample in family.samples
+        if sample.name.startswith("scrapefleet_schedule_")
+    }
+    assert samples[("scrapefleet_schedule_paused", "paused")] == 1.0
+    assert samples[("scrapefleet_schedule_last_success_timestamp_seconds", "hourly")] == (
+        fired_at.timestamp()
+    )
+    assert ("scrapefleet_schedule_last_run_timestamp_seconds", "paused") not in samples
