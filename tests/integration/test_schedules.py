@@ -13,19 +13,16 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from prometheus_client import generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import Connection, Engine
 
 from scrapefleet.common import store
 from scrapefleet.common.db import make_engine
-from scrapefleet.common.metrics import PRODUCER_REGISTRY, publish_fleet_snapshot
 from scrapefleet.common.schedules import parse_cron
 from scrapefleet.common.store import JobFilter, NewJob, ScheduleSpec
 from scrapefleet.producer.daemon import Producer
 from scrapefleet.producer.fleet_metrics import read_fleet_snapshot
 from scrapefleet.producer.schedules import Fired, fire_due, fire_one
-from tests.integration.producer_helpers import producer_settings
+from tests.integration.producer_helpers import exported_samples, producer_settings
 from tests.waiting import scaled, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -293,13 +290,7 @@ def test_the_producer_exports_each_schedules_runs(engine: Engine) -> None:
     # Its next slot (Monday 02:00 UTC) is past on the database's clock and nobody fired it.
     assert hourly.overdue_s > 0 and not hourly.paused
     assert (paused.paused, paused.overdue_s, paused.last_run_timestamp_s) == (True, 0.0, None)
-    publish_fleet_snapshot(snapshot)
-    samples = {
-        (sample.name, sample.labels.get("schedule")): sample.value
-        for family in text_string_to_metric_families(generate_latest(PRODUCER_REGISTRY).decode())
-        for sample in family.samples
-        if sample.name.startswith("scrapefleet_schedule_")
-    }
+    samples = exported_samples(snapshot, "scrapefleet_schedule_", "schedule")
     assert samples[("scrapefleet_schedule_paused", "paused")] == 1.0
     assert samples[("scrapefleet_schedule_last_success_timestamp_seconds", "hourly")] == (
         fired_at.timestamp()
