@@ -5,6 +5,8 @@ a leader killed in the middle of a fire leaves its slot to the standby; catch-up
 from __future__ import annotations
 
 import contextlib
+import html
+import re
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -17,7 +19,9 @@ from sqlalchemy.engine import Connection, Engine
 
 from scrapefleet.common import store
 from scrapefleet.common.db import make_engine
+from scrapefleet.common.ops.dashboard.app import create_app
 from scrapefleet.common.schedules import parse_cron
+from scrapefleet.common.settings import load_settings
 from scrapefleet.common.store import JobFilter, NewJob, ScheduleSpec
 from scrapefleet.producer.daemon import Producer
 from scrapefleet.producer.fleet_metrics import read_fleet_snapshot
@@ -296,3 +300,22 @@ def test_the_producer_exports_each_schedules_runs(engine: Engine) -> None:
         fired_at.timestamp()
     )
     assert ("scrapefleet_schedule_last_run_timestamp_seconds", "paused") not in samples
+
+
+def test_the_dashboard_lists_each_schedule_and_its_last_run(
+    engine: Engine, database_url: str
+) -> None:
+    client = create_app(load_settings(None, database_url=database_url), engine).test_client()
+    empty = client.get("/schedules").get_data(as_text=True)
+    assert 'id="no-schedules"' in empty
+    add(engine, "daily", "0 7 * * *", "Europe/Paris")
+    add(engine, "hourly", "0 * * * *")
+    with engine.begin() as conn:
+        store.set_schedule_paused(conn, "daily", True)
+    fire_due(engine, MONDAY + timedelta(hours=1, seconds=30), "a", 3)
+    page = client.get("/schedules")
+    assert page.status_code == 200
+    rows = re.findall(r'<tr id="schedule-\d+">(.*?)</tr>', page.get_data(as_text=True), re.S)
+    daily, hourly = (" ".join(html.unescape(re.sub(r"<[^>]+>", " ", row)).split()) for row in rows)
+    assert daily.startswith("daily 0 7 * * * Europe/Paris paused") and "never run" in daily
+    assert hourly.startswith("hourly 0 * * * * UTC active") and "fired 30.0 s 1 0 0 1" in hourly
