@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from scrapefleet.common import api
 from scrapefleet.common.actions import (
@@ -17,6 +19,7 @@ from scrapefleet.common.actions import (
     register,
 )
 from scrapefleet.common.errors import SettingsError
+from scrapefleet.common.ops.cli import cli
 from scrapefleet.common.settings import load_settings
 from scrapefleet.common.store import ClaimedJob
 from scrapefleet.common.submit_file import validate_job
@@ -149,3 +152,9 @@ def test_the_public_api_exports_what_a_scraper_needs() -> None:
         assert hasattr(api, name), name
     needed = {"Client", "register", "Spawned", "Blocked", "Permanent", "RateLimited", "NewJob"}
     assert needed <= set(api.__all__)
+
+
+def test_the_cli_says_its_version() -> None:
+    answer = CliRunner().invoke(cli, ["--version"])
+    assert answer.exit_code == 0
+    assert answer.output == f"scrapefleet, version {importlib.metadata.version('scrapefleet')}\n"
