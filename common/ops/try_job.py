@@ -15,7 +15,7 @@ import contextlib
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,7 +59,7 @@ def try_job(job: NewJob, settings: Settings, out_dir: Path) -> TryReport:
     limit_s = action.time_limit_s(settings.job_timeout_s)
     started = time.monotonic()
     if not action.needs_browser:
-        outcome = _within(limit_s, lambda: run_job(claimed), on_timeout=lambda: None)
+        outcome = _within(limit_s, lambda: run_job(claimed), on_timeout=_nothing)
         return TryReport(job.kind, outcome, time.monotonic() - started)
     report = TryReport(job.kind, Outcome.completed({}), 0.0)
     with tempfile.TemporaryDirectory(prefix="scrapefleet-try-") as profile:
@@ -89,6 +89,10 @@ def try_job(job: NewJob, settings: Settings, out_dir: Path) -> TryReport:
     return report
 
 
+def _nothing() -> None:
+    """A plain job's thread cannot be ended: it is left to finish while the process exits."""
+
+
 def _saving_lease(driver: Any, out_dir: Path, report: TryReport) -> DriverLease:
     """The runner's lease of our one driver: every request of the job's page is logged, and
     the page is saved when the job lets go of it (after the action, failed or not)."""
@@ -107,7 +111,7 @@ def _saving_lease(driver: Any, out_dir: Path, report: TryReport) -> DriverLease:
     return lease
 
 
-def _within(limit_s: float, run: Any, on_timeout: Any) -> Outcome:
+def _within(limit_s: float, run: Callable[[], Outcome], on_timeout: Callable[[], None]) -> Outcome:
     """``run()``'s outcome, or a timeout's as a consumer records it when ``limit_s`` passes
     first (the job's thread is left to end: nothing can interrupt an action)."""
     box: list[Outcome] = []

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from datetime import datetime
 from typing import Any
 
@@ -116,10 +116,15 @@ def _jobs_json(jobs: Sequence[NewJob]) -> str:
     return json.dumps(rows)
 
 
+NEW_JOB_FIELDS = frozenset(f.name for f in fields(NewJob))
+
+
 def jobs_of(stored: list[dict[str, Any]]) -> tuple[NewJob, ...]:
     """The stored jobs as the NewJobs they were validated as (no action lookup: the producer
-    need not have every team's package installed to submit their jobs)."""
-    return tuple(NewJob(**row) for row in stored)
+    need not have every team's package installed to submit their jobs). Fields another
+    version of scrapefleet stored and this one does not know are left out; missing ones take
+    their defaults."""
+    return tuple(NewJob(**{k: v for k, v in row.items() if k in NEW_JOB_FIELDS}) for row in stored)
 
 
 def add_schedule(conn: Connection, spec: ScheduleSpec, next_run_at: datetime) -> int:

@@ -14,6 +14,7 @@ from scrapefleet.common.schedules import (
     parse_cron,
     plan_fire,
 )
+from scrapefleet.common.store import NewJob, jobs_of
 
 DAILY_7_PARIS = parse_cron("0 7 * * *", "Europe/Paris")
 
@@ -91,3 +92,8 @@ def test_a_very_long_downtime_is_counted_up_to_a_bound_and_jumps_past_now() -> N
 def test_a_bad_name_is_refused(name: str) -> None:
     with pytest.raises(SubmitError, match="schedule name"):
         check_name(name)
+
+
+def test_stored_jobs_survive_a_version_that_knows_other_fields() -> None:
+    stored = [{"kind": "noop", "payload": {"a": 1}, "field_of_a_later_version": True}]
+    assert jobs_of(stored) == (NewJob("noop", {"a": 1}),)
