@@ -147,7 +147,7 @@ def job_browser(
                 tab, user_context = context.tab, context.user_context
             else:
                 tab = driver.current_window_handle
-                user_context = user_context_of(driver, tab)
+                user_context = _user_context_of(driver, tab)
             if options.proxy and options.proxy == getattr(driver, "launched_proxy", None):
                 # A profile's browser, started with the proxy: its own context goes through
                 # it (a proxy's user context would not keep the profile's cookies).
@@ -166,7 +166,7 @@ def job_browser(
         yield driver
 
 
-def user_context_of(driver: Any, tab: str) -> str:
+def _user_context_of(driver: Any, tab: str) -> str:
     tree = bidi.command(driver, "browsingContext.getTree", {"root": tab, "maxDepth": 0})
     contexts = tree.get("contexts") or []
     return str(contexts[0].get("userContext", "default")) if contexts else "default"

@@ -26,7 +26,7 @@ from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import ClaimedJob, NewJob
 from scrapefleet.consumer.artifacts import capture_page
 from scrapefleet.consumer.block_detection import BlockRules
-from scrapefleet.consumer.browser_options import host_defaults, user_context_of
+from scrapefleet.consumer.browser_options import host_defaults
 from scrapefleet.consumer.local_browser import start_local_chrome
 from scrapefleet.consumer.network_log import recording
 from scrapefleet.consumer.runner import DriverLease, Outcome, run_job
@@ -99,8 +99,8 @@ def _saving_lease(driver: Any, out_dir: Path, report: TryReport) -> DriverLease:
 
     @contextlib.contextmanager
     def lease(_isolation: Isolation) -> Iterator[Any]:
-        user_context = user_context_of(driver, driver.current_window_handle)
-        with recording(driver, user_context) as network:
+        # Every context of the session: a job with a proxy runs in a context of its own.
+        with recording(driver, None) as network:
             try:
                 yield driver
             finally:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
 from scrapefleet.common.settings import Settings
+from tests.browser.recording_proxy import RecordingProxy
 from tests.browser.site import LocalSite
 from tests.cli_helpers import run_cli
 
@@ -172,3 +174,19 @@ def test_a_failed_browser_job_keeps_its_page_and_traceback(
     assert "not a product page" in (out_dir / "job.txt").read_text()
     assert (out_dir / "job.png").read_bytes().startswith(b"\x89PNG")
     assert "nothing awaited here" in (out_dir / "job.html").read_text()
+
+
+@needs_chromium
+def test_a_job_through_a_proxy_has_its_requests_in_the_saved_log(
+    team_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A job with a proxy runs in a user context of its own: its requests are logged too."""
+    out_dir = tmp_path / "tried"
+    with RecordingProxy() as proxy, LocalSite() as site:
+        url = f"http://shop.test:{urlsplit(site.base_url).port}/item"
+        payload = json.dumps({"url": url, "browser": {"proxy": proxy.url()}})
+        code, _out, err = _try(["fetch_page", payload, "--out", str(out_dir)], team_env)
+        assert code == 0, err
+        assert proxy.requests_to("/item")  # it went through the proxy
+    requests = json.loads((out_dir / "job.network.json").read_text())["requests"]
+    assert [r["status"] for r in requests if r["url"] == url] == [200]
