@@ -50,7 +50,7 @@ import importlib
 import importlib.metadata
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -179,12 +179,13 @@ class Action:
 _REGISTRY: dict[str, Action] = {}
 _LOCK = threading.Lock()
 _BUILTINS_LOADED = False
-# The browser actions' params are declared in the library; their Selenium implementations are
-# registered when the consumer imports scrapefleet.consumer.selenium_actions.
-# As a submitted job's own fields may be (common.submit_file).
+# An action's default priority and max_attempts: within a submitted job's own bounds
+# (common.submit_file).
 PRIORITY_MIN, PRIORITY_MAX = -1_000_000, 1_000_000
 MAX_ATTEMPTS_LIMIT = 100
 ENTRY_POINT_GROUP = "scrapefleet.actions"  # installed packages' actions (load_user_actions)
+# The browser actions' params are declared in the library; their Selenium implementations are
+# registered when the consumer imports scrapefleet.consumer.selenium_actions.
 BUILTIN_MODULES = (
     "scrapefleet.common.builtin_actions",
     "scrapefleet.common.crawl_action",
@@ -218,22 +219,22 @@ def register(
         raise ValueError(f"action {name!r}: priority must be {PRIORITY_MIN} to {PRIORITY_MAX}")
     if rate_key is not None:
         rate_key = check_rate_key(rate_key)
-    action = Action(
-        name,
-        lambda *_: None,
-        params_model,
-        needs_browser,
-        isolation,
-        light,
-        timeout_s=timeout_s,
-        max_attempts=max_attempts,
-        priority=priority,
-        rate_key=rate_key,
-    )
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        action = Action(
+            name,
+            func,
+            params_model,
+            needs_browser,
+            isolation,
+            light,
+            timeout_s=timeout_s,
+            max_attempts=max_attempts,
+            priority=priority,
+            rate_key=rate_key,
+        )
         with _LOCK:
-            _REGISTRY[name] = replace(action, func=func)
+            _REGISTRY[name] = action
         func.__scrapefleet_action__ = name  # type: ignore[attr-defined]
         return func
 
