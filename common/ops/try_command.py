@@ -15,13 +15,16 @@ import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from scrapefleet.common.errors import SubmitError
 from scrapefleet.common.ops.one_line_errors import one_line_errors
 from scrapefleet.common.store import NewJob
+
+if TYPE_CHECKING:  # the runner loads Selenium: not for `scrapefleet --help`
+    from scrapefleet.consumer.runner import Outcome
 
 OUT_ROOT = Path("scrapefleet-try")  # under the working directory, one folder per try
 
@@ -51,6 +54,8 @@ def try_command(
     with one_line_errors():
         settings = ctx.settings
         load_user_actions(settings.actions)
+        if payload is not None and payload_option is not None:
+            raise SubmitError("payload: given twice (as an argument and as --payload)")
         job = _job_of(target, payload if payload is not None else payload_option)
         if out is None:
             stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -71,13 +76,13 @@ def try_command(
     click.echo(f"{job.kind} completed in {report.seconds:.1f} s")
 
 
-def _why(outcome: Any) -> str:
+def _why(outcome: Outcome) -> str:
     """The outcome in one line: its status, class and the last line of its error."""
-    error_class = getattr(outcome.error_class, "value", None)
-    what = outcome.status + (f" ({error_class})" if error_class else "")
-    detail = outcome.reason or (outcome.error or "").strip().splitlines()[-1:]
-    if isinstance(detail, list):
-        detail = detail[0] if detail else ""
+    what: str = outcome.status
+    if outcome.error_class is not None:
+        what += f" ({outcome.error_class.value})"
+    lines = (outcome.error or "").strip().splitlines()
+    detail = outcome.reason or (lines[-1] if lines else "")
     return f"{what}: {detail}" if detail else what
 
 
