@@ -1,7 +1,8 @@
 """Recurring submissions ("schedules"): when each period falls and what to do at a fire time.
 
-A schedule is a cron expression in a time zone and the jobs to submit at each of its periods
-(a *slot*: the cron time itself, timezone-aware). The leading producer fires due schedules
+A schedule is a cron expression in a time zone, or an interval counted from the schedule's
+creation, and the jobs to submit at each of its periods (a *slot*: the cron time itself, or
+creation + k intervals; timezone-aware). The leading producer fires due schedules
 (producer.schedules); the database keeps each slot to one run (common.store.schedules). Here,
 pure functions only: parsing the cron and the zone, the slots after a time, and the plan of
 one fire from the stored next slot and the time now.
@@ -67,6 +68,35 @@ class Cron:
         return slot
 
 
+@dataclass(frozen=True)
+class Every:
+    """Slots every ``every_s`` seconds from ``anchor`` (the schedule's creation), whatever the
+    zone's clock does: an interval, not a time of day."""
+
+    every_s: float
+    anchor: datetime
+
+    def next_after(self, moment: datetime) -> datetime:
+        """The first slot strictly after ``moment``."""
+        step = timedelta(seconds=self.every_s)
+        if moment < self.anchor:
+            return self.anchor + step
+        passed = (moment - self.anchor) // step
+        return self.anchor + (passed + 1) * step
+
+
+Slots = Cron | Every
+
+
+def slots_of(cron: str | None, timezone: str, every_s: float | None, anchor: datetime) -> Slots:
+    """A stored schedule's slots: its cron in its zone, else its interval from ``anchor``."""
+    if cron is not None:
+        return parse_cron(cron, timezone)
+    if every_s is None or every_s < 1:
+        raise SubmitError("a schedule needs --cron or --every (at least 1 s)")
+    return Every(every_s, anchor)
+
+
 def parse_cron(expression: str, timezone: str = "UTC") -> Cron:
     """A 5-field cron expression in an IANA time zone; SubmitError names the bad one."""
     try:
@@ -108,7 +138,7 @@ class FirePlan:
     missed: int  # slots passed before ``slot`` that get no run of their own
 
 
-def plan_fire(cron: Cron, expected: datetime, now: datetime, catch_up: CatchUp) -> FirePlan | None:
+def plan_fire(cron: Slots, expected: datetime, now: datetime, catch_up: CatchUp) -> FirePlan | None:
     """None when ``expected`` is still ahead of ``now`` (never fire early)."""
     if expected > now:
         return None

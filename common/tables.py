@@ -433,7 +433,8 @@ schedule_defs = sa.Table(
     metadata,
     sa.Column("id", sa.BigInteger, primary_key=True),
     sa.Column("name", sa.Text, nullable=False, unique=True),
-    sa.Column("cron", sa.Text, nullable=False),
+    sa.Column("cron", sa.Text),
+    sa.Column("every_s", sa.Float),
     sa.Column("timezone", sa.Text, nullable=False, server_default="UTC"),
     sa.Column("jobs", JSONB, nullable=False),
     sa.Column("catch_up", sa.Text, nullable=False, server_default="once"),
@@ -445,6 +446,11 @@ schedule_defs = sa.Table(
     sa.CheckConstraint("catch_up IN ('once', 'skip')", name="schedule_defs_catch_up"),
     sa.CheckConstraint("overlap IN ('allow', 'skip')", name="schedule_defs_overlap"),
     sa.CheckConstraint("jsonb_typeof(jobs) = 'array'", name="schedule_defs_jobs_array"),
+    # A cron or an interval (anchored at created_at), never both.
+    sa.CheckConstraint(
+        "(cron IS NULL) <> (every_s IS NULL) AND (every_s IS NULL OR every_s >= 1)",
+        name="schedule_defs_cron_or_every",
+    ),
     comment="Recurring submissions: a cron in a time zone, the jobs, the next slot",
 )
 

@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from scrapefleet.common import store
 from scrapefleet.common.db import describe, transaction
-from scrapefleet.common.schedules import CatchUp, Overlap, RunOutcome, parse_cron, plan_fire
+from scrapefleet.common.schedules import CatchUp, Overlap, RunOutcome, plan_fire, slots_of
 from scrapefleet.common.store.schedules import DueSchedule
 
 log = logging.getLogger(__name__)
@@ -72,8 +72,8 @@ def fire_one(
 ) -> Fired | None:
     """In the caller's transaction: claim the schedule's due slot and run it, or None when it
     is not due or another producer claimed it first."""
-    cron = parse_cron(schedule.cron, schedule.timezone)
-    plan = plan_fire(cron, schedule.next_run_at, now, CatchUp(schedule.catch_up))
+    slots = slots_of(schedule.cron, schedule.timezone, schedule.every_s, schedule.created_at)
+    plan = plan_fire(slots, schedule.next_run_at, now, CatchUp(schedule.catch_up))
     if plan is None or not store.claim_slot(conn, schedule.id, plan.expected, plan.next_run_at):
         return None
     if not plan.fire:

@@ -16,14 +16,16 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import click
 
 from scrapefleet.common.ops.one_line_errors import one_line_errors
 
 LIST_SQL = (
-    "SELECT name, cron, timezone, paused, next_run_at, last_slot, last_outcome, last_lag_s,"
-    " last_jobs, last_completed, last_failed, last_unfinished FROM schedules ORDER BY name"
+    "SELECT name, cron, every_s, timezone, paused, next_run_at, last_slot, last_outcome,"
+    " last_lag_s, last_jobs, last_completed, last_failed, last_unfinished"
+    " FROM schedules ORDER BY name"
 )
 SHOW_SQL = "SELECT * FROM schedules WHERE name = :name"
 RUNS_SQL = (
@@ -41,7 +43,8 @@ def schedules() -> None:
 
 @schedules.command("add")
 @click.argument("name")
-@click.option("--cron", required=True, help="5 fields: minute hour day-of-month month weekday")
+@click.option("--cron", help="5 fields: minute hour day-of-month month weekday")
+@click.option("--every", help="or an interval from now: 30m, 6h, 1h30m, 1d")
 @click.option("--tz", "timezone", default="UTC", show_default=True, help="IANA time zone")
 @click.option(
     "--job",
@@ -68,7 +71,8 @@ def schedules() -> None:
 def add(
     ctx: Any,
     name: str,
-    cron: str,
+    cron: str | None,
+    every: str | None,
     timezone: str,
     job_file: Path,
     catch_up: str,
@@ -77,24 +81,31 @@ def add(
     """Add a schedule NAME."""
     from scrapefleet.common import store
     from scrapefleet.common.db import transaction
-    from scrapefleet.common.schedules import check_name, parse_cron
+    from scrapefleet.common.errors import SubmitError
+    from scrapefleet.common.ops.profiles_command import parse_duration
+    from scrapefleet.common.schedules import check_name, parse_cron, slots_of
     from scrapefleet.common.submit_file import jobs_in_file
 
     with one_line_errors():
         check_name(name)
-        parsed = parse_cron(cron, timezone)
+        if (cron is None) == (every is None):
+            raise SubmitError("give --cron or --every (one of them)")
+        every_s = None if every is None else parse_duration(every, "--every")
+        expression = None if cron is None else parse_cron(cron, timezone).expression
+        now = datetime.now(UTC)
+        slots = slots_of(expression, timezone, every_s, now)
         client = ctx.client  # the actions installed here validate the jobs
         jobs = jobs_in_file(job_file)
         _refuse_not_before(jobs, job_file)
-        next_run_at = parsed.next_after(datetime.now(UTC))
-        spec = store.ScheduleSpec(name, parsed.expression, timezone, tuple(jobs), catch_up, overlap)
+        next_run_at = slots.next_after(now)
+        spec = store.ScheduleSpec(
+            name, expression, timezone, tuple(jobs), catch_up, overlap, every_s
+        )
         with transaction(client.engine) as conn:
-            store.add_schedule(conn, spec, next_run_at)
-    local = next_run_at.astimezone(parsed.trigger.timezone)
-    click.echo(
-        f"schedule {name!r}: {len(jobs)} job(s) at {parsed.expression!r} ({timezone});"
-        f" next run {local.isoformat()}"
-    )
+            store.add_schedule(conn, spec, next_run_at, now)
+    when = f"at {expression!r} ({timezone})" if expression else f"every {every}"
+    local = next_run_at.astimezone(ZoneInfo(timezone))
+    click.echo(f"schedule {name!r}: {len(jobs)} job(s) {when}; next run {local.isoformat()}")
 
 
 def _refuse_not_before(jobs: list[Any], path: Path) -> None:
@@ -133,7 +144,7 @@ def list_schedules(ctx: Any, as_json: bool) -> None:
             f"/{row['last_unfinished']}"
         )
         click.echo(
-            f"{row['name']:<24} {row['cron']:<16} {row['timezone']:<16}"
+            f"{row['name']:<24} {_slots_text(row):<16} {row['timezone']:<16}"
             f" {'paused' if row['paused'] else 'active':<7} {_when(row['next_run_at']):<26}"
             f" {_when(row['last_slot']):<26} {row['last_outcome'] or '-':<16} {last_jobs}"
         )
@@ -180,18 +191,22 @@ def _set_paused(ctx: Any, name: str, paused: bool) -> None:
     from scrapefleet.common import store
     from scrapefleet.common.db import transaction
     from scrapefleet.common.errors import NotFound
-    from scrapefleet.common.schedules import parse_cron
+    from scrapefleet.common.schedules import slots_of
 
     with one_line_errors(), transaction(ctx.read_engine()) as conn:
         next_run_at = None
         if not paused:
             row = conn.execute(
-                sa.text("SELECT cron, timezone FROM schedule_defs WHERE name = :name"),
+                sa.text(
+                    "SELECT cron, timezone, every_s, created_at FROM schedule_defs"
+                    " WHERE name = :name"
+                ),
                 {"name": name},
             ).first()
             if row is None:
                 raise NotFound(f"no schedule {name!r}")
-            next_run_at = parse_cron(row.cron, row.timezone).next_after(datetime.now(UTC))
+            slots = slots_of(row.cron, row.timezone, row.every_s, row.created_at)
+            next_run_at = slots.next_after(datetime.now(UTC))
         changed = store.set_schedule_paused(conn, name, paused, next_run_at)
     word = "paused" if paused else "resumed"
     click.echo(f"schedule {name!r} {word}" if changed else f"schedule {name!r} already {word}")
@@ -240,6 +255,10 @@ def run_now(ctx: Any, name: str) -> None:
             default_max_attempts=ctx.settings.max_attempts,
         )
     click.echo(f"schedule {name!r}: submitted {len(ids or [])} job(s): {ids}")
+
+
+def _slots_text(row: dict[str, Any]) -> str:
+    return str(row["cron"]) if row["cron"] is not None else f"every {row['every_s']:g} s"
 
 
 def _when(moment: datetime | None) -> str:

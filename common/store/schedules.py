@@ -46,13 +46,16 @@ __all__ = [
 ]
 
 ADD_SCHEDULE_SQL = sa.text(
-    "INSERT INTO schedule_defs (name, cron, timezone, jobs, catch_up, overlap, next_run_at)"
-    " VALUES (:name, :cron, :timezone, CAST(:jobs AS jsonb), :catch_up, :overlap, :next_run_at)"
+    "INSERT INTO schedule_defs"
+    "  (name, cron, every_s, timezone, jobs, catch_up, overlap, next_run_at, created_at)"
+    " VALUES (:name, :cron, :every_s, :timezone, CAST(:jobs AS jsonb), :catch_up, :overlap,"
+    "  :next_run_at, :created_at)"
     " ON CONFLICT (name) DO NOTHING"
     " RETURNING id"
 )
 DUE_SQL = sa.text(
-    "SELECT id, name, cron, timezone, jobs, catch_up, overlap, next_run_at FROM schedule_defs"
+    "SELECT id, name, cron, every_s, timezone, jobs, catch_up, overlap, next_run_at, created_at"
+    " FROM schedule_defs"
     " WHERE NOT paused AND next_run_at <= :now ORDER BY next_run_at, id"
 )
 CLAIM_SLOT_SQL = sa.text(
@@ -90,23 +93,26 @@ REMOVE_SQL = sa.text("DELETE FROM schedule_defs WHERE name = :name RETURNING id"
 @dataclass(frozen=True)
 class ScheduleSpec:
     name: str
-    cron: str
+    cron: str | None  # None: an interval schedule (every_s)
     timezone: str
     jobs: tuple[NewJob, ...]  # validated at add (common.submit_file): fired as they are
     catch_up: str = "once"
     overlap: str = "allow"
+    every_s: float | None = None  # slots every this many seconds from its creation
 
 
 @dataclass(frozen=True)
 class DueSchedule:
     id: int
     name: str
-    cron: str
+    cron: str | None
+    every_s: float | None
     timezone: str
     jobs: tuple[NewJob, ...]
     catch_up: str
     overlap: str
     next_run_at: datetime
+    created_at: datetime  # an interval's anchor
 
 
 def _jobs_json(jobs: Sequence[NewJob]) -> str:
@@ -127,18 +133,23 @@ def jobs_of(stored: list[dict[str, Any]]) -> tuple[NewJob, ...]:
     return tuple(NewJob(**{k: v for k, v in row.items() if k in NEW_JOB_FIELDS}) for row in stored)
 
 
-def add_schedule(conn: Connection, spec: ScheduleSpec, next_run_at: datetime) -> int:
-    """Insert the schedule; SubmitError when its name is taken (nothing is changed)."""
+def add_schedule(
+    conn: Connection, spec: ScheduleSpec, next_run_at: datetime, created_at: datetime
+) -> int:
+    """Insert the schedule (``created_at``: an interval's anchor); SubmitError when its name is
+    taken (nothing is changed)."""
     row = conn.execute(
         ADD_SCHEDULE_SQL,
         {
             "name": spec.name,
             "cron": spec.cron,
+            "every_s": spec.every_s,
             "timezone": spec.timezone,
             "jobs": _jobs_json(spec.jobs),
             "catch_up": spec.catch_up,
             "overlap": spec.overlap,
             "next_run_at": next_run_at,
+            "created_at": created_at,
         },
     ).first()
     if row is None:

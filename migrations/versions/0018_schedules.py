@@ -1,6 +1,7 @@
 """Schedules: recurring submissions fired by the leading producer.
 
-- ``schedule_defs``: one row per schedule (a cron in a time zone, the validated jobs it submits,
+- ``schedule_defs``: one row per schedule (a cron in a time zone, or an interval from its
+  ``created_at``; the validated jobs it submits,
   its catch-up and overlap policies, paused or not) and its next slot, ``next_run_at``. The
   producer that fires a slot moves ``next_run_at`` past it in a conditional UPDATE (``WHERE
   next_run_at = <the slot it read>``): of two producers, the second finds the row moved and
@@ -28,7 +29,7 @@ TS = sa.DateTime(timezone=True)
 
 SCHEDULES_VIEW = """
 CREATE VIEW schedules AS
-SELECT d.name, d.cron, d.timezone, d.paused, d.catch_up, d.overlap, d.next_run_at,
+SELECT d.name, d.cron, d.every_s, d.timezone, d.paused, d.catch_up, d.overlap, d.next_run_at,
        r.slot AS last_slot, r.fired_at AS last_fired_at, r.outcome AS last_outcome,
        round(extract(epoch FROM r.fired_at - r.slot)::numeric, 1) AS last_lag_s,
        coalesce(cardinality(r.job_ids), 0) AS last_jobs,
@@ -56,7 +57,8 @@ def upgrade() -> None:
         "schedule_defs",
         sa.Column("id", sa.BigInteger, primary_key=True),
         sa.Column("name", sa.Text, nullable=False, unique=True),
-        sa.Column("cron", sa.Text, nullable=False),
+        sa.Column("cron", sa.Text),
+        sa.Column("every_s", sa.Float),
         sa.Column("timezone", sa.Text, nullable=False, server_default="UTC"),
         sa.Column("jobs", JSONB, nullable=False),
         sa.Column("catch_up", sa.Text, nullable=False, server_default="once"),
@@ -68,6 +70,11 @@ def upgrade() -> None:
         sa.CheckConstraint("catch_up IN ('once', 'skip')", name="schedule_defs_catch_up"),
         sa.CheckConstraint("overlap IN ('allow', 'skip')", name="schedule_defs_overlap"),
         sa.CheckConstraint("jsonb_typeof(jobs) = 'array'", name="schedule_defs_jobs_array"),
+        # A cron or an interval (anchored at created_at), never both.
+        sa.CheckConstraint(
+            "(cron IS NULL) <> (every_s IS NULL) AND (every_s IS NULL OR every_s >= 1)",
+            name="schedule_defs_cron_or_every",
+        ),
         comment="Recurring submissions: a cron in a time zone, the jobs, the next slot",
     )
     op.create_table(

@@ -33,6 +33,8 @@ def _schedule_rows(engine: Engine) -> int:
         (["--cron", "0 25 * * *"], "error: --cron: '0 25 * * *': Error validating expression"),
         (["--cron", "0 7 * *"], "error: --cron: '0 7 * *' has 4 fields, not 5"),
         (["--cron", "0 7 * * *", "--tz", "Europe/Nowhere"], "error: --tz: unknown time zone"),
+        (["--cron", "0 7 * * *", "--every", "1d"], "error: give --cron or --every (one of them)"),
+        (["--every", "soon"], "error: --every 'soon': not a duration"),
     ],
 )
 def test_a_bad_cron_or_zone_is_one_line_and_nothing_is_written(
@@ -101,3 +103,18 @@ def test_a_schedules_life_from_the_command_line(
     gone = run_cli(["schedules", "rm", "daily"], database_url)
     assert (gone.returncode, gone.stderr) == (1, "error: no schedule 'daily'\n")
     assert _schedule_rows(engine) == 0
+
+
+def test_an_interval_schedule_is_added_with_every(
+    engine: Engine, database_url: str, job_file: Path
+) -> None:
+    added = run_cli(
+        ["schedules", "add", "often", "--every", "1h30m", "--job", str(job_file)], database_url
+    )
+    assert added.returncode == 0, added.stderr
+    assert "schedule 'often': 1 job(s) every 1h30m; next run " in added.stdout
+    with engine.connect() as conn:
+        row = conn.execute(
+            sa.text("SELECT cron, every_s, next_run_at - created_at AS first FROM schedule_defs")
+        ).one()
+    assert (row.cron, row.every_s, row.first.total_seconds()) == (None, 5400.0, 5400.0)

@@ -20,7 +20,7 @@ from sqlalchemy.engine import Connection, Engine
 from scrapefleet.common import store
 from scrapefleet.common.db import make_engine
 from scrapefleet.common.ops.dashboard.app import create_app
-from scrapefleet.common.schedules import parse_cron
+from scrapefleet.common.schedules import parse_cron, slots_of
 from scrapefleet.common.settings import load_settings
 from scrapefleet.common.store import JobFilter, NewJob, ScheduleSpec
 from scrapefleet.producer.daemon import Producer
@@ -60,7 +60,7 @@ def add(
 ) -> None:
     spec = ScheduleSpec(name, cron, zone, jobs, **policies)
     with engine.begin() as conn:
-        store.add_schedule(conn, spec, parse_cron(cron, zone).next_after(now))
+        store.add_schedule(conn, spec, parse_cron(cron, zone).next_after(now), now)
 
 
 def runs(engine: Engine, name: str) -> list[sa.Row[tuple[object, ...]]]:
@@ -256,7 +256,7 @@ def test_the_leading_producer_fires_a_due_schedule_and_its_standby_does_not(
     due_since = datetime.now(UTC) - timedelta(seconds=1)
     spec = ScheduleSpec("daily", "0 7 * * *", "UTC", (NOOP,))
     with engine.begin() as conn:
-        store.add_schedule(conn, spec, due_since)
+        store.add_schedule(conn, spec, due_since, due_since)
     leader = named_producers("leader")
     leader.start()
     wait_for(lambda: leader.is_leader, what="the first producer to lead")
@@ -313,9 +313,34 @@ def test_the_dashboard_lists_each_schedule_and_its_last_run(
     with engine.begin() as conn:
         store.set_schedule_paused(conn, "daily", True)
     fire_due(engine, MONDAY + timedelta(hours=1, seconds=30), "a", 3)
+    often = ScheduleSpec("often", None, "UTC", (NOOP,), every_s=5400.0)
+    with engine.begin() as conn:
+        store.add_schedule(conn, often, MONDAY + timedelta(minutes=90), MONDAY)
     page = client.get("/schedules")
     assert page.status_code == 200
     rows = re.findall(r'<tr id="schedule-\d+">(.*?)</tr>', page.get_data(as_text=True), re.S)
-    daily, hourly = (" ".join(html.unescape(re.sub(r"<[^>]+>", " ", row)).split()) for row in rows)
+    daily, hourly, every = (
+        " ".join(html.unescape(re.sub(r"<[^>]+>", " ", row)).split()) for row in rows
+    )
+    assert every.startswith("often every 5400 s active")
     assert daily.startswith("daily 0 7 * * * Europe/Paris paused") and "never run" in daily
     assert hourly.startswith("hourly 0 * * * * UTC active") and "fired 30.0 s 1 0 0 1" in hourly
+
+
+def test_an_interval_schedule_fires_each_slot_once_under_two_producers(
+    producers: tuple[Engine, Engine], engine: Engine
+) -> None:
+    a, b = producers
+    created = MONDAY + timedelta(minutes=7)
+    slots = slots_of(None, "UTC", 2700.0, created)
+    spec = ScheduleSpec("every-45m", None, "UTC", (NOOP,), every_s=2700.0)
+    with engine.begin() as conn:
+        store.add_schedule(conn, spec, slots.next_after(created), created)
+    for step in range(1, 19):  # six hours of 20-minute ticks
+        fire_together([(a, "a"), (b, "b")], MONDAY + step * STEP)
+    end = MONDAY + 18 * STEP
+    expected = [created + k * timedelta(minutes=45) for k in range(1, 8)]
+    assert expected[-1] <= end < expected[-1] + timedelta(minutes=45)
+    fired = runs(engine, "every-45m")
+    assert [r.slot for r in fired] == expected
+    assert all(r.outcome == "fired" and r.missed == 0 and r.fired_at >= r.slot for r in fired)

@@ -13,6 +13,7 @@ from scrapefleet.common.schedules import (
     check_name,
     parse_cron,
     plan_fire,
+    slots_of,
 )
 from scrapefleet.common.store import NewJob, jobs_of
 
@@ -97,3 +98,30 @@ def test_a_bad_name_is_refused(name: str) -> None:
 def test_stored_jobs_survive_a_version_that_knows_other_fields() -> None:
     stored = [{"kind": "noop", "payload": {"a": 1}, "field_of_a_later_version": True}]
     assert jobs_of(stored) == (NewJob("noop", {"a": 1}),)
+
+
+def test_an_interval_counts_its_slots_from_its_creation() -> None:
+    created = at("2026-11-27T06:10:00+00:00")
+    every = slots_of(None, "Europe/Paris", 1800.0, created)
+    assert every.next_after(created - timedelta(days=1)) == created + timedelta(minutes=30)
+    assert every.next_after(created) == created + timedelta(minutes=30)
+    assert every.next_after(at("2026-11-27T07:40:00+00:00")) == at("2026-11-27T08:10:00+00:00")
+    # Across Paris' change of time, an interval stays an interval.
+    spring = slots_of(None, "Europe/Paris", 3600.0, at("2026-03-29T00:30:00+00:00"))
+    assert spring.next_after(at("2026-03-29T01:30:00+00:00")) == at("2026-03-29T02:30:00+00:00")
+
+
+def test_after_downtime_an_interval_fires_once_for_its_latest_slot() -> None:
+    created = at("2026-11-27T06:00:00+00:00")
+    every = slots_of(None, "UTC", 600.0, created)
+    plan = plan_fire(
+        every, created + timedelta(minutes=10), at("2026-11-27T07:05:00+00:00"), CatchUp.ONCE
+    )
+    assert plan is not None
+    assert (plan.slot, plan.missed) == (at("2026-11-27T07:00:00+00:00"), 5)
+    assert plan.next_run_at == at("2026-11-27T07:10:00+00:00")
+
+
+def test_a_schedule_needs_a_cron_or_an_interval() -> None:
+    with pytest.raises(SubmitError, match="needs --cron or --every"):
+        slots_of(None, "UTC", None, at("2026-11-27T06:00:00+00:00"))
