@@ -15,9 +15,21 @@ applied by the runner before the action runs; the action's params never see it.
     @register("prices", PricesParams, needs_browser=True)
     def prices(driver, params): ...
 
-User actions are loaded from 'module:function' paths named in the ``actions`` setting; importing
-the module runs its ``@register`` decorators. A plain function not decorated is registered under
-its attribute name with free-form params.
+User actions are loaded from the ``actions`` setting and from installed packages:
+
+- ``module``: importing it runs its ``@register`` decorators (every action it defines);
+- ``module:function``: as above; a plain function not decorated is registered under its
+  attribute name with free-form params;
+- every entry point of the group ``scrapefleet.actions`` of an installed distribution (its
+  value is ``module`` or ``module:function``): a team's package ships its actions by declaring
+  ``[project.entry-points."scrapefleet.actions"] myteam = "myteam.scrapers"``.
+
+A module that does not import, or a name that is not a function, raises SettingsError naming
+it in one line: a consumer does not start with half its actions.
+
+``register`` also takes an action's defaults for its jobs: ``timeout_s`` (a consumer's limit on
+one attempt, instead of the host's ``job_timeout_s``), ``max_attempts``, ``priority`` and
+``rate_key``, applied at submit wherever the job does not give its own.
 
 An action that returns within a millisecond and never waits (no network, no file, no sleep) may
 say so with ``light``: a consumer then runs its jobs in the thread that claimed them, with no
@@ -35,6 +47,7 @@ transient failure, retried with backoff (common.error_classes).
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -56,8 +69,10 @@ from scrapefleet.common.browser_options import (
 )
 from scrapefleet.common.error_classes import Blocked, Permanent, RateLimited
 from scrapefleet.common.errors import SettingsError, SubmitError, UnknownAction
+from scrapefleet.common.rate_limits import check_rate_key
 
 __all__ = [
+    "ENTRY_POINT_GROUP",
     "Action",
     "Blocked",
     "FreeParams",
@@ -67,6 +82,7 @@ __all__ = [
     "action_names",
     "get_action",
     "load_user_actions",
+    "longest_time_limit_s",
     "register",
 ]
 
@@ -90,6 +106,15 @@ class Action:
     needs_browser: bool = False
     isolation: Isolation = DEFAULT_ISOLATION  # a browser action's own default
     light: Lightness = False
+    # Defaults for its jobs, each used where the job gives none (None: the host's or settings').
+    timeout_s: float | None = None  # one attempt's limit on a consumer, else job_timeout_s
+    max_attempts: int | None = None
+    priority: int | None = None
+    rate_key: str | None = None
+
+    def time_limit_s(self, host_default_s: float) -> float:
+        """How long one attempt may run on a host whose own limit is ``host_default_s``."""
+        return self.timeout_s if self.timeout_s is not None else host_default_s
 
     def is_light(self, payload: Any) -> bool:
         """Whether this job may run in the claiming thread. A payload the function cannot read
@@ -154,6 +179,11 @@ class Action:
 _REGISTRY: dict[str, Action] = {}
 _LOCK = threading.Lock()
 _BUILTINS_LOADED = False
+# An action's default priority and max_attempts: within a submitted job's own bounds
+# (common.submit_file).
+PRIORITY_MIN, PRIORITY_MAX = -1_000_000, 1_000_000
+MAX_ATTEMPTS_LIMIT = 100
+ENTRY_POINT_GROUP = "scrapefleet.actions"  # installed packages' actions (load_user_actions)
 # The browser actions' params are declared in the library; their Selenium implementations are
 # registered when the consumer imports scrapefleet.consumer.selenium_actions.
 BUILTIN_MODULES = (
@@ -170,15 +200,41 @@ def register(
     needs_browser: bool = False,
     isolation: Isolation = DEFAULT_ISOLATION,
     light: Lightness = False,
+    timeout_s: float | None = None,
+    max_attempts: int | None = None,
+    priority: int | None = None,
+    rate_key: str | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register the decorated function as the action ``name`` (see the module's docstring).
+    The defaults are checked here, so a bad one stops the import that declares it."""
     isolation = validate_isolation(isolation)
     if needs_browser and light is not False:
         # A browser job waits on the browser for its whole run: never in the claiming thread.
         raise ValueError(f"action {name!r}: a browser action cannot be light")
+    if timeout_s is not None and not timeout_s > 0:
+        raise ValueError(f"action {name!r}: timeout_s must be above 0, not {timeout_s!r}")
+    if max_attempts is not None and not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT:
+        raise ValueError(f"action {name!r}: max_attempts must be 1 to {MAX_ATTEMPTS_LIMIT}")
+    if priority is not None and not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        raise ValueError(f"action {name!r}: priority must be {PRIORITY_MIN} to {PRIORITY_MAX}")
+    if rate_key is not None:
+        rate_key = check_rate_key(rate_key)
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        action = Action(
+            name,
+            func,
+            params_model,
+            needs_browser,
+            isolation,
+            light,
+            timeout_s=timeout_s,
+            max_attempts=max_attempts,
+            priority=priority,
+            rate_key=rate_key,
+        )
         with _LOCK:
-            _REGISTRY[name] = Action(name, func, params_model, needs_browser, isolation, light)
+            _REGISTRY[name] = action
         func.__scrapefleet_action__ = name  # type: ignore[attr-defined]
         return func
 
@@ -198,21 +254,41 @@ def _load_builtins() -> None:
     _BUILTINS_LOADED = True
 
 
-def load_user_actions(paths: Iterable[str]) -> None:
-    """Import 'module:function' paths; a bad path raises SettingsError naming it."""
+def load_user_actions(paths: Iterable[str], *, entry_points: bool = True) -> None:
+    """Import the ``actions`` setting's 'module' and 'module:function' paths, then (unless
+    ``entry_points`` is False) every installed package's ``scrapefleet.actions`` entry point.
+    The first that fails raises SettingsError naming it in one line."""
     for path in paths:
-        module_name, _, attr = path.partition(":")
-        if not module_name or not attr:
-            raise SettingsError(f"invalid setting actions: {path!r} is not 'module:function'")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise SettingsError(f"invalid setting actions: cannot import {path!r}: {exc}") from None
-        func = getattr(module, attr, None)
-        if not callable(func):
-            raise SettingsError(f"invalid setting actions: {path!r} is not a function")
-        if not hasattr(func, "__scrapefleet_action__"):
-            register(attr)(func)
+        _load_path(path, "invalid setting actions")
+    if entry_points:
+        for point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            package = point.dist.name if point.dist is not None else "an installed package"
+            _load_path(
+                point.value, f"entry point {point.name!r} of {package} ({ENTRY_POINT_GROUP})"
+            )
+
+
+def _load_path(path: str, where: str) -> None:
+    module_name, colon, attr = path.strip().partition(":")
+    if (
+        not module_name
+        or (colon and not attr)
+        or not all(part.isidentifier() for part in module_name.split("."))
+    ):
+        raise SettingsError(f"{where}: {path!r} is not 'module' or 'module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # a scraper module's own error at import is as fatal as a missing one
+        raise SettingsError(
+            f"{where}: cannot import {module_name!r}: {type(exc).__name__}: {exc}"
+        ) from None
+    if not attr:
+        return  # importing it ran its @register decorators
+    func = getattr(module, attr, None)
+    if not callable(func):
+        raise SettingsError(f"{where}: {path!r} is not a function")
+    if not hasattr(func, "__scrapefleet_action__"):
+        register(attr)(func)
 
 
 def get_action(kind: str) -> Action:
@@ -222,6 +298,15 @@ def get_action(kind: str) -> Action:
     except KeyError:
         known = ", ".join(sorted(_REGISTRY)) or "none"
         raise UnknownAction(f"unknown job kind {kind!r} (known: {known})") from None
+
+
+def longest_time_limit_s(host_default_s: float) -> float:
+    """The longest an attempt of any registered action may run on a host whose own limit is
+    ``host_default_s``: how long a drain must wait for a job to end by itself."""
+    _load_builtins()
+    with _LOCK:
+        actions = list(_REGISTRY.values())
+    return max((a.time_limit_s(host_default_s) for a in actions), default=host_default_s)
 
 
 def action_names() -> list[str]:

@@ -1,9 +1,25 @@
-"""The Python API for submitting jobs and reading results; the admin CLI uses it too.
+"""scrapefleet's public Python API: everything a scraper's author or a submitting program
+imports, from this one module (the admin CLI uses it too; docs/scrapers.md walks through it).
 
-from scrapefleet.common.api import Client
-with Client("postgresql://...") as client:
-    job_id = client.submit("http_get", {"url": "https://example.org/"})
-    print(client.wait([job_id], timeout_s=60))
+Writing actions:
+
+    from pydantic import BaseModel
+    from scrapefleet.common.api import Permanent, Spawned, register
+
+    class PriceParams(BaseModel):
+        url: str
+
+    @register("prices", PriceParams, needs_browser=True, timeout_s=120, max_attempts=5)
+    def prices(driver, params): ...
+
+Submitting and reading:
+
+    from scrapefleet.common.api import Client
+    with Client("postgresql://...") as client:
+        job_id = client.submit("http_get", {"url": "https://example.org/"})
+        print(client.wait([job_id], timeout_s=60))
+
+Names outside ``__all__`` (and the other modules of scrapefleet) may change between versions.
 """
 
 from __future__ import annotations
@@ -15,18 +31,48 @@ from types import TracebackType
 from typing import Any
 
 from scrapefleet.common import queries, store
-from scrapefleet.common.actions import load_user_actions
+from scrapefleet.common.actions import FreeParams, Lightness, load_user_actions, register
+from scrapefleet.common.browser_isolation import Isolation
 from scrapefleet.common.db import make_engine, transaction, wrapped_errors
-from scrapefleet.common.errors import JobFailed, SettingsError, SubmitError
+from scrapefleet.common.error_classes import Blocked, Permanent, RateLimited
+from scrapefleet.common.errors import (
+    JobFailed,
+    ScrapefleetError,
+    SettingsError,
+    SubmitError,
+    UnknownAction,
+)
 from scrapefleet.common.profiles import payload_profile_pool
 from scrapefleet.common.results import ResultFilter, iter_results, results_of
 from scrapefleet.common.settings import Settings, load_settings
+from scrapefleet.common.spawn import Child, Spawned
 from scrapefleet.common.store import InsertResult, NewJob
 from scrapefleet.common.store.statuses import FINISHED
 from scrapefleet.common.submit_file import validate_job
 
 # FINISHED: the statuses wait() ends on (the tools use it too).
-__all__ = ["FINISHED", "Client", "JobFailed", "ResultFilter"]
+__all__ = [
+    "FINISHED",
+    "Blocked",
+    "Child",
+    "Client",
+    "FreeParams",
+    "InsertResult",
+    "Isolation",
+    "JobFailed",
+    "Lightness",
+    "NewJob",
+    "Permanent",
+    "RateLimited",
+    "ResultFilter",
+    "ScrapefleetError",
+    "SettingsError",
+    "Spawned",
+    "SubmitError",
+    "UnknownAction",
+    "register",
+    "validate_job",
+]
 
 
 def refuse_unpinnable(jobs: Sequence[NewJob]) -> None:
@@ -70,7 +116,7 @@ class Client:
         kind: str,
         payload: dict[str, Any] | None = None,
         *,
-        priority: int = 0,
+        priority: int | None = None,
         max_attempts: int | None = None,
         not_before: datetime | None = None,
         dedupe_key: str | None = None,
@@ -79,6 +125,7 @@ class Client:
         rate_key: str | None = None,
     ) -> int | None:
         """Submit one job; returns its id, or None when its dedupe key is already in use.
+        A field left None takes its action's default (``register(...)``), else the settings'.
         ``callback_url`` (http or https) gets a signed POST when the job completes or fails."""
         job = validate_job(
             {

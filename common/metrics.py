@@ -171,6 +171,18 @@ class ProducerFigures:
 
 
 @dataclass(frozen=True)
+class ScheduleFigures:
+    """One schedule (the schedules view): when it runs next, and how its runs went."""
+
+    paused: bool
+    next_run_timestamp_s: float
+    overdue_s: float  # how far past its next slot it is, unfired (0 when not due, or paused)
+    last_run_timestamp_s: float | None  # its last run's fire time, whatever its outcome
+    last_lag_s: float | None  # how late that run fired after its slot
+    last_success_timestamp_s: float | None  # the last run whose every job completed
+
+
+@dataclass(frozen=True)
 class RateKeyFigures:
     """One row of the rate_limits view: a site the fleet holds to a limit, or slowed, or
     paused (queries.rate_keys)."""
@@ -188,6 +200,7 @@ class FleetSnapshot:
     producer: ProducerFigures | None = None
     oldest_pending_age_s: float = 0.0  # of a pending job due now; 0 when none waits
     rate_keys: Mapping[str, RateKeyFigures] = field(default_factory=dict)
+    schedules: Mapping[str, ScheduleFigures] = field(default_factory=dict)
 
 
 def job_counts_with_zeros(
@@ -253,6 +266,7 @@ class _FleetCollector(Collector):
         oldest.add_metric([], snapshot.oldest_pending_age_s)
         yield from (jobs, state, memory, restarts, reboots, oldest)
         yield from _rate_key_families(snapshot.rate_keys)
+        yield from _schedule_families(snapshot.schedules)
         if snapshot.producer is not None:
             yield from _producer_families(snapshot.producer)
 
@@ -283,6 +297,35 @@ def _rate_key_families(keys: Mapping[str, RateKeyFigures]) -> Iterator[Metric]:
         families["in_flight"].add_metric([key], figures.in_flight)
         families["pending"].add_metric([key], figures.pending)
     yield from families.values()
+
+
+def _schedule_families(schedules: Mapping[str, ScheduleFigures]) -> Iterator[Metric]:
+    def family(name: str, text: str) -> GaugeMetricFamily:
+        return GaugeMetricFamily(f"scrapefleet_schedule_{name}", text, labels=["schedule"])
+
+    paused = family("paused", "1 while the schedule is paused")
+    next_run = family("next_run_timestamp_seconds", "Unix time of the schedule's next slot")
+    overdue = family(
+        "overdue_seconds",
+        "How far past its next slot the schedule is, unfired (0 when not due or paused):"
+        " above a few producer intervals, no producer is firing it",
+    )
+    last_run = family("last_run_timestamp_seconds", "Unix time its last run fired")
+    last_lag = family("last_lag_seconds", "How late its last run fired after its slot")
+    success = family(
+        "last_success_timestamp_seconds", "Unix time of its last run whose every job completed"
+    )
+    for name, figures in sorted(schedules.items()):
+        paused.add_metric([name], 1.0 if figures.paused else 0.0)
+        next_run.add_metric([name], figures.next_run_timestamp_s)
+        overdue.add_metric([name], figures.overdue_s)
+        if figures.last_run_timestamp_s is not None:
+            last_run.add_metric([name], figures.last_run_timestamp_s)
+        if figures.last_lag_s is not None:
+            last_lag.add_metric([name], figures.last_lag_s)
+        if figures.last_success_timestamp_s is not None:
+            success.add_metric([name], figures.last_success_timestamp_s)
+    yield from (paused, next_run, overdue, last_run, last_lag, success)
 
 
 def _producer_families(figures: ProducerFigures) -> Iterator[Metric]:

@@ -250,3 +250,25 @@ def rate_keys(conn: Connection, *, every_key: bool, limit: int) -> list[dict[str
         {"limit": limit},
     )
     return [dict(r._mapping) for r in rows]
+
+
+# Each schedule for its metrics: the schedules view, how overdue its next slot is, and its last
+# run whose every job completed (archived jobs included).
+SCHEDULE_FIGURES_SQL = sa.text(
+    "SELECT s.name, s.paused, s.next_run_at,"
+    "  CASE WHEN s.paused THEN 0"
+    "       ELSE greatest(extract(epoch FROM now() - s.next_run_at), 0) END AS overdue_s,"
+    "  s.last_fired_at, s.last_lag_s,"
+    "  (SELECT max(r.fired_at) FROM schedule_runs r JOIN schedule_defs d ON d.id = r.schedule_id"
+    "   WHERE d.name = s.name AND cardinality(r.job_ids) > 0"
+    "     AND (SELECT count(*) FROM ("
+    "            SELECT 1 FROM jobs WHERE id = ANY (r.job_ids) AND status = 'completed'"
+    "            UNION ALL"
+    "            SELECT 1 FROM jobs_archive WHERE id = ANY (r.job_ids) AND status = 'completed'"
+    "          ) done) = cardinality(r.job_ids)) AS last_success_at"
+    " FROM schedules s ORDER BY s.name LIMIT :limit"
+)
+
+
+def schedule_figures(conn: Connection, limit: int) -> list[dict[str, Any]]:
+    return [dict(row) for row in conn.execute(SCHEDULE_FIGURES_SQL, {"limit": limit}).mappings()]

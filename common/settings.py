@@ -82,8 +82,9 @@ class Settings(BaseSettings):
     # "a,b" works as well as JSON.
     actions: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="user actions as 'module:function' dotted paths (env: comma-separated, or a"
-        " JSON list)",
+        description="user actions: 'module' (imported: its @register actions) or"
+        " 'module:function' dotted paths (env: comma-separated, or a JSON list); installed"
+        " packages' 'scrapefleet.actions' entry points are loaded too",
     )
 
     # Database connections: common/db.py adds these to every connection unless the URL names
@@ -174,7 +175,8 @@ class Settings(BaseSettings):
         default=None,
         gt=0,
         description="a consumer's warm stop waits this long for running jobs, then stops cold"
-        " (they go back to pending); unset -> job_timeout_s",
+        " (they go back to pending); unset -> the longest of job_timeout_s and the actions'"
+        " own timeout_s",
     )
 
     # http_get (common/http_client.py): the host's defaults; a job's own params win.

@@ -14,12 +14,13 @@ import csv
 import json
 from collections.abc import Iterable, Iterator
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from scrapefleet.common.actions import get_action
+from scrapefleet.common.actions import MAX_ATTEMPTS_LIMIT, PRIORITY_MAX, PRIORITY_MIN, get_action
 from scrapefleet.common.errors import SubmitError
 from scrapefleet.common.rate_limits import check_rate_key
 from scrapefleet.common.store import NewJob
@@ -29,8 +30,9 @@ class JobLine(BaseModel):
     model_config = ConfigDict(extra="forbid")
     kind: str = Field(min_length=1)
     payload: dict[str, Any] = Field(default_factory=dict)
-    priority: int = Field(default=0, ge=-1_000_000, le=1_000_000)
-    max_attempts: int | None = Field(default=None, ge=1, le=100)
+    # None: the action's default (common.actions.register), else 0 / the settings' max_attempts.
+    priority: int | None = Field(default=None, ge=PRIORITY_MIN, le=PRIORITY_MAX)
+    max_attempts: int | None = Field(default=None, ge=1, le=MAX_ATTEMPTS_LIMIT)
     not_before: datetime | None = None
     dedupe_key: str | None = Field(default=None, min_length=1)
     lock_key: str | None = Field(default=None, min_length=1)
@@ -77,7 +79,35 @@ def validate_job(fields: dict[str, Any]) -> NewJob:
         raise SubmitError(f"field {where!r}: {err['msg']}") from None
     action = get_action(line.kind)  # UnknownAction names the kind
     action.validate(line.payload)
-    return NewJob(**line.model_dump(), needs_browser=action.needs_browser)
+    fields = line.model_dump()
+    # The job's own fields win; then the action's defaults (register(...)).
+    fields["priority"] = _first(line.priority, action.priority, 0)
+    fields["max_attempts"] = _first(line.max_attempts, action.max_attempts)
+    fields["rate_key"] = _first(line.rate_key, action.rate_key)
+    return NewJob(**fields, needs_browser=action.needs_browser)
+
+
+def _first(*values: Any) -> Any:
+    return next((v for v in values if v is not None), None)
+
+
+def jobs_in_file(path: Path) -> list[NewJob]:
+    """The jobs of a job file as `try` and `schedules add` read it: one JSON object however it
+    is laid out, JSON lines, or CSV (by its name); SubmitError names the file and line."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise SubmitError(f"{path}: {exc.strerror or exc}") from None
+    try:
+        whole = json.loads(raw.decode("utf-8-sig"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        whole = None
+    if isinstance(whole, dict):
+        return [validate_job(whole)]
+    try:
+        return read_jobs(raw.splitlines(keepends=True), detect_format(path.name, None), str(path))
+    except SubmitError as exc:
+        raise SubmitError(f"{path}: {exc}") from None
 
 
 def read_jobs(raw: Iterable[bytes], fmt: str, name: str = "the file") -> list[NewJob]:

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from scrapefleet.consumer.network_log import network_log_of
+from scrapefleet.consumer.network_log import NetworkLog, network_log_of
 
 CAPTURE_PART_TIMEOUT_S = 15.0  # per part; a hung renderer must not hold the job's slot
 FULL_PAGE_MAX_HEIGHT_PX = 16_384  # beyond this Chromium's capture fails or eats memory
@@ -86,9 +86,27 @@ def capture_failure(
     traceback_text: str,
     part_timeout_s: float = CAPTURE_PART_TIMEOUT_S,
 ) -> dict[str, Any]:
-    """Save what can be saved; returns {"screenshot", "html", "traceback", "network": path |
-    None, "notes": [why a part is missing]}. Never raises. ``network`` is None, without a
-    note, for a session that logs no requests (one without BiDi)."""
+    """Save what can be saved of a failed attempt under ``<artifacts_dir>/<job_id>/``; returns
+    {"screenshot", "html", "traceback", "network": path | None, "notes": [why a part is
+    missing]}. Never raises. ``network`` is None, without a note, for a session that logs no
+    requests (one without BiDi)."""
+    network = network_log_of(driver) if driver is not None else None
+    folder = Path(artifacts_dir) / str(job_id)
+    return capture_page(
+        driver, folder, f"attempt-{attempt}", traceback_text, network, part_timeout_s
+    )
+
+
+def capture_page(
+    driver: Any | None,
+    folder: Path,
+    stem: str,
+    traceback_text: str | None,
+    network: NetworkLog | None,
+    part_timeout_s: float = CAPTURE_PART_TIMEOUT_S,
+) -> dict[str, Any]:
+    """``folder/<stem>.txt`` (the traceback, when given), ``.network.json``, ``.png`` and
+    ``.html`` of the page ``driver`` shows now, as capture_failure says. Never raises."""
     result: dict[str, Any] = {
         "screenshot": None,
         "html": None,
@@ -97,8 +115,6 @@ def capture_failure(
         "notes": [],
     }
     notes: list[str] = result["notes"]
-    folder = Path(artifacts_dir) / str(job_id)
-    stem = f"attempt-{attempt}"
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -114,8 +130,8 @@ def capture_failure(
             notes.append(f"{key} not captured: {_one_line(exc)}")
 
     # The traceback first: it needs no browser and is the one part always worth having.
-    save("traceback", ".txt", lambda: traceback_text.encode())
-    network = network_log_of(driver) if driver is not None else None
+    if traceback_text is not None:
+        save("traceback", ".txt", lambda: traceback_text.encode())
     if network is not None:  # read from memory: needs no answer from the browser
         network.settle()
         save("network", ".network.json", lambda: network.as_json().encode())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from scrapefleet.common.actions import load_user_actions, longest_time_limit_s
 from scrapefleet.common.settings import Settings
 from scrapefleet.consumer import artifacts
 from scrapefleet.consumer.runner import CaptureFailure, DriverFactory
@@ -29,13 +30,18 @@ class ConsumerConfig:
         capture_failure: CaptureFailure | None = None,
         drain_timeout_s: float | None = None,
     ) -> ConsumerConfig:
+        if drain_timeout_s is None:
+            # No attempt runs longer than its action's timeout_s, else job_timeout_s: a drain
+            # that long waits for any job. The user actions are loaded for their limits (a
+            # module that does not import stops the consumer here, naming it).
+            load_user_actions(settings.actions)
+            drain_timeout_s = longest_time_limit_s(settings.job_timeout_s)
         return cls(
             settings=settings,
             host=host,
             driver_factory=driver_factory,
             capture_failure=capture_failure or artifacts.capture_into(settings.artifacts_dir),
-            # A job cannot run longer than job_timeout_s: a drain that long waits for any job.
-            drain_timeout_s=settings.job_timeout_s if drain_timeout_s is None else drain_timeout_s,
+            drain_timeout_s=drain_timeout_s,
         )
 
     @property

@@ -21,7 +21,8 @@ while it runs (consumer.serving.RunningConsumer) is built in one place once its 
 registered, so none of it is ever missing. Shutdown is its common.lifecycle.Lifecycle, which
 every loop checks:
 - warm (a first SIGTERM/SIGINT, ``request_stop``, idle): no new claims, queued jobs handed back,
-  in-flight jobs finish, for at most ``drain_timeout_s`` (``job_timeout_s`` unless told);
+  in-flight jobs finish, for at most ``drain_timeout_s`` (unless told, the longest an attempt
+  may run: ``job_timeout_s`` or an action's own ``timeout_s``);
 - cold (a second signal, ``request_cold_stop``, a drain past its deadline): in-flight jobs are
   not waited for; they end as a crash's would (released: back to pending, the attempt given
   back) and their late results are dropped, so none completes twice.

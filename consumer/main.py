@@ -141,7 +141,12 @@ def run(
     from scrapefleet.common.metrics import CONSUMER_REGISTRY, serve_metrics
     from scrapefleet.consumer.daemon import Consumer  # after settings: a bad setting exits fast
 
-    consumer = Consumer(settings, engine, name, drain_timeout_s=settings.drain_timeout_s)
+    try:  # loads the user actions: a module that does not import stops it here, in one line
+        consumer = Consumer(settings, engine, name, drain_timeout_s=settings.drain_timeout_s)
+    except SettingsError as exc:
+        engine.dispose()
+        _fail(str(exc), 2)
+        raise  # unreachable; for the type checker
     try:
         metrics_server = serve_metrics(
             settings.metrics_address, settings.metrics_port, CONSUMER_REGISTRY

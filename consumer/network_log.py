@@ -185,17 +185,19 @@ def network_log_of(driver: Any) -> NetworkLog | None:
 
 
 @contextlib.contextmanager
-def recording(driver: Any, user_context: str) -> Iterator[NetworkLog]:
-    """Log every request of ``user_context`` (its tabs, frames and popups) until exit."""
+def recording(driver: Any, user_context: str | None) -> Iterator[NetworkLog]:
+    """Log every request of ``user_context`` (its tabs, frames and popups) until exit; None:
+    of every context of the session (a session that runs one job alone: `scrapefleet try`)."""
     log = NetworkLog()
     listeners = [
         (event, bidi.add_listener(driver, event, _recorder(log, event))) for event in EVENTS
     ]
     subscription: str | None = None
     try:
-        answer = bidi.command(
-            driver, "session.subscribe", {"events": list(EVENTS), "userContexts": [user_context]}
-        )
+        params: dict[str, Any] = {"events": list(EVENTS)}
+        if user_context is not None:
+            params["userContexts"] = [user_context]
+        answer = bidi.command(driver, "session.subscribe", params)
         subscription = answer.get("subscription")
         with _LOGS_LOCK:
             _LOGS[driver] = log

@@ -64,10 +64,24 @@ def _is_light(job: ClaimedJob) -> bool:
     return action.is_light(job.payload)
 
 
+def time_limit_s(job: ClaimedJob, host_default_s: float) -> float:
+    """How long one attempt of ``job`` may run: its action's ``timeout_s``, else the host's
+    ``job_timeout_s`` (an unknown kind fails at once in its worker: the host's)."""
+    try:
+        return get_action(job.kind).time_limit_s(host_default_s)
+    except UnknownAction:
+        return host_default_s
+
+
 @dataclass(frozen=True)
 class InFlight:
     job: ClaimedJob
     started: float  # time.monotonic()
+    limit_s: float  # its attempt's time limit (time_limit_s)
+
+    @property
+    def deadline(self) -> float:
+        return self.started + self.limit_s
 
 
 def _built_in(kind: str) -> bool:
@@ -406,7 +420,7 @@ class RunningConsumer:
             self._since_restart, self._since_boot = claim.jobs_since_restart, claim.jobs_since_boot
             self._more_queued = claim.more
             for job in claim.jobs:
-                self._in_flight[job.id] = InFlight(job, started)
+                self._in_flight[job.id] = InFlight(job, started, self._time_limit_s(job))
             in_flight = len(self._in_flight)
         # A claim without browser jobs changes none of the stack's budgets: not told.
         if self.supervisor is not None and any(job.needs_browser for job in claim.jobs):
@@ -419,7 +433,8 @@ class RunningConsumer:
                 restamped = time.monotonic()
                 for job in claim.jobs:
                     if job.id in self._in_flight:
-                        self._in_flight[job.id] = InFlight(job, restamped)
+                        limit_s = self._in_flight[job.id].limit_s
+                        self._in_flight[job.id] = InFlight(job, restamped, limit_s)
         light: list[ClaimedJob] = []
         for job in claim.jobs:  # the others started first: they run beside the light ones
             if _is_light(job):
@@ -584,21 +599,28 @@ class RunningConsumer:
         elif self._more_queued or self.lifecycle.stopping:
             self._wake.set()
 
+    def _time_limit_s(self, job: ClaimedJob) -> float:
+        return time_limit_s(job, self.settings.job_timeout_s)
+
     def _expire_timed_out(self) -> None:
-        limit = self.settings.job_timeout_s
         now = time.monotonic()
         with self._lock:
-            expired = [r for r in self._in_flight.values() if now - r.started >= limit]
+            expired = [r for r in self._in_flight.values() if now >= r.deadline]
             for running in expired:
                 del self._in_flight[running.job.id]
             self._stuck += len(expired)
         if expired:
             self._publish_status()  # stuck threads: busy slots the database no longer counts
         for running in expired:
-            job = running.job
+            job, limit = running.job, running.limit_s
             log.warning("job %d attempt %d timed out after %g s", job.id, job.attempt, limit)
+            which = (
+                "its action's timeout_s"
+                if limit != self.settings.job_timeout_s
+                else ("job_timeout_s")
+            )
             self.recorder.submit(
-                job, Outcome.failed(f"TimeoutError: job exceeded job_timeout_s ({limit:g} s)")
+                job, Outcome.failed(f"TimeoutError: job exceeded {which} ({limit:g} s)")
             )
             if self.supervisor is not None:  # its browser is killed, so its thread returns
                 self.supervisor.abandon(job.id, job.needs_browser)
@@ -627,8 +649,8 @@ class RunningConsumer:
         with self._lock:
             if not self._in_flight:
                 return math.inf
-            oldest = min(r.started for r in self._in_flight.values())
-        return max(0.01, oldest + self.settings.job_timeout_s - time.monotonic())
+            soonest = min(r.deadline for r in self._in_flight.values())
+        return max(0.01, soonest - time.monotonic())
 
     # -- heartbeat, listener, status --------------------------------------------------
 

@@ -133,7 +133,9 @@ class Producer:
         self._standby_logged = False
         self._closed = False
         self._paused = False  # as last read from fleet_control, to log changes once
-        self.operator_jobs = OperatorJobs(engine, settings, lambda: self.is_leader)
+        self.operator_jobs = OperatorJobs(
+            engine, settings, lambda: self.is_leader, self.identity.name
+        )
         self._rates = RateControl(settings)
         self._assignments = AssignmentTally()  # said once a minute, not once a cycle
         self._monotonic = time.monotonic

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Any
+
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common import queries
@@ -11,6 +14,7 @@ from scrapefleet.common.metrics import (
     HostFigures,
     ProducerFigures,
     RateKeyFigures,
+    ScheduleFigures,
     publish_fleet_snapshot,
 )
 from scrapefleet.common.producer_status import read_producer_status
@@ -19,6 +23,7 @@ from scrapefleet.common.progress import read_progress
 # Series per rate key: the keys held to a limit, slowed or paused, the most pressing first; a
 # fleet with a default limit on 100,000 sites would otherwise export 400,000 series.
 METRICS_RATE_KEYS = 100
+METRICS_SCHEDULES = 500  # series per schedule: more schedules than this are not exported
 
 
 def read_fleet_snapshot(engine: Engine) -> FleetSnapshot:
@@ -29,6 +34,7 @@ def read_fleet_snapshot(engine: Engine) -> FleetSnapshot:
         producer = read_producer_status(conn)
         oldest = read_progress(conn)["oldest_pending_age"]
         rate_keys = queries.rate_keys(conn, every_key=False, limit=METRICS_RATE_KEYS)
+        schedules = queries.schedule_figures(conn, METRICS_SCHEDULES)
     return FleetSnapshot(
         jobs=jobs,
         hosts={
@@ -53,6 +59,21 @@ def read_fleet_snapshot(engine: Engine) -> FleetSnapshot:
             )
             for row in rate_keys
         },
+        schedules={row["name"]: _schedule_figures(row) for row in schedules},
+    )
+
+
+def _schedule_figures(row: dict[str, Any]) -> ScheduleFigures:
+    def stamp(moment: datetime | None) -> float | None:
+        return moment.timestamp() if moment is not None else None
+
+    return ScheduleFigures(
+        paused=row["paused"],
+        next_run_timestamp_s=row["next_run_at"].timestamp(),
+        overdue_s=float(row["overdue_s"]),
+        last_run_timestamp_s=stamp(row["last_fired_at"]),
+        last_lag_s=float(row["last_lag_s"]) if row["last_lag_s"] is not None else None,
+        last_success_timestamp_s=stamp(row["last_success_at"]),
     )
 
 

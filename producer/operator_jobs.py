@@ -1,15 +1,18 @@
-"""The producer's background jobs beside assignment: webhooks, retention, metrics.
+"""The producer's background jobs beside assignment: webhooks, retention, schedules, metrics.
 
 Each runs on its own APScheduler interval job (max one instance, coalesced), off the
 assignment cycle and on pooled connections, never the leader's: a slow receiver or a long
-archive run cannot delay an assignment. Webhooks and retention run on the leading producer
-only; the metrics refresh runs on every producer (a standby's endpoint shows the fleet too).
+archive run cannot delay an assignment. Webhooks, retention and firing schedules run on the
+leading producer only (a standby that still believes it leads cannot fire a slot twice: the
+database keeps each to one run, producer.schedules); the metrics refresh runs on every
+producer (a standby's endpoint shows the fleet too).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from apscheduler.schedulers.base import BaseScheduler
@@ -21,14 +24,22 @@ from scrapefleet.common.metrics import PRODUCER_REGISTRY, MetricsServer, serve_m
 from scrapefleet.common.settings import Settings
 from scrapefleet.producer.fleet_metrics import refresh_fleet_metrics
 from scrapefleet.producer.retention import run_retention
+from scrapefleet.producer.schedules import fire_due
 from scrapefleet.producer.webhooks import WebhookSender
 
 log = logging.getLogger(__name__)
 
 
 class OperatorJobs:
-    def __init__(self, engine: Engine, settings: Settings, is_leader: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        settings: Settings,
+        is_leader: Callable[[], bool],
+        name: str = "producer",
+    ) -> None:
         self._engine = engine
+        self._name = name  # this producer in schedule_runs.fired_by
         self._settings = settings
         self._is_leader = is_leader
         self._sender: WebhookSender | None = None
@@ -55,6 +66,8 @@ class OperatorJobs:
             self._sender.listen(self._is_leader)
             self._every(scheduler, settings.webhook_interval_s, self.deliver_webhooks, "webhooks")
         self._every(scheduler, settings.retention_interval_s, self.retention, "retention")
+        # A slot fires within one interval of its time.
+        self._every(scheduler, settings.producer_interval_s, self.fire_schedules, "schedules")
 
     def _warn_unsent_webhooks(self) -> None:
         """At every start without a secret: say what waits because of it, so that webhooks
@@ -96,6 +109,15 @@ class OperatorJobs:
     def retention(self) -> None:
         if self._is_leader():
             self._guarded("retention", lambda: run_retention(self._engine, self._settings))
+
+    def fire_schedules(self) -> None:
+        if self._is_leader():
+            self._guarded(
+                "schedules",
+                lambda: fire_due(
+                    self._engine, datetime.now(UTC), self._name, self._settings.max_attempts
+                ),
+            )
 
     @staticmethod
     def _guarded(what: str, run: Callable[[], Any]) -> None:

@@ -45,6 +45,8 @@ from scrapefleet.common.ops.results_out import (
     write_json,
     write_jsonl,
 )
+from scrapefleet.common.ops.schedules_command import schedules
+from scrapefleet.common.ops.try_command import try_command
 
 # Loaded on first use: `scrapefleet --help` needs none of them (common.lazy_import).
 if TYPE_CHECKING:
@@ -130,6 +132,7 @@ pass_ctx = click.make_pass_decorator(_Context)
 
 @click.group()
 @click.option("--config", type=click.Path(path_type=Path), help="TOML settings file")
+@click.version_option(package_name="scrapefleet", prog_name="scrapefleet")
 @click.pass_context
 def cli(ctx: click.Context, config: Path | None) -> None:
     """scrapefleet: schedule scraping jobs over a fleet of Selenium hosts."""
@@ -150,6 +153,8 @@ def db() -> None:
 db.add_command(db_grant)
 cli.add_command(crawl)
 cli.add_command(crawls)
+cli.add_command(try_command)
+cli.add_command(schedules)
 
 
 @db.command("upgrade")

@@ -28,15 +28,15 @@ _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 MAX_COOL_S = 365 * 86400
 
 
-def parse_duration(text: str) -> float:
-    """ "2h", "90m", "1h30m", "45s", "7d" -> seconds; SubmitError naming --for otherwise."""
+def parse_duration(text: str, option: str = "--for") -> float:
+    """ "2h", "90m", "1h30m", "45s", "7d" -> seconds; SubmitError naming ``option`` otherwise."""
     value = text.strip().lower()
     parts = _PART.findall(value)
     if not value or "".join(n + u for n, u in parts) != value:
-        raise SubmitError(f"--for {text!r}: not a duration: give e.g. 30m, 2h, 1h30m or 7d")
+        raise SubmitError(f"{option} {text!r}: not a duration: give e.g. 30m, 2h, 1h30m or 7d")
     seconds = sum(int(n) * _UNIT_S[u] for n, u in parts)
     if not 0 < seconds <= MAX_COOL_S:
-        raise SubmitError(f"--for {text!r}: must be more than 0 s and at most 365d")
+        raise SubmitError(f"{option} {text!r}: must be more than 0 s and at most 365d")
     return float(seconds)
 
 

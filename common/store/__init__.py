@@ -27,6 +27,7 @@ One module per table or actor, each with its named statements at the top:
     crawls         a crawl's start, and the children a completion spawns
     profiles       persistent browser profiles: bound, cooled, reset, moved
     rate_keys      rate limits: the budget's counts, pending reads within it, back-off state
+    schedules      recurring submissions: added, paused, removed; a slot claimed and its run
 
 Every public name of those modules is importable from here (``store.insert_jobs``,
 ``from scrapefleet.common.store import NewJob``). The modules load on first use: importing
@@ -63,6 +64,7 @@ MODULES = (
     "crawls",
     "rate_keys",
     "blocks",
+    "schedules",
 )
 
 if TYPE_CHECKING:
@@ -227,6 +229,21 @@ if TYPE_CHECKING:
         REGISTER_DB_ROLE_SQL,
         forget_db_role,
         register_db_role,
+    )
+    from scrapefleet.common.store.schedules import (
+        ADD_SCHEDULE_SQL,
+        CLAIM_SLOT_SQL,
+        RECORD_RUN_SQL,
+        DueSchedule,
+        ScheduleSpec,
+        add_schedule,
+        claim_slot,
+        due_schedules,
+        jobs_of,
+        last_run_unfinished,
+        record_run,
+        remove_schedule,
+        set_schedule_paused,
     )
     from scrapefleet.common.store.submit import (
         CREATE_STAGING_SQL,

@@ -16,7 +16,7 @@
   host has no recent outcomes at all, so sorting ``host_outcomes`` by failure rate put it last.
 
 Revision ID: 0022
-Revises: 0017
+Revises: 0018
 Create Date: 2026-11-26
 """
 
@@ -25,7 +25,7 @@ import importlib
 from alembic import op
 
 revision = "0022"
-down_revision = "0017"
+down_revision = "0018"
 branch_labels = None
 depends_on = None
 

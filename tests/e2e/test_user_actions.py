@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -13,7 +15,8 @@ from sqlalchemy.engine import Engine
 from scrapefleet.common import store
 from scrapefleet.common.local.local_fleet import LocalFleet
 from scrapefleet.common.store import HostSpec
-from tests.cli_helpers import run_cli
+from tests.cli_helpers import BIN, run_cli
+from tests.waiting import scaled
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
@@ -88,4 +91,31 @@ def test_user_actions_validate_at_submit_and_run_on_a_consumer(
 def test_a_bad_action_path_is_a_settings_error(database_url: str) -> None:
     done = run_cli(["submit", "-"], database_url, stdin="", SCRAPEFLEET_ACTIONS='["nosuchmod:f"]')
     assert done.returncode == 2
-    assert "invalid setting actions: cannot import 'nosuchmod:f'" in done.stderr
+    assert "invalid setting actions: cannot import 'nosuchmod': ModuleNotFoundError" in done.stderr
+
+
+def test_a_consumer_whose_action_module_does_not_import_stops_with_one_line(
+    database_url: str, tmp_path: Path
+) -> None:
+    (tmp_path / "team_broken.py").write_text("import no_such_dependency\n")
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("SCRAPEFLEET_")},
+        "PYTHONPATH": str(tmp_path),
+        "SCRAPEFLEET_DATABASE_URL": database_url,
+        "SCRAPEFLEET_STATE_DIR": str(tmp_path / "state"),
+        "SCRAPEFLEET_BROWSER": "false",
+        "SCRAPEFLEET_ACTIONS": "team_broken",
+    }
+    done = subprocess.run(
+        [str(BIN / "scrapefleet-consumer"), "run", "--host", "u1", "--register", "--until-idle"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=scaled(60),
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr == (
+        "scrapefleet-consumer: invalid setting actions: cannot import 'team_broken':"
+        " ModuleNotFoundError: No module named 'no_such_dependency'\n"
+    )

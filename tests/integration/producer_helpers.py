@@ -12,11 +12,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
 from scrapefleet.common.constants import PRODUCER_ADVISORY_LOCK_KEY
 from scrapefleet.common.host_status import write_status
+from scrapefleet.common.metrics import PRODUCER_REGISTRY, FleetSnapshot, publish_fleet_snapshot
 from scrapefleet.common.settings import Settings, load_settings
 from scrapefleet.common.store import HostSpec, NewJob
 from tests.host_status_factory import status_for
@@ -141,3 +144,17 @@ def kill_processes(processes: Sequence[subprocess.Popen[bytes]]) -> None:
         if process.poll() is None:
             os.kill(process.pid, signal.SIGKILL)
             process.wait(5)
+
+
+def exported_samples(
+    snapshot: FleetSnapshot, prefix: str, label: str
+) -> dict[tuple[str, str | None], float]:
+    """Publish ``snapshot`` and read the producer's endpoint text back: (sample name, its
+    ``label``) -> value, for the samples whose name starts with ``prefix``."""
+    publish_fleet_snapshot(snapshot)
+    return {
+        (sample.name, sample.labels.get(label)): sample.value
+        for family in text_string_to_metric_families(generate_latest(PRODUCER_REGISTRY).decode())
+        for sample in family.samples
+        if sample.name.startswith(prefix)
+    }

@@ -7,18 +7,15 @@ import json
 from datetime import timedelta
 
 import pytest
-from prometheus_client import generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
 from scrapefleet.common.clock import utcnow
-from scrapefleet.common.metrics import PRODUCER_REGISTRY, publish_fleet_snapshot
 from scrapefleet.common.rate_limits import RateLimit, Slowdown
 from scrapefleet.common.store import NewJob
 from scrapefleet.producer.fleet_metrics import read_fleet_snapshot
 from tests.cli_helpers import run_cli
-from tests.integration.producer_helpers import submit
+from tests.integration.producer_helpers import exported_samples, submit
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
@@ -64,13 +61,7 @@ def test_the_producer_exports_the_held_keys(engine: Engine) -> None:
     _three_keys(engine)
     snapshot = read_fleet_snapshot(engine)
     assert set(snapshot.rate_keys) == {"pushy.test", "calm.test"}
-    publish_fleet_snapshot(snapshot)
-    samples = {
-        (sample.name, sample.labels.get("key")): sample.value
-        for family in text_string_to_metric_families(generate_latest(PRODUCER_REGISTRY).decode())
-        for sample in family.samples
-        if sample.name.startswith("scrapefleet_rate_key_")
-    }
+    samples = exported_samples(snapshot, "scrapefleet_rate_key_", "key")
     assert samples[("scrapefleet_rate_key_paused", "pushy.test")] == 1.0
     assert samples[("scrapefleet_rate_key_factor", "pushy.test")] == 0.25
     assert samples[("scrapefleet_rate_key_paused", "calm.test")] == 0.0

@@ -4,7 +4,8 @@
 
 Pages: ``/`` (queue, throughput, hosts, recent failures, the pause switch), ``/jobs`` (search by
 id, kind, status, host), ``/jobs/<id>`` (a job, its audit trail, artifacts, webhooks),
-``/artifacts/<path>`` (files under artifacts_dir), ``/login``. Controls are in ``controls``.
+``/schedules`` (each schedule's next and last run), ``/artifacts/<path>`` (files under
+artifacts_dir), ``/login``. Controls are in ``controls``.
 Every page is plain HTML: it reads and works without JavaScript.
 
 With ``dashboard_read_needs_token`` every page but ``/login`` needs a session unlocked with the
@@ -317,6 +318,11 @@ def create_app(settings: Settings, engine: Engine, clock: Callable[[], datetime]
     def failures() -> tuple[str, int]:
         rows = read(reads.failure_group_list, FAILURE_GROUPS_SHOWN)
         return render_template("failures.html", groups=rows), 200
+
+    @app.get("/schedules")
+    def schedules() -> tuple[str, int]:
+        rows = read(reads.schedules, DASHBOARD_PAGE_ROWS)
+        return render_template("schedules.html", rows=rows), 200
 
     @app.get("/artifacts/<path:relative>")
     def artifact(relative: str) -> Response:

@@ -228,3 +228,16 @@ def profile_list(conn: Connection, after: str | None, limit: int) -> list[dict[s
 def failure_group_list(conn: Connection, limit: int) -> list[dict[str, Any]]:
     rows = conn.execute(_FAILURE_GROUPS_SQL, {"limit": limit})
     return [dict(r._mapping) for r in rows]
+
+
+def schedules(conn: Connection, limit: int) -> list[dict[str, Any]]:
+    """The schedules view's rows for the schedules page, by name."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT name, cron, every_s, timezone, paused, catch_up, overlap, next_run_at,"
+            " last_slot, last_fired_at, last_lag_s, last_outcome, last_jobs, last_completed,"
+            " last_failed, last_unfinished FROM schedules ORDER BY name LIMIT :limit"
+        ),
+        {"limit": limit},
+    )
+    return [dict(r._mapping) for r in rows]
