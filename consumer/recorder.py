@@ -195,24 +195,24 @@ class OutcomeRecorder:
             store.complete_jobs(
                 conn,
                 self.host,
-                [(i.job.id, i.job.attempt, i.outcome.result or {}) for i in completed],
+                [(i.job.id, i.job.claim, i.outcome.result or {}) for i in completed],
                 {i.job.id: _spawn_entries(i.outcome) for i in completed if i.outcome.spawn},
             )
         )
         for item in completed:
             if item.job.id not in moved:
-                log.warning("job %d attempt %d is no longer ours: result dropped", *_key(item.job))
+                log.warning("job %d claim %d is no longer ours: result dropped", *_key(item.job))
 
     def _write(self, conn: Connection, item: Finished) -> None:
         job, outcome = item.job, item.outcome
         if outcome.status == "completed":
             assert outcome.result is not None
             spawn = _spawn_entries(outcome)
-            if not store.complete_job(conn, self.host, job.id, job.attempt, outcome.result, spawn):
-                log.warning("job %d attempt %d is no longer ours: result dropped", *_key(job))
+            if not store.complete_job(conn, self.host, job.id, job.claim, outcome.result, spawn):
+                log.warning("job %d claim %d is no longer ours: result dropped", *_key(job))
             return
         if outcome.status == "released":
-            store.release_job(conn, self.host, job.id, job.attempt, outcome.error or "released")
+            store.release_job(conn, self.host, job.id, job.claim, outcome.error or "released")
             log.info("job %d attempt %d released: %s", job.id, job.attempt, outcome.error)
             return
         if outcome.status == "blocked":
@@ -240,11 +240,12 @@ class OutcomeRecorder:
             conn,
             self.host,
             job.id,
-            job.attempt,
+            job.claim,
             error,
             retry_at=when,
             artifacts=outcome.artifacts,
             error_class=error_class,
+            linger_s=self.settings.lock_linger_s if outcome.still_running else None,
         )
         last_line = error.strip().splitlines()[-1] if error.strip() else error
         log.warning(
@@ -264,7 +265,7 @@ class OutcomeRecorder:
             conn,
             self.host,
             job.id,
-            job.attempt,
+            job.claim,
             reason,
             max_blocks=self.settings.max_blocks_per_job,
             profile_cooldown_s=self.settings.profile_block_cooldown_s,
@@ -286,7 +287,7 @@ def _spawn_entries(outcome: Outcome) -> list[dict[str, Any]]:
 
 
 def _key(job: ClaimedJob) -> tuple[int, int]:
-    return job.id, job.attempt
+    return job.key
 
 
 def _ids(batch: list[Finished]) -> list[int]:

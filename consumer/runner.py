@@ -71,6 +71,9 @@ class Outcome:
     retry_after_s: float | None = None  # rate limited: the wait the site asked for
     reason: str | None = None  # blocked: what the site or the action said
     slow: bool = False  # released because the stack answered too late (a timeout)
+    # Written while the attempt's thread still runs (a timeout): its lock key stays held until
+    # the thread has returned and the host said so (store.attempts_ended).
+    still_running: bool = False
 
     @classmethod
     def completed(cls, result: dict[str, Any], spawn: tuple[Child, ...] = ()) -> Outcome:

@@ -9,7 +9,7 @@ import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy.engine import Engine
 
@@ -24,6 +24,7 @@ from scrapefleet.common.lifecycle import DaemonState, Lifecycle
 from scrapefleet.common.logging_setup import fields
 from scrapefleet.common.statement_connection import StatementConnection
 from scrapefleet.common.store import ClaimedJob, Registration
+from scrapefleet.common.store.attempts import AttemptKey
 from scrapefleet.common.store.statuses import HostState
 from scrapefleet.consumer.artifact_janitor import ArtifactJanitor
 from scrapefleet.consumer.attempt_log import log_attempt
@@ -83,6 +84,8 @@ class RunningConsumer:
                 conn, config.host, config.settings.capacity, boot_id
             )
             recovered = store.recover_host_jobs(conn, config.host)
+            # Whatever an earlier process of this host was still running has ended with it.
+            store.attempts_ended(conn, config.host, None)
         running = cls(config, engine, lifecycle, registration, boot_id)
         running._start_threads()
         log.info(
@@ -113,8 +116,13 @@ class RunningConsumer:
         self._wake = threading.Event()
         self._closed = threading.Event()  # set last: the heartbeat stops
         self._lock = threading.Lock()  # guards the fields below
-        self._in_flight: dict[int, InFlight] = {}
-        self._stuck = 0
+        # By attempt, (job id, claim): an attempt given up and claimed again is another entry.
+        self._in_flight: dict[AttemptKey, InFlight] = {}
+        # Attempts given up here (timed out, rescued, stopped, let go) whose threads still run:
+        # their slots stay taken, their jobs are not claimed again here until they return.
+        self._given_up: dict[AttemptKey, ClaimedJob] = {}
+        # Given-up attempts whose threads returned, not yet confirmed to the database.
+        self._ended: set[AttemptKey] = set()
         self._more_queued = False  # jobs were left queued: claim again when a slot frees
         # Without a LISTEN connection, claims follow a schedule (consumer.poll_schedule).
         polling = listen_url(settings, engine.url) is None
@@ -181,12 +189,12 @@ class RunningConsumer:
     @property
     def running(self) -> int:
         with self._lock:
-            return len(self._in_flight) + self._stuck
+            return len(self._in_flight) + len(self._given_up)
 
     @property
     def stuck(self) -> int:
         with self._lock:
-            return self._stuck
+            return len(self._given_up)
 
     @property
     def state(self) -> str:
@@ -259,9 +267,9 @@ class RunningConsumer:
         one), now if the database answers, else at the next start or by the producer's rescue.
         Their threads are counted as stuck; what they return is dropped."""
         with self._lock:
-            let_go = sorted(self._in_flight)
+            let_go = sorted(job_id for job_id, _ in self._in_flight)
+            self._given_up.update((k, f.job) for k, f in self._in_flight.items())
             self._in_flight.clear()
-            self._stuck += len(let_go)
         self.recorder.close(COLD_WRITE_GRACE_S)  # outcomes already in hand, if it can
         if not let_go and self.recorder.outstanding == 0:
             return
@@ -379,12 +387,13 @@ class RunningConsumer:
         # not free yet, or the database would count more than capacity on this host.
         unwritten = self.recorder.outstanding
         with self._lock:
-            free = self.capacity - len(self._in_flight) - self._stuck - unwritten
+            free = self.capacity - len(self._in_flight) - len(self._given_up) - unwritten
             if free <= 0:
                 self._more_queued = True
                 return 0
             since_restart, since_boot = self._since_restart, self._since_boot
             browser_busy = self._browser_in_flight()
+            running_here = [job_id for job_id, _ in self._given_up]
         # Browser jobs only where a browser can run them: this host's stack (under its
         # restart and reboot budgets), or a driver factory the caller gave.
         browser_free = free if self.config.driver_factory is not None else 0
@@ -394,13 +403,15 @@ class RunningConsumer:
             )
             if free <= 0:
                 return 0
-        claim = store.claim_jobs(self._statements, self.host, free, browser_free)
+        claim = store.claim_jobs(
+            self._statements, self.host, free, browser_free, running_here=running_here
+        )
         started = time.monotonic()
         with self._lock:
             self._since_restart, self._since_boot = claim.jobs_since_restart, claim.jobs_since_boot
             self._more_queued = claim.more
             for job in claim.jobs:
-                self._in_flight[job.id] = InFlight(job, started)
+                self._in_flight[job.key] = InFlight(job, started)
             in_flight = len(self._in_flight)
         # A claim without browser jobs changes none of the stack's budgets: not told.
         if self.supervisor is not None and any(job.needs_browser for job in claim.jobs):
@@ -412,8 +423,8 @@ class RunningConsumer:
                 # A job's time runs from when it can run: not while the stack was starting.
                 restamped = time.monotonic()
                 for job in claim.jobs:
-                    if job.id in self._in_flight:
-                        self._in_flight[job.id] = InFlight(job, restamped)
+                    if job.key in self._in_flight:
+                        self._in_flight[job.key] = InFlight(job, restamped)
         light: list[ClaimedJob] = []
         for job in claim.jobs:  # the others started first: they run beside the light ones
             if _is_light(job):
@@ -536,22 +547,25 @@ class RunningConsumer:
         late: list[tuple[ClaimedJob, Outcome]] = []
         with self._lock:
             for job, outcome in finished:
-                still_ours = self._in_flight.pop(job.id, None) is not None
+                still_ours = self._in_flight.pop(job.key, None) is not None
+                if not still_ours:
+                    self._given_up.pop(job.key, None)
+                    self._ended.add(job.key)
                 (ours if still_ours else late).append((job, outcome))
-            self._stuck -= len(late)
         if ours and not here:
             self.recorder.submit_many(ours)
         elif ours and self.recorder.record_here(ours):
             self._on_outcomes_written()
         for job, outcome in late:
             log.warning(
-                "job %d attempt %d returned after it was given up (timeout, stop or cold stop);"
-                " outcome (%s) dropped",
+                "job %d claim %d returned after it was given up (timeout, stop, rescue or cold"
+                " stop); outcome (%s) dropped",
                 job.id,
-                job.attempt,
+                job.claim,
                 outcome.status,
             )
         if late:
+            self._confirm_ended()  # its lock key is free again
             self._publish_status()  # the stuck threads' slots are free again
             self._claim_soon()
 
@@ -580,38 +594,59 @@ class RunningConsumer:
         with self._lock:
             expired = [r for r in self._in_flight.values() if now - r.started >= limit]
             for running in expired:
-                del self._in_flight[running.job.id]
-            self._stuck += len(expired)
+                del self._in_flight[running.job.key]
+                self._given_up[running.job.key] = running.job
         if expired:
             self._publish_status()  # stuck threads: busy slots the database no longer counts
         for running in expired:
             job = running.job
             log.warning("job %d attempt %d timed out after %g s", job.id, job.attempt, limit)
-            self.recorder.submit(
-                job, Outcome.failed(f"TimeoutError: job exceeded job_timeout_s ({limit:g} s)")
-            )
-            if self.supervisor is not None:  # its browser is killed, so its thread returns
-                self.supervisor.abandon(job.id, job.needs_browser)
+            timeout = Outcome.failed(f"TimeoutError: job exceeded job_timeout_s ({limit:g} s)")
+            self.recorder.submit(job, replace(timeout, still_running=True))
+            self._end_attempt(job)
 
-    def _give_up(self, job_ids: frozenset[int]) -> None:
-        """Jobs no longer ours in the database (an operator stopped them, or the producer
-        rescued them from a host it thought dead): end their attempts here. Their browser
-        session is ended so that their thread returns; their outcome is dropped."""
+    def _give_up(self, attempts: frozenset[AttemptKey]) -> None:
+        """Attempts no longer ours in the database (an operator stopped them, or the producer
+        rescued them from a host it thought dead): end them here. Their browser session is
+        ended so that their thread returns; their outcome is dropped."""
         with self._lock:
-            gone = [self._in_flight.pop(i) for i in job_ids if i in self._in_flight]
-            self._stuck += len(gone)
+            gone = [self._in_flight.pop(k) for k in attempts if k in self._in_flight]
+            for running in gone:
+                self._given_up[running.job.key] = running.job
         if gone:
             self._publish_status()
         for running in gone:
             job = running.job
             log.warning(
-                "job %d attempt %d is no longer this host's (stopped or rescued): ending it",
+                "job %d attempt %d (claim %d) is no longer this host's (stopped or rescued):"
+                " ending it",
                 job.id,
                 job.attempt,
+                job.claim,
                 extra=fields(job=job.id, kind=job.kind, host=self.host, attempt=job.attempt),
             )
-            if self.supervisor is not None:
-                self.supervisor.abandon(job.id, job.needs_browser)
+            self._end_attempt(job)
+
+    def _end_attempt(self, job: ClaimedJob) -> None:
+        """Make a given-up attempt's thread return: its browser is killed."""
+        if self.supervisor is not None:
+            self.supervisor.abandon(job.id, job.needs_browser)
+
+    def _confirm_ended(self) -> None:
+        """Tell the database which given-up attempts have ended here (their lock keys are free
+        again); kept for the next heartbeat if it cannot be told now."""
+        with self._lock:
+            ended = sorted(self._ended)
+            self._ended.clear()
+        if not ended:
+            return
+        try:
+            with transaction(self.engine) as conn:
+                store.attempts_ended(conn, self.host, ended)
+        except Exception as exc:
+            log.warning("could not confirm ended attempts %s: %s", ended, describe(exc))
+            with self._lock:
+                self._ended.update(ended)
 
     def _until_next_timeout(self) -> float:
         with self._lock:
@@ -628,10 +663,11 @@ class RunningConsumer:
 
     def _heartbeat_once(self) -> None:
         with self._lock:
-            ids = list(self._in_flight)
+            running = list(self._in_flight)
+        self._confirm_ended()
         try:
             with transaction(self.engine) as conn:
-                beat = store.heartbeat(conn, self.host, ids)
+                beat = store.heartbeat(conn, self.host, running)
         except Exception as exc:
             log.warning("heartbeat failed: %s", describe(exc))
         else:
@@ -683,7 +719,7 @@ class RunningConsumer:
         (the browser stack's state, say) between heartbeats; the running count alone never
         triggers a write."""
         with self._lock:
-            stuck = self._stuck
+            stuck = len(self._given_up)
         seen = (
             self.state,
             stuck,
@@ -698,8 +734,8 @@ class RunningConsumer:
     def _snapshot(self) -> Snapshot:
         limit, limit_reason = self._browser_limit()
         with self._lock:
-            running = len(self._in_flight) + self._stuck
-            stuck = self._stuck
+            stuck = len(self._given_up)
+            running = len(self._in_flight) + stuck
             since_restart, since_boot = self._since_restart, self._since_boot
         return Snapshot(
             running,

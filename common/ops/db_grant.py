@@ -67,6 +67,10 @@ CONSUMER_JOB_COLUMNS = (
     "started_at",
     "finished_at",
     "heartbeat_at",
+    # A timeout written while the attempt's thread runs on holds its lock key (0016).
+    "lingering_host",
+    "lingering_claim",
+    "lingering_until",
 )
 # What a consumer writes in its own host's profiles: the cool-down after a blocked job.
 CONSUMER_PROFILE_COLUMNS = ("state", "cooldown_until", "blocks")

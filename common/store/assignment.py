@@ -44,6 +44,15 @@ _PROFILE_FREE = (
     "     AND (pr.cooldown_until > now()"
     f"      OR (pr.host IS NOT NULL AND bound.state IS DISTINCT FROM '{HostState.ACTIVE}')))))"
 )
+# A lock key is held, too, by an attempt ended in the database that may still run on its host
+# (rescued, stopped, timed out: migration 0016), the job's own included, until that host
+# confirms the end or its lingering_until passes (docs/attempts-and-locks.md).
+_LINGERING_FREE = (
+    " AND (lock_key IS NULL OR NOT EXISTS ("
+    "   SELECT 1 FROM jobs AS lingering WHERE lingering.lock_key = jobs.lock_key"
+    "   AND lingering.lock_key IS NOT NULL AND lingering.lingering_until IS NOT NULL"
+    "   AND lingering.lingering_until > now()))"
+)
 PENDING_COLUMNS = (
     "id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile, blocked_on_host"
 )
@@ -53,7 +62,7 @@ READY_NOW = (
     " AND (not_before IS NULL OR not_before <= now())"
     "   AND (lock_key IS NULL OR NOT EXISTS ("
     "     SELECT 1 FROM jobs AS held WHERE held.lock_key = jobs.lock_key"
-    f"     AND held.status IN {sql_list(IN_FLIGHT)}))" + _PROFILE_FREE
+    f"     AND held.status IN {sql_list(IN_FLIGHT)}))" + _LINGERING_FREE + _PROFILE_FREE
 )
 # Rate keys and kinds at their limit are left out the same way (empty arrays: none), and so are
 # those with a little budget left: common.store.rate_pending reads exactly that many of theirs,

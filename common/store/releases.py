@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from scrapefleet.common.constants import MAX_RELEASES_PER_JOB
+from scrapefleet.common.constants import LOCK_LINGER_S, MAX_RELEASES_PER_JOB
 from scrapefleet.common.store.events import set_audit_message
 from scrapefleet.common.store.statuses import RELEASES_EXHAUSTED_SQL as OUT
 from scrapefleet.common.store.statuses import HostState, JobStatus, sql_list
@@ -34,10 +34,19 @@ __all__ = [
 _PROCESSING = f"status = '{JobStatus.PROCESSING}'"
 
 
-def _release_statement(where: str, *, keep_last_error: bool) -> sa.TextClause:
+def _release_statement(where: str, *, keep_last_error: bool, linger: bool = False) -> sa.TextClause:
     """The one release UPDATE, for a given choice of rows. ``keep_last_error``: the attempt's
-    own error (if any) stays while the job has releases left; otherwise the reason replaces it."""
+    own error (if any) stays while the job has releases left; otherwise the reason replaces it.
+    ``linger``: the attempt may still run on its host (nobody there confirmed its end), so the
+    job's lock key stays held until its host confirms (attempts.attempts_ended) or for
+    ``:linger`` seconds."""
     error = "last_error" if keep_last_error else ":reason"
+    lingering = (
+        "  lingering_host = host, lingering_claim = claims,"
+        "  lingering_until = now() + make_interval(secs => :linger),"
+        if linger
+        else ""
+    )
     return sa.text(
         "UPDATE jobs SET"
         f"  status = CASE WHEN {OUT} THEN '{JobStatus.FAILED}' ELSE '{JobStatus.PENDING}' END,"
@@ -47,21 +56,23 @@ def _release_statement(where: str, *, keep_last_error: bool) -> sa.TextClause:
         "    THEN :reason || ' (released ' || (releases + 1) || ' times)'"
         f"    ELSE {error} END,"
         "  attempts = greatest(attempts - 1, 0), releases = releases + 1,"
-        "  started_at = NULL, queued_at = NULL"
+        f"{lingering}  started_at = NULL, queued_at = NULL"
         f" WHERE {where} RETURNING id"
     )
 
 
 # One attempt, only while this host still owns it.
 RELEASE_SQL = _release_statement(
-    f"id = :id AND {_PROCESSING} AND attempts = :attempt AND host = :host", keep_last_error=True
+    f"id = :id AND {_PROCESSING} AND claims = :claim AND host = :host", keep_last_error=True
 )
 # Every attempt a host left behind when its consumer died.
 RECOVER_SQL = _release_statement(f"{_PROCESSING} AND host = :host", keep_last_error=False)
-# Every attempt whose heartbeat stopped: its consumer is gone.
+# Every attempt whose heartbeat stopped: its consumer is gone, or frozen, or cut off from the
+# database while its threads run on. Its lock key lingers (docs/attempts-and-locks.md).
 RESCUE_SQL = _release_statement(
     f"{_PROCESSING} AND heartbeat_at < now() - make_interval(secs => :stale)",
     keep_last_error=False,
+    linger=True,
 )
 
 _REQUEUE = (
@@ -79,13 +90,13 @@ REQUEUE_FROM_UNAVAILABLE_SQL = sa.text(
 )
 
 
-def release_job(conn: Connection, host: str, job_id: int, attempt: int, reason: str) -> bool:
+def release_job(conn: Connection, host: str, job_id: int, claim: int, reason: str) -> bool:
     """processing -> pending, the attempt given back; failed once the job was released
-    MAX_RELEASES_PER_JOB times. False if the attempt was no longer ours."""
+    MAX_RELEASES_PER_JOB times. False if the attempt (its ``claim``) was no longer ours."""
     set_audit_message(conn, reason)
     params = {
         "id": job_id,
-        "attempt": attempt,
+        "claim": claim,
         "host": host,
         "max_releases": MAX_RELEASES_PER_JOB,
         "reason": reason,
@@ -102,11 +113,16 @@ def recover_host_jobs(conn: Connection, host: str) -> list[int]:
     return _release_all(conn, RECOVER_SQL, {"host": host}, reason)
 
 
-def rescue_stale_processing(conn: Connection, stale_after_s: float) -> list[int]:
-    """Jobs processing with no heartbeat for ``stale_after_s``: their consumer is gone. Each is
-    released (back to pending, the attempt given back). A heartbeating job is never touched."""
+def rescue_stale_processing(
+    conn: Connection, stale_after_s: float, linger_s: float = LOCK_LINGER_S
+) -> list[int]:
+    """Jobs processing with no heartbeat for ``stale_after_s``: their consumer is gone (or
+    frozen, or cut off). Each is released (back to pending, the attempt given back), its lock
+    key held until its host confirms the attempt ended or for ``linger_s``. A heartbeating job
+    is never touched."""
     reason = f"rescued: no heartbeat for {stale_after_s:g} s"
-    return _release_all(conn, RESCUE_SQL, {"stale": stale_after_s}, reason)
+    params: dict[str, object] = {"stale": stale_after_s, "linger": linger_s}
+    return _release_all(conn, RESCUE_SQL, params, reason)
 
 
 def _release_all(

@@ -196,9 +196,9 @@ def test_releases_never_use_attempts_and_have_their_own_bound(engine: Engine) ->
     for _ in range(MAX_RELEASES_PER_JOB + 1):
         with engine.begin() as conn:
             store.assign_jobs(conn, [(job_id, "h1")])
-            attempt = store.claim_jobs(conn, "h1", 6).jobs[0].attempt
-            assert attempt == 1
-            assert store.release_job(conn, "h1", job_id, attempt, "stack down")
+            claimed = store.claim_jobs(conn, "h1", 6).jobs[0]
+            assert claimed.attempt == 1  # a release gives the attempt back, never the claim
+            assert store.release_job(conn, "h1", job_id, claimed.claim, "stack down")
             outcomes.append(
                 conn.execute(
                     sa.text("SELECT status, attempts, releases FROM jobs WHERE id = :id"),
