@@ -22,6 +22,7 @@ from scrapefleet.common.errors import DatabaseUnavailable, ScrapefleetError, Unk
 from scrapefleet.common.host_status import HOST_STATES, BrowserState
 from scrapefleet.common.lifecycle import DaemonState, Lifecycle
 from scrapefleet.common.logging_setup import fields
+from scrapefleet.common.request_cancel import RequestCanceller, cancellable
 from scrapefleet.common.statement_connection import StatementConnection
 from scrapefleet.common.store import ClaimedJob, Registration
 from scrapefleet.common.store.attempts import AttemptKey
@@ -123,6 +124,7 @@ class RunningConsumer:
         self._given_up: dict[AttemptKey, ClaimedJob] = {}
         # Given-up attempts whose threads returned, not yet confirmed to the database.
         self._ended: set[AttemptKey] = set()
+        self._cancellers: dict[AttemptKey, RequestCanceller] = {}  # of attempts running now
         self._more_queued = False  # jobs were left queued: claim again when a slot frees
         # Without a LISTEN connection, claims follow a schedule (consumer.poll_schedule).
         polling = listen_url(settings, engine.url) is None
@@ -506,6 +508,17 @@ class RunningConsumer:
         self._hand_over(finished, here=True)  # no thread woken for them
 
     def _attempt(self, job: ClaimedJob) -> Outcome:
+        canceller = RequestCanceller()
+        with self._lock:
+            self._cancellers[job.key] = canceller
+        try:
+            with cancellable(canceller):
+                return self._run_attempt(job)
+        finally:
+            with self._lock:
+                self._cancellers.pop(job.key, None)
+
+    def _run_attempt(self, job: ClaimedJob) -> Outcome:
         lease: DriverLease | None = None
         if self.supervisor is not None:
             lease = functools.partial(self.supervisor.lease, job.id)
@@ -628,7 +641,12 @@ class RunningConsumer:
             self._end_attempt(job)
 
     def _end_attempt(self, job: ClaimedJob) -> None:
-        """Make a given-up attempt's thread return: its browser is killed."""
+        """Make a given-up attempt's thread return: its HTTP requests are closed, its browser
+        is killed."""
+        with self._lock:
+            canceller = self._cancellers.get(job.key)
+        if canceller is not None:
+            canceller.cancel()
         if self.supervisor is not None:
             self.supervisor.abandon(job.id, job.needs_browser)
 
