@@ -1,14 +1,22 @@
-"""Attempts that can never be confused: a job timed out and claimed again on the same host.
+"""Attempts that can never be confused, and lock keys that hold when a host is frozen.
 
-A real consumer (in a thread) against real PostgreSQL; the test stands in for the producer
-(it assigns the due pending job again). The action counts how many of its runs overlap and
-which run completed the job.
+- A job timed out and claimed again on the same host: a real consumer (in a thread) against
+  real PostgreSQL, the test standing in for the producer (it assigns the due job again); the
+  action counts how many of its runs overlap and which run completed the job.
+- A host frozen (SIGSTOP) long enough for its running job to be rescued, then continued: a real
+  ``scrapefleet-consumer`` and ``scrapefleet-producer``, two ``http_get`` jobs sharing a lock key
+  against a loopback site that logs its own requests (tests.integration.request_log_site).
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +24,15 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from scrapefleet.common import store
 from scrapefleet.common.actions import register
+from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import NewJob
+from tests.integration.producer_helpers import PRODUCER_BIN
+from tests.integration.request_log_site import request_log_site
 from tests.integration.test_consumer import (
     assign_due_pending,
+    consumer_process,
     consumer_thread,
     job_row,
     make_settings,
@@ -102,3 +115,98 @@ def test_a_timed_out_attempt_never_disturbs_the_next_one_on_the_same_host(
             sa.text("SELECT lingering_host FROM jobs WHERE id = :id"), {"id": job}
         ).scalar_one()
     assert lingering is None
+
+
+# ---------------------------------------------------------------- a frozen host, a lock key
+
+
+@contextmanager
+def producer_process(settings: Settings, log_path: Path, **overrides: str) -> Iterator[None]:
+    """``scrapefleet-producer`` on the consumer's state directory (its local probe reads the
+    consumer's status document); SIGKILLed at the end, its output shown on failure."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCRAPEFLEET_")}
+    env |= {
+        "SCRAPEFLEET_DATABASE_URL": str(settings.database_url),
+        "SCRAPEFLEET_STATE_DIR": str(settings.state_dir),
+        "SCRAPEFLEET_PRODUCER_INTERVAL_S": "0.2",
+        **{f"SCRAPEFLEET_{k.upper()}": v for k, v in overrides.items()},
+    }
+    with log_path.open("ab") as out:
+        process = subprocess.Popen([str(PRODUCER_BIN)], env=env, stdout=out, stderr=out)
+    try:
+        yield
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(5)
+
+
+def _db_now(engine: Engine) -> Any:
+    with engine.connect() as conn:
+        return conn.execute(sa.text("SELECT now()")).scalar_one()
+
+
+def _cycled_since(engine: Engine, since: Any) -> bool:
+    """The producer finished a cycle that began after ``since`` (database time)."""
+    with engine.connect() as conn:
+        last = conn.execute(sa.text("SELECT max(last_cycle_at) FROM producers")).scalar()
+    return last is not None and last > since
+
+
+def _submit(engine: Engine, url: str, lock_key: str) -> int:
+    payload = {"url": url, "timeout_s": scaled(60)}
+    with engine.begin() as conn:
+        (job,) = store.insert_jobs(
+            conn, [NewJob("http_get", payload, lock_key=lock_key)], default_max_attempts=3
+        ).ids
+    return job
+
+
+def test_a_host_frozen_across_the_rescue_never_runs_a_lock_key_twice(
+    engine: Engine, database_url: str, tmp_path: Path
+) -> None:
+    """J1 (a long page) and J2 (a short one) share a lock key; the host running J1 is frozen
+    until J1 is rescued, then continued. Before attempt tokens, the frozen attempt's thread ran
+    on, the host claimed J1 again as the same attempt, the old thread's result completed J1,
+    and J2 ran while J1's second request still did: the site saw the key's jobs overlap."""
+    settings = make_settings(tmp_path, database_url, capacity=2, heartbeat_s=0.3)
+    long_s = scaled(6)
+    with (
+        request_log_site() as (site, log),
+        consumer_process(settings, tmp_path) as consumer,
+        producer_process(
+            settings,
+            tmp_path / "producer.log",
+            rescue_after_s=str(scaled(2)),
+            lock_linger_s=str(scaled(60)),
+        ),
+    ):
+        wait_started(engine, settings)
+        j1 = _submit(engine, f"{site}/stream?job=J1&seconds={long_s}", "K")
+        wait_for(lambda: log.of("J1"), what="J1's request reached the site")
+        j2 = _submit(engine, f"{site}/stream?job=J2&seconds=0.3", "K")
+        os.kill(consumer.pid, signal.SIGSTOP)
+        try:
+            wait_for(lambda: job_row(engine, j1).releases >= 1, timeout_s=15, what="J1 rescued")
+            rescued_at = _db_now(engine)
+            # A few cycles for the producer to do what it would with the key meanwhile.
+            wait_for(lambda: _cycled_since(engine, rescued_at), what="a producer cycle")
+            assert log.of("J1")[0].how == "running", "the frozen attempt's request still runs"
+        finally:
+            os.kill(consumer.pid, signal.SIGCONT)
+        wait_for(
+            lambda: {job_row(engine, j).status for j in (j1, j2)} == {"completed"},
+            timeout_s=40,
+            what="J1 and J2 completed",
+            poll_s=0.1,
+        )
+    # The site's own log: the key's requests never overlapped, J1's own included.
+    assert log.overlaps() == [], [(a.job, a.serial, b.job, b.serial) for a, b in log.overlaps()]
+    # J1 completed once, with the result of the attempt that owned it: its last request's.
+    first, *later = log.of("J1")
+    assert later and later[-1].how == "answered"
+    assert job_row(engine, j1).result["title"] == f"request {later[-1].serial}"
+    assert [t for t in transitions(engine, j1) if t[1] == "completed"] == [
+        ("processing", "completed")
+    ]
+    assert first.how == "closed by the client", "the given-up attempt was ended on its host"
