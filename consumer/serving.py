@@ -87,7 +87,11 @@ class RunningConsumer:
             recovered = store.recover_host_jobs(conn, config.host)
             # Whatever an earlier process of this host was still running has ended with it.
             store.attempts_ended(conn, config.host, None)
-        running = cls(config, engine, lifecycle, registration, boot_id)
+            running = cls(config, engine, lifecycle, registration, boot_id)
+            # The host turns active when this transaction commits: its status document is
+            # fresh before that, so the producer never probes an active host and finds the
+            # document of its last run (a stale one is a failed probe: a false offline).
+            running._publish_status()
         running._start_threads()
         log.info(
             "consumer %s started: capacity %d, state %s, %d interrupted job(s) recovered",
