@@ -28,6 +28,7 @@ from scrapefleet.common.store import ClaimedJob, Registration
 from scrapefleet.common.store.attempts import AttemptKey
 from scrapefleet.common.store.statuses import HostState
 from scrapefleet.consumer.artifact_janitor import ArtifactJanitor
+from scrapefleet.consumer.attempt_lease import AttemptLease
 from scrapefleet.consumer.attempt_log import log_attempt
 from scrapefleet.consumer.block_detection import BlockRules
 from scrapefleet.consumer.browser_options import host_defaults
@@ -129,6 +130,10 @@ class RunningConsumer:
         # Given-up attempts whose threads returned, not yet confirmed to the database.
         self._ended: set[AttemptKey] = set()
         self._cancellers: dict[AttemptKey, RequestCanceller] = {}  # of attempts running now
+        # Attempts ended here because no heartbeat reached the database for too long (the
+        # lease lapsed), still the database's to release once it answers again.
+        self._fenced: dict[AttemptKey, ClaimedJob] = {}
+        self._lease = AttemptLease.for_rescue_after(settings.rescue_after_s, time.monotonic())
         self._more_queued = False  # jobs were left queued: claim again when a slot frees
         # Without a LISTEN connection, claims follow a schedule (consumer.poll_schedule).
         polling = listen_url(settings, engine.url) is None
@@ -339,6 +344,7 @@ class RunningConsumer:
         idle_since: float | None = None
         while self.lifecycle.is_running:
             self._wake.clear()
+            self._fence_if_lapsed()
             self._expire_timed_out()
             wait_s = poll_s
             try:
@@ -387,7 +393,7 @@ class RunningConsumer:
             return claimed, self._poll.claim_due_in(now)
 
     def _claim(self) -> int:
-        if self._db_state in NOT_CLAIMING_STATES:
+        if self._db_state in NOT_CLAIMING_STATES or self._lease.lapsed(time.monotonic()):
             return 0
         # An outcome not yet written keeps its job 'processing' in the database: its slot is
         # not free yet, or the database would count more than capacity on this host.
@@ -656,10 +662,12 @@ class RunningConsumer:
 
     def _confirm_ended(self) -> None:
         """Tell the database which given-up attempts have ended here (their lock keys are free
-        again); kept for the next heartbeat if it cannot be told now."""
+        again); kept for the next heartbeat if it cannot be told now. An attempt whose release
+        is still owed (``_fenced``) waits for it: a confirmation before the release that
+        records its lingering would leave its lock key held."""
         with self._lock:
-            ended = sorted(self._ended)
-            self._ended.clear()
+            ended = sorted(k for k in self._ended if k not in self._fenced)
+            self._ended.difference_update(ended)
         if not ended:
             return
         try:
@@ -669,6 +677,54 @@ class RunningConsumer:
             log.warning("could not confirm ended attempts %s: %s", ended, describe(exc))
             with self._lock:
                 self._ended.update(ended)
+
+    def _fence_if_lapsed(self) -> None:
+        """No heartbeat reached the database for too long (consumer.attempt_lease): the
+        producer may be about to hand these attempts on. End them here, claim nothing, and
+        release them once the database answers (unless it rescued them meanwhile)."""
+        now = time.monotonic()
+        if not self._lease.lapsed(now):
+            return
+        with self._lock:
+            lost = [f.job for f in self._in_flight.values()]
+            self._in_flight.clear()
+            for job in lost:
+                self._given_up[job.key] = job
+                self._fenced[job.key] = job
+        if not lost:
+            return
+        log.warning(
+            "no heartbeat reached the database for %.1f s: ending %d attempt(s) (job(s) %s)"
+            " before the producer hands them on",
+            self._lease.silent_s(now),
+            len(lost),
+            sorted(job.id for job in lost),
+        )
+        self._publish_status()
+        for job in lost:
+            self._end_attempt(job)
+
+    def _release_fenced(self) -> None:
+        """The attempts the lapsed lease ended go back to pending (each only while still this
+        host's by its claim), lingering while their threads run."""
+        with self._lock:
+            owed = dict(self._fenced)
+            running = {k for k in owed if k in self._given_up}
+        if not owed:
+            return
+        reason = f"released: consumer on {self.host} lost the database"
+        linger_s = self.settings.lock_linger_s
+        try:
+            with transaction(self.engine) as conn:
+                for key, job in owed.items():
+                    linger = linger_s if key in running else None
+                    store.release_job(conn, self.host, job.id, job.claim, reason, linger_s=linger)
+        except Exception as exc:
+            log.warning("could not release attempts %s yet: %s", sorted(owed), describe(exc))
+            return
+        with self._lock:
+            for key in owed:
+                self._fenced.pop(key, None)
 
     def _until_next_timeout(self) -> float:
         with self._lock:
@@ -684,15 +740,19 @@ class RunningConsumer:
             self._heartbeat_once()
 
     def _heartbeat_once(self) -> None:
+        sent_at = time.monotonic()
         with self._lock:
             running = list(self._in_flight)
+        self._release_fenced()
         self._confirm_ended()
         try:
             with transaction(self.engine) as conn:
                 beat = store.heartbeat(conn, self.host, running)
         except Exception as exc:
             log.warning("heartbeat failed: %s", describe(exc))
+            self._fence_if_lapsed()
         else:
+            self._lease.renew(sent_at)
             self._give_up(beat.gone)
             state = beat.host_state
             if state is None:

@@ -34,16 +34,20 @@ __all__ = [
 _PROCESSING = f"status = '{JobStatus.PROCESSING}'"
 
 
-def _release_statement(where: str, *, keep_last_error: bool, linger: bool = False) -> sa.TextClause:
+def _release_statement(
+    where: str, *, keep_last_error: bool, linger: str | None = None
+) -> sa.TextClause:
     """The one release UPDATE, for a given choice of rows. ``keep_last_error``: the attempt's
     own error (if any) stays while the job has releases left; otherwise the reason replaces it.
-    ``linger``: the attempt may still run on its host (nobody there confirmed its end), so the
-    job's lock key stays held until its host confirms (attempts.attempts_ended) or for
-    ``:linger`` seconds."""
+    ``linger`` (an SQL condition): the attempt may still run on its host (nobody there confirmed
+    its end), so the job's lock key stays held until its host confirms (attempts.attempts_ended)
+    or for ``:linger`` seconds."""
     error = "last_error" if keep_last_error else ":reason"
     lingering = (
-        "  lingering_host = host, lingering_claim = claims,"
-        "  lingering_until = now() + make_interval(secs => :linger),"
+        f"  lingering_host = CASE WHEN {linger} THEN host ELSE lingering_host END,"
+        f"  lingering_claim = CASE WHEN {linger} THEN claims ELSE lingering_claim END,"
+        f"  lingering_until = CASE WHEN {linger}"
+        "    THEN now() + make_interval(secs => :linger) ELSE lingering_until END,"
         if linger
         else ""
     )
@@ -61,9 +65,12 @@ def _release_statement(where: str, *, keep_last_error: bool, linger: bool = Fals
     )
 
 
-# One attempt, only while this host still owns it.
+# One attempt, only while this host still owns it; its thread may still run (a consumer that
+# lost the database for too long gave it up, see consumer.serving).
 RELEASE_SQL = _release_statement(
-    f"id = :id AND {_PROCESSING} AND claims = :claim AND host = :host", keep_last_error=True
+    f"id = :id AND {_PROCESSING} AND claims = :claim AND host = :host",
+    keep_last_error=True,
+    linger="CAST(:still_running AS boolean)",
 )
 # Every attempt a host left behind when its consumer died.
 RECOVER_SQL = _release_statement(f"{_PROCESSING} AND host = :host", keep_last_error=False)
@@ -72,7 +79,7 @@ RECOVER_SQL = _release_statement(f"{_PROCESSING} AND host = :host", keep_last_er
 RESCUE_SQL = _release_statement(
     f"{_PROCESSING} AND heartbeat_at < now() - make_interval(secs => :stale)",
     keep_last_error=False,
-    linger=True,
+    linger="true",
 )
 
 _REQUEUE = (
@@ -90,9 +97,19 @@ REQUEUE_FROM_UNAVAILABLE_SQL = sa.text(
 )
 
 
-def release_job(conn: Connection, host: str, job_id: int, claim: int, reason: str) -> bool:
+def release_job(
+    conn: Connection,
+    host: str,
+    job_id: int,
+    claim: int,
+    reason: str,
+    *,
+    linger_s: float | None = None,
+) -> bool:
     """processing -> pending, the attempt given back; failed once the job was released
-    MAX_RELEASES_PER_JOB times. False if the attempt (its ``claim``) was no longer ours."""
+    MAX_RELEASES_PER_JOB times. ``linger_s``: the attempt's thread still runs, so the job's lock
+    key stays held until this host confirms its end or for that long. False if the attempt (its
+    ``claim``) was no longer ours."""
     set_audit_message(conn, reason)
     params = {
         "id": job_id,
@@ -100,6 +117,8 @@ def release_job(conn: Connection, host: str, job_id: int, claim: int, reason: st
         "host": host,
         "max_releases": MAX_RELEASES_PER_JOB,
         "reason": reason,
+        "still_running": linger_s is not None,
+        "linger": linger_s or 0.0,
     }
     released = conn.execute(RELEASE_SQL, params).first() is not None
     set_audit_message(conn, "")  # the next change in this transaction says its own

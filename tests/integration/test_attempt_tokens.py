@@ -31,7 +31,10 @@ from scrapefleet.common.store import NewJob
 from tests.integration.producer_helpers import PRODUCER_BIN
 from tests.integration.request_log_site import request_log_site
 from tests.integration.test_consumer import (
+    CONSUMER_BIN,
+    HOST,
     assign_due_pending,
+    consumer_env,
     consumer_process,
     consumer_thread,
     job_row,
@@ -210,3 +213,64 @@ def test_a_host_frozen_across_the_rescue_never_runs_a_lock_key_twice(
         ("processing", "completed")
     ]
     assert first.how == "closed by the client", "the given-up attempt was ended on its host"
+
+
+@contextmanager
+def consumer_with_lease(settings: Settings, log_path: Path, rescue_after_s: float) -> Iterator[int]:
+    """``scrapefleet-consumer run`` whose lease follows ``rescue_after_s``; yields its pid."""
+    env = consumer_env(settings) | {"SCRAPEFLEET_RESCUE_AFTER_S": str(rescue_after_s)}
+    with log_path.open("ab") as out:
+        process = subprocess.Popen(
+            [CONSUMER_BIN, "run", "--host", HOST, "--register"], env=env, stdout=out, stderr=out
+        )
+    try:
+        yield process.pid
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(5)
+
+
+def test_a_consumer_whose_lease_lapsed_ends_and_hands_back_its_attempts(
+    engine: Engine, database_url: str, tmp_path: Path
+) -> None:
+    """No producer here, so nobody rescues: a consumer that could not heartbeat for most of
+    rescue_after_s (frozen, here) ends its attempt itself when it runs again, before any
+    producer would hand it on, and gives it back (pending, the attempt returned, the same
+    claim). Its request is closed on the site; the lock key is free once the thread returned."""
+    settings = make_settings(tmp_path, database_url, capacity=2, heartbeat_s=0.3)
+    rescue_after_s = scaled(2)
+    log_path = tmp_path / "consumer.log"
+    with (
+        request_log_site() as (site, log),
+        consumer_with_lease(settings, log_path, rescue_after_s) as pid,
+    ):
+        wait_started(engine, settings)
+        j1 = _submit(engine, f"{site}/stream?job=J1&seconds={scaled(20)}", "K")
+        with engine.begin() as conn:
+            store.assign_jobs(conn, [(j1, HOST)])
+        wait_for(lambda: log.of("J1"), what="J1's request reached the site")
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            time_frozen = time.monotonic()
+            wait_for(
+                lambda: time.monotonic() - time_frozen > rescue_after_s,
+                timeout_s=rescue_after_s + 5,
+                what="frozen past the lease",
+                poll_s=0.1,
+            )
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        wait_for(lambda: job_row(engine, j1).status == "pending", what="J1 handed back")
+        wait_for(lambda: log.of("J1")[0].ended is not None, what="J1's request ended")
+        wait_for(lambda: job_row(engine, j1).lingering_host is None, what="the end confirmed")
+    row = job_row(engine, j1)
+    assert (row.attempts, row.claims, row.releases) == (0, 1, 1)
+    with engine.connect() as conn:
+        message = conn.execute(
+            sa.text("SELECT message FROM job_events WHERE job_id = :id ORDER BY id DESC LIMIT 1"),
+            {"id": j1},
+        ).scalar_one()
+    assert "lost the database" in message
+    assert log.of("J1")[0].how == "closed by the client"
+    assert "no heartbeat reached the database" in log_path.read_text()
