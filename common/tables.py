@@ -88,6 +88,9 @@ jobs = sa.Table(
     sa.Column("lingering_host", sa.Text),
     sa.Column("lingering_claim", sa.Integer),
     sa.Column("lingering_until", TS),
+    # Of its releases, those its page caused (the browser died under it): only these are
+    # bounded (migration 0016).
+    sa.Column("page_releases", sa.Integer, nullable=False, server_default="0"),
     sa.CheckConstraint(_in("status", JOB_STATUSES), name="jobs_status_valid"),
     sa.CheckConstraint(_in("error_class", ERROR_CLASSES), name="jobs_error_class_valid"),
     sa.CheckConstraint("max_attempts >= 1", name="jobs_max_attempts_positive"),

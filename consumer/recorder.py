@@ -212,7 +212,14 @@ class OutcomeRecorder:
                 log.warning("job %d claim %d is no longer ours: result dropped", *_key(job))
             return
         if outcome.status == "released":
-            store.release_job(conn, self.host, job.id, job.claim, outcome.error or "released")
+            store.release_job(
+                conn,
+                self.host,
+                job.id,
+                job.claim,
+                outcome.error or "released",
+                by_page=outcome.by_page,
+            )
             log.info("job %d attempt %d released: %s", job.id, job.attempt, outcome.error)
             return
         if outcome.status == "blocked":

@@ -74,6 +74,9 @@ class Outcome:
     # Written while the attempt's thread still runs (a timeout): its lock key stays held until
     # the thread has returned and the host said so (store.attempts_ended).
     still_running: bool = False
+    # Released because the browser died under the job's page: counted towards the job's bound
+    # of such releases (store.release_job). Every other release is the host's own fault.
+    by_page: bool = False
 
     @classmethod
     def completed(cls, result: dict[str, Any], spawn: tuple[Child, ...] = ()) -> Outcome:
@@ -102,9 +105,14 @@ class Outcome:
         )
 
     @classmethod
-    def released(cls, reason: str, cause: BaseException | None = None) -> Outcome:
-        """Handed back for the host's sake; ``cause`` says whether that was a timeout."""
-        return cls("released", error=reason, slow=cause is not None and timed_out(cause))
+    def released(
+        cls, reason: str, cause: BaseException | None = None, *, on_page: bool = False
+    ) -> Outcome:
+        """Handed back for the host's sake; ``cause`` says whether that was a timeout.
+        ``on_page``: the stack failed while the action ran the job's page; unless that was a
+        timeout (a slow or starved host), the page is taken to have caused it."""
+        slow = cause is not None and timed_out(cause)
+        return cls("released", error=reason, slow=slow, by_page=on_page and not slow)
 
     @classmethod
     def blocked(cls, reason: str, error: str, artifacts: dict[str, Any] | None = None) -> Outcome:
@@ -218,7 +226,7 @@ def _run_job(
         try:
             returned = action.func(driver, params)
         except StackError as exc:
-            return Outcome.released(f"released: {exc}", exc)
+            return Outcome.released(f"released: {exc}", exc, on_page=True)
         except BaseException as exc:
             # Captured while the job's context is still open: its page is what failed (or
             # what blocked us: the evidence an operator wants).

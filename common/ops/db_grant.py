@@ -56,6 +56,7 @@ CONSUMER_JOB_COLUMNS = (
     "host",
     "attempts",
     "releases",
+    "page_releases",
     "blocks",
     "blocked_on_host",
     "error_class",

@@ -2,8 +2,10 @@
 job its host will not run. Both go back to pending for the other hosts.
 
 A release gives the attempt back: the host failed, not the job (a stack that would not start,
-a consumer that died or was stopped mid-attempt, a rescue). It never spends an attempt and has
-its own bound instead (RELEASES_EXHAUSTED_SQL): past it the job fails.
+a consumer that died or was stopped mid-attempt, a rescue). It never spends an attempt.
+``releases`` counts them all; ``page_releases`` only those the job's page caused (the browser
+died under it), and only those are bounded (PAGE_RELEASES_EXHAUSTED_SQL): a page that kills
+every browser must end somewhere, a host's own faults never fail a job.
 """
 
 from __future__ import annotations
@@ -13,8 +15,12 @@ from sqlalchemy.engine import Connection
 
 from scrapefleet.common.constants import LOCK_LINGER_S, MAX_RELEASES_PER_JOB
 from scrapefleet.common.store.events import set_audit_message
-from scrapefleet.common.store.statuses import RELEASES_EXHAUSTED_SQL as OUT
-from scrapefleet.common.store.statuses import HostState, JobStatus, sql_list
+from scrapefleet.common.store.statuses import (
+    PAGE_RELEASES_EXHAUSTED_SQL,
+    HostState,
+    JobStatus,
+    sql_list,
+)
 
 __all__ = [
     "RECOVER_SQL",
@@ -35,14 +41,16 @@ _PROCESSING = f"status = '{JobStatus.PROCESSING}'"
 
 
 def _release_statement(
-    where: str, *, keep_last_error: bool, linger: str | None = None
+    where: str, *, keep_last_error: bool, linger: str | None = None, by_page: str = "false"
 ) -> sa.TextClause:
     """The one release UPDATE, for a given choice of rows. ``keep_last_error``: the attempt's
     own error (if any) stays while the job has releases left; otherwise the reason replaces it.
     ``linger`` (an SQL condition): the attempt may still run on its host (nobody there confirmed
     its end), so the job's lock key stays held until its host confirms (attempts.attempts_ended)
-    or for ``:linger`` seconds."""
+    or for ``:linger`` seconds. ``by_page`` (an SQL condition): the job's page caused it, so it
+    counts towards the bound."""
     error = "last_error" if keep_last_error else ":reason"
+    out = f"({by_page} AND {PAGE_RELEASES_EXHAUSTED_SQL})"
     lingering = (
         f"  lingering_host = CASE WHEN {linger} THEN host ELSE lingering_host END,"
         f"  lingering_claim = CASE WHEN {linger} THEN claims ELSE lingering_claim END,"
@@ -53,13 +61,14 @@ def _release_statement(
     )
     return sa.text(
         "UPDATE jobs SET"
-        f"  status = CASE WHEN {OUT} THEN '{JobStatus.FAILED}' ELSE '{JobStatus.PENDING}' END,"
-        f"  host = CASE WHEN {OUT} THEN host END,"
-        f"  finished_at = CASE WHEN {OUT} THEN now() END,"
-        f"  last_error = CASE WHEN {OUT}"
-        "    THEN :reason || ' (released ' || (releases + 1) || ' times)'"
+        f"  status = CASE WHEN {out} THEN '{JobStatus.FAILED}' ELSE '{JobStatus.PENDING}' END,"
+        f"  host = CASE WHEN {out} THEN host END,"
+        f"  finished_at = CASE WHEN {out} THEN now() END,"
+        f"  last_error = CASE WHEN {out}"
+        "    THEN :reason || ' (released ' || (page_releases + 1) || ' times by its page)'"
         f"    ELSE {error} END,"
         "  attempts = greatest(attempts - 1, 0), releases = releases + 1,"
+        f"  page_releases = page_releases + CASE WHEN {by_page} THEN 1 ELSE 0 END,"
         f"{lingering}  started_at = NULL, queued_at = NULL"
         f" WHERE {where} RETURNING id"
     )
@@ -71,6 +80,7 @@ RELEASE_SQL = _release_statement(
     f"id = :id AND {_PROCESSING} AND claims = :claim AND host = :host",
     keep_last_error=True,
     linger="CAST(:still_running AS boolean)",
+    by_page="CAST(:by_page AS boolean)",
 )
 # Every attempt a host left behind when its consumer died.
 RECOVER_SQL = _release_statement(f"{_PROCESSING} AND host = :host", keep_last_error=False)
@@ -105,10 +115,12 @@ def release_job(
     reason: str,
     *,
     linger_s: float | None = None,
+    by_page: bool = False,
 ) -> bool:
-    """processing -> pending, the attempt given back; failed once the job was released
-    MAX_RELEASES_PER_JOB times. ``linger_s``: the attempt's thread still runs, so the job's lock
-    key stays held until this host confirms its end or for that long. False if the attempt (its
+    """processing -> pending, the attempt given back. ``by_page``: the job's page caused it
+    (the browser died under it): such releases are bounded, the one after MAX_RELEASES_PER_JOB
+    of them fails the job. ``linger_s``: the attempt's thread still runs, so the job's lock key
+    stays held until this host confirms its end or for that long. False if the attempt (its
     ``claim``) was no longer ours."""
     set_audit_message(conn, reason)
     params = {
@@ -119,6 +131,7 @@ def release_job(
         "reason": reason,
         "still_running": linger_s is not None,
         "linger": linger_s or 0.0,
+        "by_page": by_page,
     }
     released = conn.execute(RELEASE_SQL, params).first() is not None
     set_audit_message(conn, "")  # the next change in this transaction says its own

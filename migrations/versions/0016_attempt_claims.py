@@ -15,6 +15,9 @@
 - ``attempts_ended(host, ended)``: a consumer's confirmation, ``[{job, claim}]``. A consumer's
   role may update only jobs assigned to its host (0008), and a rescued job is no longer
   assigned to anyone, so this runs as the owner and checks the caller as spawn_children does.
+- ``jobs.page_releases``: the releases the job's page caused (a browser that died under it), of
+  all its ``releases``; only these are bounded by the per-job release limit, so a job is never
+  failed by its hosts' faults (consumers killed, rescues, stacks down).
 - ``spawn_children`` checks the claim rather than the attempt number (``[{job, claim,
   children}]``).
 
@@ -110,6 +113,9 @@ def upgrade() -> None:
         op.add_column(table, sa.Column("lingering_host", sa.Text))
         op.add_column(table, sa.Column("lingering_claim", sa.Integer))
         op.add_column(table, sa.Column("lingering_until", TS))
+        op.add_column(
+            table, sa.Column("page_releases", sa.Integer, nullable=False, server_default="0")
+        )
     # Jobs under way were claimed at least `attempts` times: their tokens go on from there.
     op.execute("UPDATE jobs SET claims = attempts")
     op.execute(COUNT_CLAIMS_FUNCTION)
@@ -134,5 +140,11 @@ def downgrade() -> None:
     op.execute("DROP TRIGGER jobs_count_claims ON jobs")
     op.execute("DROP FUNCTION jobs_count_claims()")
     for table in ("jobs", "jobs_archive"):
-        for column in ("lingering_until", "lingering_claim", "lingering_host", "claims"):
+        for column in (
+            "page_releases",
+            "lingering_until",
+            "lingering_claim",
+            "lingering_host",
+            "claims",
+        ):
             op.drop_column(table, column)
