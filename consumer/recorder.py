@@ -64,12 +64,14 @@ class OutcomeRecorder:
         statements: Executes,
         after_write: Callable[[], None],
         give_up: Callable[[], bool],
+        written: Callable[[list[ClaimedJob]], None] | None = None,
     ) -> None:
         self.engine = engine
         self._statements = statements  # the held connection for a batch that is one statement
         self.host = host
         self.settings = settings
         self._after_write = after_write
+        self._written = written  # told which attempts' outcomes a batch wrote (or gave up on)
         self._give_up = give_up
         self._queue: queue.Queue[list[Finished] | None] = queue.Queue()
         self._outstanding = 0  # submitted and not yet written (or given up on)
@@ -138,6 +140,8 @@ class OutcomeRecorder:
                 self._write_until_done(batch)
                 with self._lock:
                     self._outstanding -= len(batch)
+                if self._written is not None:
+                    self._written([item.job for item in batch])
                 self._after_write()
 
     def _write_until_done(self, batch: list[Finished]) -> None:

@@ -133,6 +133,9 @@ class RunningConsumer:
         # Attempts ended here because no heartbeat reached the database for too long (the
         # lease lapsed), still the database's to release once it answers again.
         self._fenced: dict[AttemptKey, ClaimedJob] = {}
+        # Timed-out attempts whose failure (which makes their lock key linger) the recorder
+        # has not written yet: their end is confirmed only after it.
+        self._linger_owed: set[AttemptKey] = set()
         self._lease = AttemptLease.for_rescue_after(settings.rescue_after_s, time.monotonic())
         self._more_queued = False  # jobs were left queued: claim again when a slot frees
         # Without a LISTEN connection, claims follow a schedule (consumer.poll_schedule).
@@ -168,6 +171,7 @@ class RunningConsumer:
             statements=self._statements,
             after_write=self._on_outcomes_written,
             give_up=lambda: lifecycle.cold,
+            written=self._on_attempts_written,
         )
         self.janitor = ArtifactJanitor(settings, lifecycle.stop_event)
         lifecycle.on_change(self._on_lifecycle_change)
@@ -619,6 +623,7 @@ class RunningConsumer:
             for running in expired:
                 del self._in_flight[running.job.key]
                 self._given_up[running.job.key] = running.job
+                self._linger_owed.add(running.job.key)
         if expired:
             self._publish_status()  # stuck threads: busy slots the database no longer counts
         for running in expired:
@@ -666,7 +671,9 @@ class RunningConsumer:
         is still owed (``_fenced``) waits for it: a confirmation before the release that
         records its lingering would leave its lock key held."""
         with self._lock:
-            ended = sorted(k for k in self._ended if k not in self._fenced)
+            ended = sorted(
+                k for k in self._ended if k not in self._fenced and k not in self._linger_owed
+            )
             self._ended.difference_update(ended)
         if not ended:
             return
@@ -677,6 +684,16 @@ class RunningConsumer:
             log.warning("could not confirm ended attempts %s: %s", ended, describe(exc))
             with self._lock:
                 self._ended.update(ended)
+
+    def _on_attempts_written(self, jobs: list[ClaimedJob]) -> None:
+        """In the recorder's thread: these attempts' outcomes are in the database now; a
+        timed-out one whose thread already returned can have its end confirmed."""
+        with self._lock:
+            owed = {job.key for job in jobs} & self._linger_owed
+            self._linger_owed -= owed
+            confirm = bool(owed & self._ended)
+        if confirm:
+            self._confirm_ended()
 
     def _fence_if_lapsed(self) -> None:
         """No heartbeat reached the database for too long (consumer.attempt_lease): the
