@@ -274,3 +274,38 @@ def test_a_consumer_whose_lease_lapsed_ends_and_hands_back_its_attempts(
     assert "lost the database" in message
     assert log.of("J1")[0].how == "closed by the client"
     assert "no heartbeat reached the database" in log_path.read_text()
+
+
+def test_a_job_whose_consumer_is_killed_six_times_completes_with_one_attempt(
+    engine: Engine, database_url: str, tmp_path: Path
+) -> None:
+    """SIGKILL of the consumer mid-job, six times: each restart gives the attempt back (a
+    release its host caused, never bounded), and the seventh run completes the job with
+    ``attempts`` = 1. Before, the sixth release failed it ("released 6 times")."""
+    settings = make_settings(tmp_path, database_url, capacity=2)
+    (job,) = queue_jobs(engine, [NewJob("noop", {"sleep_s": scaled(2)}, max_attempts=1)])
+    for kill in range(6):
+        with consumer_process(settings, tmp_path) as consumer:
+            claimed = ("processing", kill + 1)  # by this process: the last one's is there
+            wait_for(
+                lambda claimed=claimed: _status_and_claims(engine, job) == claimed,
+                what=f"run {kill + 1} started",
+                between=lambda: assign_due_pending(engine),
+            )
+            os.kill(consumer.pid, signal.SIGKILL)
+            consumer.wait(scaled(5))
+    with consumer_process(settings, tmp_path):
+        wait_for(
+            lambda: job_row(engine, job).status == "completed",
+            timeout_s=20,
+            what="the seventh run completed the job",
+            between=lambda: assign_due_pending(engine),
+            poll_s=0.1,
+        )
+    row = job_row(engine, job)
+    assert (row.attempts, row.releases, row.page_releases, row.claims) == (1, 6, 0, 7)
+
+
+def _status_and_claims(engine: Engine, job: int) -> tuple[str, int]:
+    row = job_row(engine, job)
+    return row.status, row.claims
