@@ -53,8 +53,12 @@ _LINGERING_FREE = (
     "   AND lingering.lock_key IS NOT NULL AND lingering.lingering_until IS NOT NULL"
     "   AND lingering.lingering_until > now()))"
 )
+# ``lingering_on_host``: the host that may still run an ended attempt of the job (0016), which
+# the planner avoids while another host has a slot (that host would hold it queued until its
+# thread returned).
 PENDING_COLUMNS = (
-    "id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile, blocked_on_host"
+    "id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile, blocked_on_host,"
+    " CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host"
 )
 # What makes a pending job assignable now besides its status (common.store.rate_pending's
 # reads share it).
@@ -136,6 +140,7 @@ def pending_jobs(rows: Iterable[sa.Row[Any]]) -> list[PendingJob]:
             kind=r.kind,
             rate_key=r.rate_key,
             blocked_on_host=r.blocked_on_host,
+            lingering_on_host=r.lingering_on_host,
         )
         for r in rows
     ]

@@ -57,6 +57,7 @@ class PendingJob:
     priority: int = 0
     kind: str = ""
     rate_key: str | None = None  # common.rate_limits
+    lingering_on_host: str | None = None  # may still run an ended attempt of it (store 0016)
 
 
 @dataclass(frozen=True)
