@@ -549,6 +549,7 @@ class RunningConsumer:
             capture_failure=self.config.capture_failure,
             browser_defaults=host_defaults(self.config.settings),
             block_rules=self._block_rules,
+            host_starved=self._host_starved,
         )
         # Duration by kind and outcome; a retryable failure with attempts left is a retry (the
         # recorder schedules it).
@@ -565,6 +566,9 @@ class RunningConsumer:
                 job.id, job.needs_browser, released=released, slow=outcome.slow
             )
         return outcome
+
+    def _host_starved(self) -> str | None:
+        return self.supervisor.starved() if self.supervisor is not None else None
 
     def _hand_over(self, finished: list[tuple[ClaimedJob, Outcome]], *, here: bool = False) -> None:
         """Outcomes to the recorder (``here``: written in this thread if it can), but for

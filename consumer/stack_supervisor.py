@@ -256,6 +256,12 @@ class StackSupervisor:
             limit = self._load.limit
         return jobs, max(0, min(browser, limit - browser_busy))
 
+    def starved(self) -> str | None:
+        """Why the host is starved of CPU or memory now (consumer.browser_load), else None."""
+        now = self._clock().timestamp()
+        with self._lock:
+            return browser_load.starved(self._load, now)
+
     def browser_limit(self) -> tuple[int, str | None]:
         """Browser jobs the host takes at once now, and why fewer than its capacity."""
         with self._lock:

@@ -14,6 +14,7 @@ from scrapefleet.common.errors import StackError, SubmitError
 from scrapefleet.common.store import ClaimedJob
 from scrapefleet.common.submit_file import validate_job
 from scrapefleet.consumer.runner import run_job
+from scrapefleet.consumer.selenium_actions import PageLoadTimeout
 
 
 def _job(kind: str, payload: Any = None, attempt: int = 1) -> ClaimedJob:
@@ -206,3 +207,17 @@ def test_an_unknown_isolation_is_refused_at_submit_naming_the_field() -> None:
         {"kind": "fetch_page", "payload": {"url": "http://x.test/", "isolation": "session"}}
     )
     assert job.payload["isolation"] == "session"
+
+
+@register("test_runner_page_timeout", _Params, needs_browser=True)
+def _page_timeout(driver: Any, params: _Params) -> dict[str, Any]:
+    raise PageLoadTimeout("get https://example.org/: timed out (page load)")
+
+
+def test_a_page_that_times_out_on_a_starved_host_is_released_not_failed() -> None:
+    job = _job("test_runner_page_timeout")
+    starved = run_job(job, driver_factory=_FakeDriver, host_starved=lambda: "CPU pressure 90%")
+    assert starved.status == "released" and starved.slow and not starved.by_page
+    assert "CPU pressure 90%" in (starved.error or "")
+    calm = run_job(job, driver_factory=_FakeDriver, host_starved=lambda: None)
+    assert calm.status == "failed"  # a page slow on a calm host is the page's
