@@ -20,6 +20,13 @@ PROBE_TIMEOUT_S: Final = 3.0  # one host probe, connect + command
 PROBE_FAILURES_OFFLINE: Final = 3  # consecutive probe failures before a host is offline
 OFFLINE_GRACE_S: Final = 60.0  # offline this long -> its queued jobs go back to pending
 RESCUE_AFTER_S: Final = 60.0  # processing job with no heartbeat this long -> rescued
+# An attempt ended in the database while its host may still run it (a rescue, a stop, a
+# timeout): its job's lock key stays held until that host confirms the end, or this long.
+LOCK_LINGER_S: Final = 60.0
+# A consumer whose heartbeat has not reached the database for this fraction of rescue_after_s
+# ends its attempts itself and claims nothing until a heartbeat gets through: a host cut off
+# from the database has stopped before the producer's rescue hands its jobs on.
+SELF_FENCE_FRACTION: Final = 0.75
 LOCAL_STATE_STALE_S: Final = 15.0  # a consumer state file older than this is a failed probe
 # A producer with no cycle (a standby: no try) for max(this many of its intervals, the floor)
 # is down: a slow probe round or a GC pause must not read as an outage.

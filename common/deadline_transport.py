@@ -23,6 +23,8 @@ from typing import TypeVar
 import httpcore
 import httpx
 
+from scrapefleet.common.request_cancel import watching
+
 Deadline = Callable[[], float | None]  # None: no deadline (httpx's per-operation timeouts only)
 Address = TypeVar("Address")
 
@@ -50,10 +52,15 @@ class DeadlineStream(httpcore.NetworkStream):
         return time_left(self._deadline(), timeout, error)
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._inner.read(max_bytes, self._left(timeout, httpcore.ReadTimeout))
+        left = self._left(timeout, httpcore.ReadTimeout)
+        # A given-up attempt's request is closed from another thread (common.request_cancel).
+        with watching(self._inner.get_extra_info("socket")):
+            return self._inner.read(max_bytes, left)
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._inner.write(buffer, self._left(timeout, httpcore.WriteTimeout))
+        left = self._left(timeout, httpcore.WriteTimeout)
+        with watching(self._inner.get_extra_info("socket")):
+            self._inner.write(buffer, left)
 
     def close(self) -> None:
         self._inner.close()

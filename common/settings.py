@@ -144,6 +144,12 @@ class Settings(BaseSettings):
     probe_failures_offline: int = Field(default=C.PROBE_FAILURES_OFFLINE, ge=1)
     offline_grace_s: float = Field(default=C.OFFLINE_GRACE_S, ge=0)
     rescue_after_s: float = Field(default=C.RESCUE_AFTER_S, gt=0)
+    lock_linger_s: float = Field(
+        default=C.LOCK_LINGER_S,
+        ge=0,
+        description="a rescued or stopped attempt's lock key stays held until its host confirms"
+        " the attempt ended, or this long (docs/attempts-and-locks.md)",
+    )
     local_state_stale_s: float = Field(default=C.LOCAL_STATE_STALE_S, gt=0)
 
     min_memory_available_fraction: float = Field(

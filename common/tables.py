@@ -90,6 +90,17 @@ jobs = sa.Table(
     sa.Column("error_class", sa.Text),
     sa.Column("blocks", sa.Integer, nullable=False, server_default="0"),
     sa.Column("blocked_on_host", sa.Text),
+    # Migration 0016: times the job was claimed, ever (the trigger jobs_count_claims counts
+    # them and lets nobody take one back): each attempt's token. And an attempt ended here
+    # while its host may still run it: its lock key stays held until that host confirms the
+    # end or the time passes (docs/attempts-and-locks.md).
+    sa.Column("claims", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("lingering_host", sa.Text),
+    sa.Column("lingering_claim", sa.Integer),
+    sa.Column("lingering_until", TS),
+    # Of its releases, those its page caused (the browser died under it): only these are
+    # bounded (migration 0016).
+    sa.Column("page_releases", sa.Integer, nullable=False, server_default="0"),
     sa.CheckConstraint(_in("status", JOB_STATUSES), name="jobs_status_valid"),
     sa.CheckConstraint(_in("error_class", ERROR_CLASSES), name="jobs_error_class_valid"),
     sa.CheckConstraint("max_attempts >= 1", name="jobs_max_attempts_positive"),
@@ -137,6 +148,12 @@ sa.Index(
     jobs.c.lock_key,
     unique=True,
     postgresql_where=sa.text(f"lock_key IS NOT NULL AND {_in('status', IN_FLIGHT).text}"),
+)
+# Lock keys of jobs whose ended attempt may still run on its host (0016): held as if in flight.
+sa.Index(
+    "jobs_lingering_lock_key_idx",
+    jobs.c.lock_key,
+    postgresql_where=sa.text("lock_key IS NOT NULL AND lingering_until IS NOT NULL"),
 )
 # The same guarantee for a profile: one job of it queued or running at a time (0011).
 sa.Index(

@@ -96,6 +96,18 @@ def overload_of(sample: LoadSample) -> tuple[str, bool] | None:
     return None
 
 
+def starved(load: BrowserLoad, now: float) -> str | None:
+    """Why the host is starved now (the window's samples overloaded as often as it takes to
+    lower the limit), else None: a page that times out meanwhile is the host's fault."""
+    window = [s for s in load.samples if s.at > now - WINDOW_S]
+    overloaded = [found for found in map(overload_of, window) if found is not None]
+    if len(window) < MIN_SAMPLES or len(overloaded) / len(window) < OVERLOADED_SHARE:
+        return None
+    return (
+        f"the host was starved ({overloaded[-1][0]} in {len(overloaded)} of {len(window)} samples)"
+    )
+
+
 def observe(load: BrowserLoad, sample: LoadSample, in_use: int) -> BrowserLoad:
     """A new sample, with the browser jobs running at that moment."""
     kept = tuple(s for s in load.samples if s.at > sample.at - WINDOW_S)

@@ -59,6 +59,7 @@ from scrapefleet.consumer.stack_processes import (
     processes_naming,
     pss_bytes,
 )
+from scrapefleet.consumer.start_deadline import RunningDeadline
 
 CHROME_ARGS = (
     "--disable-dev-shm-usage",  # /dev/shm is small in containers; Chromium crashes on it
@@ -85,6 +86,7 @@ FIRST_AUTO_DISPLAY = 99
 AUTO_DISPLAY_TRIES = 200
 XVFB_READY_TIMEOUT_S = 10.0
 STATUS_PROBE_TIMEOUT_S = 2.0
+READY_POLL_S = 0.1  # between looks at a starting Grid's status
 SESSION_RETRY_INTERVAL_S = 1  # Grid re-offers a queued session request this often
 LOG_TAIL_CHARS = 3000
 # Chromium lingers up to ~1.5 s after its session is deleted (measured here); one that takes
@@ -591,8 +593,9 @@ stereotype = '{stereotype}'
             return False
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.settings.stack_start_timeout_s
-        while time.monotonic() < deadline:
+        # Time the process was frozen or starved meanwhile does not count (start_deadline).
+        deadline = RunningDeadline.after(self.settings.stack_start_timeout_s, time.monotonic())
+        while deadline.left(time.monotonic()) > 0:
             if self._grid is None or self._grid.poll() is not None:
                 if self._archive is not None and self._archive_mapped:
                     grid_jvm.forget_archive(self._archive)
@@ -601,7 +604,9 @@ stereotype = '{stereotype}'
                 )
             if self._grid_ready():
                 return
-            time.sleep(0.1)
+            before = time.monotonic()
+            time.sleep(READY_POLL_S)
+            deadline.slept(READY_POLL_S, before, time.monotonic())
         raise StackError(
             f"Grid of {self.host} not ready after {self.settings.stack_start_timeout_s:.0f} s; "
             f"log tail:\n{tail(self.grid_log)}"

@@ -64,12 +64,14 @@ class OutcomeRecorder:
         statements: Executes,
         after_write: Callable[[], None],
         give_up: Callable[[], bool],
+        written: Callable[[list[ClaimedJob]], None] | None = None,
     ) -> None:
         self.engine = engine
         self._statements = statements  # the held connection for a batch that is one statement
         self.host = host
         self.settings = settings
         self._after_write = after_write
+        self._written = written  # told which attempts' outcomes a batch wrote (or gave up on)
         self._give_up = give_up
         self._queue: queue.Queue[list[Finished] | None] = queue.Queue()
         self._outstanding = 0  # submitted and not yet written (or given up on)
@@ -138,6 +140,8 @@ class OutcomeRecorder:
                 self._write_until_done(batch)
                 with self._lock:
                     self._outstanding -= len(batch)
+                if self._written is not None:
+                    self._written([item.job for item in batch])
                 self._after_write()
 
     def _write_until_done(self, batch: list[Finished]) -> None:
@@ -195,24 +199,31 @@ class OutcomeRecorder:
             store.complete_jobs(
                 conn,
                 self.host,
-                [(i.job.id, i.job.attempt, i.outcome.result or {}) for i in completed],
+                [(i.job.id, i.job.claim, i.outcome.result or {}) for i in completed],
                 {i.job.id: _spawn_entries(i.outcome) for i in completed if i.outcome.spawn},
             )
         )
         for item in completed:
             if item.job.id not in moved:
-                log.warning("job %d attempt %d is no longer ours: result dropped", *_key(item.job))
+                log.warning("job %d claim %d is no longer ours: result dropped", *_key(item.job))
 
     def _write(self, conn: Connection, item: Finished) -> None:
         job, outcome = item.job, item.outcome
         if outcome.status == "completed":
             assert outcome.result is not None
             spawn = _spawn_entries(outcome)
-            if not store.complete_job(conn, self.host, job.id, job.attempt, outcome.result, spawn):
-                log.warning("job %d attempt %d is no longer ours: result dropped", *_key(job))
+            if not store.complete_job(conn, self.host, job.id, job.claim, outcome.result, spawn):
+                log.warning("job %d claim %d is no longer ours: result dropped", *_key(job))
             return
         if outcome.status == "released":
-            store.release_job(conn, self.host, job.id, job.attempt, outcome.error or "released")
+            store.release_job(
+                conn,
+                self.host,
+                job.id,
+                job.claim,
+                outcome.error or "released",
+                by_page=outcome.by_page,
+            )
             # The attempt's line (attempt_log) already says it, with its reason.
             log.debug("job %d attempt %d released: %s", job.id, job.attempt, outcome.error)
             return
@@ -241,11 +252,12 @@ class OutcomeRecorder:
             conn,
             self.host,
             job.id,
-            job.attempt,
+            job.claim,
             error,
             retry_at=when,
             artifacts=outcome.artifacts,
             error_class=error_class,
+            linger_s=self.settings.lock_linger_s if outcome.still_running else None,
         )
         last_line = error.strip().splitlines()[-1] if error.strip() else error
         # The attempt's line (attempt_log) says it at INFO or WARNING; this one adds the retry time.
@@ -266,7 +278,7 @@ class OutcomeRecorder:
             conn,
             self.host,
             job.id,
-            job.attempt,
+            job.claim,
             reason,
             max_blocks=self.settings.max_blocks_per_job,
             profile_cooldown_s=self.settings.profile_block_cooldown_s,
@@ -288,7 +300,7 @@ def _spawn_entries(outcome: Outcome) -> list[dict[str, Any]]:
 
 
 def _key(job: ClaimedJob) -> tuple[int, int]:
-    return job.id, job.attempt
+    return job.key
 
 
 def _ids(batch: list[Finished]) -> list[int]:

@@ -53,6 +53,7 @@ DriverFactory = Callable[[], Any]
 # isolation -> a context manager giving the job's driver; entering it raises when the host has
 # no session to give (the job is then released, not failed).
 DriverLease = Callable[[Isolation], AbstractContextManager[Any]]
+HostStarved = Callable[[], "str | None"]
 # (driver or None, job id, attempt, traceback text) -> artifact paths; must not raise.
 CaptureFailure = Callable[[Any, int, int, str], dict[str, Any]]
 
@@ -71,6 +72,12 @@ class Outcome:
     retry_after_s: float | None = None  # rate limited: the wait the site asked for
     reason: str | None = None  # blocked: what the site or the action said
     slow: bool = False  # released because the stack answered too late (a timeout)
+    # Written while the attempt's thread still runs (a timeout): its lock key stays held until
+    # the thread has returned and the host said so (store.attempts_ended).
+    still_running: bool = False
+    # Released because the browser died under the job's page: counted towards the job's bound
+    # of such releases (store.release_job). Every other release is the host's own fault.
+    by_page: bool = False
 
     @classmethod
     def completed(cls, result: dict[str, Any], spawn: tuple[Child, ...] = ()) -> Outcome:
@@ -99,9 +106,14 @@ class Outcome:
         )
 
     @classmethod
-    def released(cls, reason: str, cause: BaseException | None = None) -> Outcome:
-        """Handed back for the host's sake; ``cause`` says whether that was a timeout."""
-        return cls("released", error=reason, slow=cause is not None and timed_out(cause))
+    def released(
+        cls, reason: str, cause: BaseException | None = None, *, on_page: bool = False
+    ) -> Outcome:
+        """Handed back for the host's sake; ``cause`` says whether that was a timeout.
+        ``on_page``: the stack failed while the action ran the job's page; unless that was a
+        timeout (a slow or starved host), the page is taken to have caused it."""
+        slow = cause is not None and timed_out(cause)
+        return cls("released", error=reason, slow=slow, by_page=on_page and not slow)
 
     @classmethod
     def blocked(cls, reason: str, error: str, artifacts: dict[str, Any] | None = None) -> Outcome:
@@ -150,11 +162,14 @@ def run_job(
     capture_failure: CaptureFailure | None = None,
     browser_defaults: BrowserOptions = NO_OPTIONS,
     block_rules: BlockRules = NO_RULES,
+    host_starved: HostStarved = lambda: None,
 ) -> Outcome:
     """Run ``job`` in the calling thread and return how it ended. Never raises.
-    ``block_rules``: how a built-in browser action knows a block page (the host's settings)."""
+    ``block_rules``: how a built-in browser action knows a block page (the host's settings).
+    ``host_starved``: why the host is starved of CPU or memory now, else None: a browser
+    action that times out meanwhile is released (the host's fault), not failed."""
     with blocking_rules(block_rules):
-        return _run_job(job, lease, driver_factory, capture_failure, browser_defaults)
+        return _run_job(job, lease, driver_factory, capture_failure, browser_defaults, host_starved)
 
 
 def _run_job(
@@ -163,6 +178,7 @@ def _run_job(
     driver_factory: DriverFactory | None,
     capture_failure: CaptureFailure | None,
     browser_defaults: BrowserOptions,
+    host_starved: HostStarved,
 ) -> Outcome:
     if lease is None and driver_factory is not None:
         lease = leases_from(driver_factory)
@@ -215,8 +231,12 @@ def _run_job(
         try:
             returned = action.func(driver, params)
         except StackError as exc:
-            return Outcome.released(f"released: {exc}", exc)
+            return Outcome.released(f"released: {exc}", exc, on_page=True)
         except BaseException as exc:
+            if timed_out(exc) and (why := host_starved()):
+                # A page that did not load in time while the host was starved: the next page
+                # would time out there too. The host's fault, not the page's.
+                return Outcome.released(f"released: {type(exc).__name__}: {exc}; {why}", exc)
             # Captured while the job's context is still open: its page is what failed (or
             # what blocked us: the evidence an operator wants).
             error = traceback.format_exc()

@@ -9,7 +9,7 @@ import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy.engine import Engine
 
@@ -22,10 +22,13 @@ from scrapefleet.common.errors import DatabaseUnavailable, ScrapefleetError, Unk
 from scrapefleet.common.host_status import HOST_STATES, BrowserState
 from scrapefleet.common.lifecycle import DaemonState, Lifecycle
 from scrapefleet.common.logging_setup import fields
+from scrapefleet.common.request_cancel import RequestCanceller, cancellable
 from scrapefleet.common.statement_connection import StatementConnection
 from scrapefleet.common.store import ClaimedJob, Registration
+from scrapefleet.common.store.attempts import AttemptKey
 from scrapefleet.common.store.statuses import HostState
 from scrapefleet.consumer.artifact_janitor import ArtifactJanitor
+from scrapefleet.consumer.attempt_lease import AttemptLease
 from scrapefleet.consumer.attempt_log import log_attempt
 from scrapefleet.consumer.block_detection import BlockRules
 from scrapefleet.consumer.browser_options import host_defaults
@@ -103,7 +106,13 @@ class RunningConsumer:
                 conn, config.host, config.settings.capacity, boot_id
             )
             recovered = store.recover_host_jobs(conn, config.host)
-        running = cls(config, engine, lifecycle, registration, boot_id)
+            # Whatever an earlier process of this host was still running has ended with it.
+            store.attempts_ended(conn, config.host, None)
+            running = cls(config, engine, lifecycle, registration, boot_id)
+            # The host turns active when this transaction commits: its status document is
+            # fresh before that, so the producer never probes an active host and finds the
+            # document of its last run (a stale one is a failed probe: a false offline).
+            running._publish_status()
         running._start_threads()
         log.info(
             "consumer %s started: capacity %d, state %s, %d interrupted job(s) recovered",
@@ -133,8 +142,21 @@ class RunningConsumer:
         self._wake = threading.Event()
         self._closed = threading.Event()  # set last: the heartbeat stops
         self._lock = threading.Lock()  # guards the fields below
-        self._in_flight: dict[int, InFlight] = {}
-        self._stuck = 0
+        # By attempt, (job id, claim): an attempt given up and claimed again is another entry.
+        self._in_flight: dict[AttemptKey, InFlight] = {}
+        # Attempts given up here (timed out, rescued, stopped, let go) whose threads still run:
+        # their slots stay taken, their jobs are not claimed again here until they return.
+        self._given_up: dict[AttemptKey, ClaimedJob] = {}
+        # Given-up attempts whose threads returned, not yet confirmed to the database.
+        self._ended: set[AttemptKey] = set()
+        self._cancellers: dict[AttemptKey, RequestCanceller] = {}  # of attempts running now
+        # Attempts ended here because no heartbeat reached the database for too long (the
+        # lease lapsed), still the database's to release once it answers again.
+        self._fenced: dict[AttemptKey, ClaimedJob] = {}
+        # Timed-out attempts whose failure (which makes their lock key linger) the recorder
+        # has not written yet: their end is confirmed only after it.
+        self._linger_owed: set[AttemptKey] = set()
+        self._lease = AttemptLease.for_rescue_after(settings.rescue_after_s, time.monotonic())
         self._more_queued = False  # jobs were left queued: claim again when a slot frees
         # Without a LISTEN connection, claims follow a schedule (consumer.poll_schedule).
         polling = listen_url(settings, engine.url) is None
@@ -169,6 +191,7 @@ class RunningConsumer:
             statements=self._statements,
             after_write=self._on_outcomes_written,
             give_up=lambda: lifecycle.cold,
+            written=self._on_attempts_written,
         )
         self.janitor = ArtifactJanitor(settings, lifecycle.stop_event)
         lifecycle.on_change(self._on_lifecycle_change)
@@ -201,12 +224,12 @@ class RunningConsumer:
     @property
     def running(self) -> int:
         with self._lock:
-            return len(self._in_flight) + self._stuck
+            return len(self._in_flight) + len(self._given_up)
 
     @property
     def stuck(self) -> int:
         with self._lock:
-            return self._stuck
+            return len(self._given_up)
 
     @property
     def state(self) -> str:
@@ -279,9 +302,9 @@ class RunningConsumer:
         one), now if the database answers, else at the next start or by the producer's rescue.
         Their threads are counted as stuck; what they return is dropped."""
         with self._lock:
-            let_go = sorted(self._in_flight)
+            let_go = sorted(job_id for job_id, _ in self._in_flight)
+            self._given_up.update((k, f.job) for k, f in self._in_flight.items())
             self._in_flight.clear()
-            self._stuck += len(let_go)
         self.recorder.close(COLD_WRITE_GRACE_S)  # outcomes already in hand, if it can
         if not let_go and self.recorder.outstanding == 0:
             return
@@ -345,6 +368,7 @@ class RunningConsumer:
         idle_since: float | None = None
         while self.lifecycle.is_running:
             self._wake.clear()
+            self._fence_if_lapsed()
             self._expire_timed_out()
             wait_s = poll_s
             try:
@@ -393,18 +417,19 @@ class RunningConsumer:
             return claimed, self._poll.claim_due_in(now)
 
     def _claim(self) -> int:
-        if self._db_state in NOT_CLAIMING_STATES:
+        if self._db_state in NOT_CLAIMING_STATES or self._lease.lapsed(time.monotonic()):
             return 0
         # An outcome not yet written keeps its job 'processing' in the database: its slot is
         # not free yet, or the database would count more than capacity on this host.
         unwritten = self.recorder.outstanding
         with self._lock:
-            free = self.capacity - len(self._in_flight) - self._stuck - unwritten
+            free = self.capacity - len(self._in_flight) - len(self._given_up) - unwritten
             if free <= 0:
                 self._more_queued = True
                 return 0
             since_restart, since_boot = self._since_restart, self._since_boot
             browser_busy = self._browser_in_flight()
+            running_here = [job_id for job_id, _ in self._given_up]
         # Browser jobs only where a browser can run them: this host's stack (under its
         # restart and reboot budgets), or a driver factory the caller gave.
         browser_free = free if self.config.driver_factory is not None else 0
@@ -414,13 +439,15 @@ class RunningConsumer:
             )
             if free <= 0:
                 return 0
-        claim = store.claim_jobs(self._statements, self.host, free, browser_free)
+        claim = store.claim_jobs(
+            self._statements, self.host, free, browser_free, running_here=running_here
+        )
         started = time.monotonic()
         with self._lock:
             self._since_restart, self._since_boot = claim.jobs_since_restart, claim.jobs_since_boot
             self._more_queued = claim.more
             for job in claim.jobs:
-                self._in_flight[job.id] = InFlight(job, started, self._time_limit_s(job))
+                self._in_flight[job.key] = InFlight(job, started, self._time_limit_s(job))
             in_flight = len(self._in_flight)
         # A claim without browser jobs changes none of the stack's budgets: not told.
         if self.supervisor is not None and any(job.needs_browser for job in claim.jobs):
@@ -432,9 +459,9 @@ class RunningConsumer:
                 # A job's time runs from when it can run: not while the stack was starting.
                 restamped = time.monotonic()
                 for job in claim.jobs:
-                    if job.id in self._in_flight:
-                        limit_s = self._in_flight[job.id].limit_s
-                        self._in_flight[job.id] = InFlight(job, restamped, limit_s)
+                    if job.key in self._in_flight:
+                        limit_s = self._in_flight[job.key].limit_s
+                        self._in_flight[job.key] = InFlight(job, restamped, limit_s)
         light: list[ClaimedJob] = []
         for job in claim.jobs:  # the others started first: they run beside the light ones
             if _is_light(job):
@@ -520,6 +547,17 @@ class RunningConsumer:
         self._hand_over(finished, here=True)  # no thread woken for them
 
     def _attempt(self, job: ClaimedJob) -> Outcome:
+        canceller = RequestCanceller()
+        with self._lock:
+            self._cancellers[job.key] = canceller
+        try:
+            with cancellable(canceller):
+                return self._run_attempt(job)
+        finally:
+            with self._lock:
+                self._cancellers.pop(job.key, None)
+
+    def _run_attempt(self, job: ClaimedJob) -> Outcome:
         lease: DriverLease | None = None
         if self.supervisor is not None:
             lease = functools.partial(self.supervisor.lease, job.id)
@@ -536,6 +574,7 @@ class RunningConsumer:
             capture_failure=self.config.capture_failure,
             browser_defaults=host_defaults(self.config.settings),
             block_rules=self._block_rules,
+            host_starved=self._host_starved,
         )
         # Duration by kind and outcome; a retryable failure with attempts left is a retry (the
         # recorder schedules it).
@@ -553,6 +592,9 @@ class RunningConsumer:
             )
         return outcome
 
+    def _host_starved(self) -> str | None:
+        return self.supervisor.starved() if self.supervisor is not None else None
+
     def _hand_over(self, finished: list[tuple[ClaimedJob, Outcome]], *, here: bool = False) -> None:
         """Outcomes to the recorder (``here``: written in this thread if it can), but for
         attempts given up meanwhile (timed out, stopped, rescued): those are dropped, their
@@ -561,22 +603,25 @@ class RunningConsumer:
         late: list[tuple[ClaimedJob, Outcome]] = []
         with self._lock:
             for job, outcome in finished:
-                still_ours = self._in_flight.pop(job.id, None) is not None
+                still_ours = self._in_flight.pop(job.key, None) is not None
+                if not still_ours:
+                    self._given_up.pop(job.key, None)
+                    self._ended.add(job.key)
                 (ours if still_ours else late).append((job, outcome))
-            self._stuck -= len(late)
         if ours and not here:
             self.recorder.submit_many(ours)
         elif ours and self.recorder.record_here(ours):
             self._on_outcomes_written()
         for job, outcome in late:
             log.warning(
-                "job %d attempt %d returned after it was given up (timeout, stop or cold stop);"
-                " outcome (%s) dropped",
+                "job %d claim %d returned after it was given up (timeout, stop, rescue or cold"
+                " stop); outcome (%s) dropped",
                 job.id,
-                job.attempt,
+                job.claim,
                 outcome.status,
             )
         if late:
+            self._confirm_ended()  # its lock key is free again
             self._publish_status()  # the stuck threads' slots are free again
             self._claim_soon()
 
@@ -607,8 +652,9 @@ class RunningConsumer:
         with self._lock:
             expired = [r for r in self._in_flight.values() if now >= r.deadline]
             for running in expired:
-                del self._in_flight[running.job.id]
-            self._stuck += len(expired)
+                del self._in_flight[running.job.key]
+                self._given_up[running.job.key] = running.job
+                self._linger_owed.add(running.job.key)
         if expired:
             self._publish_status()  # stuck threads: busy slots the database no longer counts
         for running in expired:
@@ -617,33 +663,121 @@ class RunningConsumer:
             which = (
                 "its action's timeout_s"
                 if limit != self.settings.job_timeout_s
-                else ("job_timeout_s")
+                else "job_timeout_s"
             )
-            self.recorder.submit(
-                job, Outcome.failed(f"TimeoutError: job exceeded {which} ({limit:g} s)")
-            )
-            if self.supervisor is not None:  # its browser is killed, so its thread returns
-                self.supervisor.abandon(job.id, job.needs_browser)
+            timeout = Outcome.failed(f"TimeoutError: job exceeded {which} ({limit:g} s)")
+            self.recorder.submit(job, replace(timeout, still_running=True))
+            self._end_attempt(job)
 
-    def _give_up(self, job_ids: frozenset[int]) -> None:
-        """Jobs no longer ours in the database (an operator stopped them, or the producer
-        rescued them from a host it thought dead): end their attempts here. Their browser
-        session is ended so that their thread returns; their outcome is dropped."""
+    def _give_up(self, attempts: frozenset[AttemptKey]) -> None:
+        """Attempts no longer ours in the database (an operator stopped them, or the producer
+        rescued them from a host it thought dead): end them here. Their browser session is
+        ended so that their thread returns; their outcome is dropped."""
         with self._lock:
-            gone = [self._in_flight.pop(i) for i in job_ids if i in self._in_flight]
-            self._stuck += len(gone)
+            gone = [self._in_flight.pop(k) for k in attempts if k in self._in_flight]
+            for running in gone:
+                self._given_up[running.job.key] = running.job
         if gone:
             self._publish_status()
         for running in gone:
             job = running.job
             log.warning(
-                "job %d attempt %d is no longer this host's (stopped or rescued): ending it",
+                "job %d attempt %d (claim %d) is no longer this host's (stopped or rescued):"
+                " ending it",
                 job.id,
                 job.attempt,
+                job.claim,
                 extra=fields(job=job.id, kind=job.kind, host=self.host, attempt=job.attempt),
             )
-            if self.supervisor is not None:
-                self.supervisor.abandon(job.id, job.needs_browser)
+            self._end_attempt(job)
+
+    def _end_attempt(self, job: ClaimedJob) -> None:
+        """Make a given-up attempt's thread return: its HTTP requests are closed, its browser
+        is killed."""
+        with self._lock:
+            canceller = self._cancellers.get(job.key)
+        if canceller is not None:
+            canceller.cancel()
+        if self.supervisor is not None:
+            self.supervisor.abandon(job.id, job.needs_browser)
+
+    def _confirm_ended(self) -> None:
+        """Tell the database which given-up attempts have ended here (their lock keys are free
+        again); kept for the next heartbeat if it cannot be told now. An attempt whose release
+        is still owed (``_fenced``) waits for it: a confirmation before the release that
+        records its lingering would leave its lock key held."""
+        with self._lock:
+            ended = sorted(
+                k for k in self._ended if k not in self._fenced and k not in self._linger_owed
+            )
+            self._ended.difference_update(ended)
+        if not ended:
+            return
+        try:
+            with transaction(self.engine) as conn:
+                store.attempts_ended(conn, self.host, ended)
+        except Exception as exc:
+            log.warning("could not confirm ended attempts %s: %s", ended, describe(exc))
+            with self._lock:
+                self._ended.update(ended)
+
+    def _on_attempts_written(self, jobs: list[ClaimedJob]) -> None:
+        """In the recorder's thread: these attempts' outcomes are in the database now; a
+        timed-out one whose thread already returned can have its end confirmed."""
+        with self._lock:
+            owed = {job.key for job in jobs} & self._linger_owed
+            self._linger_owed -= owed
+            confirm = bool(owed & self._ended)
+        if confirm:
+            self._confirm_ended()
+
+    def _fence_if_lapsed(self) -> None:
+        """No heartbeat reached the database for too long (consumer.attempt_lease): the
+        producer may be about to hand these attempts on. End them here, claim nothing, and
+        release them once the database answers (unless it rescued them meanwhile)."""
+        now = time.monotonic()
+        if not self._lease.lapsed(now):
+            return
+        with self._lock:
+            lost = [f.job for f in self._in_flight.values()]
+            self._in_flight.clear()
+            for job in lost:
+                self._given_up[job.key] = job
+                self._fenced[job.key] = job
+        if not lost:
+            return
+        log.warning(
+            "no heartbeat reached the database for %.1f s: ending %d attempt(s) (job(s) %s)"
+            " before the producer hands them on",
+            self._lease.silent_s(now),
+            len(lost),
+            sorted(job.id for job in lost),
+        )
+        self._publish_status()
+        for job in lost:
+            self._end_attempt(job)
+
+    def _release_fenced(self) -> None:
+        """The attempts the lapsed lease ended go back to pending (each only while still this
+        host's by its claim), lingering while their threads run."""
+        with self._lock:
+            owed = dict(self._fenced)
+            running = {k for k in owed if k in self._given_up}
+        if not owed:
+            return
+        reason = f"released: consumer on {self.host} lost the database"
+        linger_s = self.settings.lock_linger_s
+        try:
+            with transaction(self.engine) as conn:
+                for key, job in owed.items():
+                    linger = linger_s if key in running else None
+                    store.release_job(conn, self.host, job.id, job.claim, reason, linger_s=linger)
+        except Exception as exc:
+            log.warning("could not release attempts %s yet: %s", sorted(owed), describe(exc))
+            return
+        with self._lock:
+            for key in owed:
+                self._fenced.pop(key, None)
 
     def _until_next_timeout(self) -> float:
         with self._lock:
@@ -659,14 +793,19 @@ class RunningConsumer:
             self._heartbeat_once()
 
     def _heartbeat_once(self) -> None:
+        sent_at = time.monotonic()
         with self._lock:
-            ids = list(self._in_flight)
+            running = list(self._in_flight)
+        self._release_fenced()
+        self._confirm_ended()
         try:
             with transaction(self.engine) as conn:
-                beat = store.heartbeat(conn, self.host, ids)
+                beat = store.heartbeat(conn, self.host, running)
         except Exception as exc:
             log.warning("heartbeat failed: %s", describe(exc))
+            self._fence_if_lapsed()
         else:
+            self._lease.renew(sent_at)
             self._give_up(beat.gone)
             state = beat.host_state
             if state is None:
@@ -715,7 +854,7 @@ class RunningConsumer:
         (the browser stack's state, say) between heartbeats; the running count alone never
         triggers a write."""
         with self._lock:
-            stuck = self._stuck
+            stuck = len(self._given_up)
         seen = (
             self.state,
             stuck,
@@ -730,8 +869,8 @@ class RunningConsumer:
     def _snapshot(self) -> Snapshot:
         limit, limit_reason = self._browser_limit()
         with self._lock:
-            running = len(self._in_flight) + self._stuck
-            stuck = self._stuck
+            stuck = len(self._given_up)
+            running = len(self._in_flight) + stuck
             since_restart, since_boot = self._since_restart, self._since_boot
         return Snapshot(
             running,

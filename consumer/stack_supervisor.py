@@ -93,6 +93,7 @@ from scrapefleet.consumer.stack_step import step
 log = logging.getLogger(__name__)
 
 REBOOT_COMMAND_TIMEOUT_S = 120.0
+FIRST_SESSION_TRIES = 3  # a stack's first browser session, while its Grid stays up
 
 Clock = Callable[[], datetime]
 RebootRunner = Callable[[str], "str | None"]  # the command -> None once it ran, else why not
@@ -254,6 +255,12 @@ class StackSupervisor:
         with self._lock:
             limit = self._load.limit
         return jobs, max(0, min(browser, limit - browser_busy))
+
+    def starved(self) -> str | None:
+        """Why the host is starved of CPU or memory now (consumer.browser_load), else None."""
+        now = self._clock().timestamp()
+        with self._lock:
+            return browser_load.starved(self._load, now)
 
     def browser_limit(self) -> tuple[int, str | None]:
         """Browser jobs the host takes at once now, and why fewer than its capacity."""
@@ -443,10 +450,7 @@ class StackSupervisor:
         )
         try:
             stack.start()
-            # Grid ready is not enough: Chromium must start and answer BiDi too. This first
-            # session stays in the pool, warm for the first job.
-            with pool.lease("context"):
-                pass
+            self._first_session(stack, pool)
         except Exception as exc:
             pool.close()
             stack.stop()
@@ -454,6 +458,25 @@ class StackSupervisor:
             return error.strip() or type(exc).__name__
         pool.warm(warm)
         return pool
+
+    def _first_session(self, stack: BrowserStack, pool: SessionPool) -> None:
+        """Grid ready is not enough: Chromium must start and answer BiDi too. This first
+        session stays in the pool, warm for the first job. A browser that dies while it starts
+        (killed from outside, a hiccup of a loaded host) is tried again a few times while the
+        Grid is up, rather than failing the whole stack for a back-off."""
+        for tries_left in range(FIRST_SESSION_TRIES - 1, -1, -1):
+            try:
+                with pool.lease("context"):
+                    return
+            except Exception as exc:
+                if not tries_left or not stack.healthy():
+                    raise
+                log.warning(
+                    "the first browser session of %s failed (%s); trying again (%d more)",
+                    self.host,
+                    describe(exc),
+                    tries_left,
+                )
 
     def _start_next(self) -> None:
         """A thread: the next stack, in a work directory no running or retiring stack uses

@@ -300,7 +300,9 @@ class Producer:
     def _rescue(self) -> tuple[int, int]:
         # Separate transactions: each sets its own audit message for the rest of its transaction.
         with self._leader.transaction() as conn:
-            rescued = store.rescue_stale_processing(conn, self.settings.rescue_after_s)
+            rescued = store.rescue_stale_processing(
+                conn, self.settings.rescue_after_s, self.settings.lock_linger_s
+            )
         with self._leader.transaction() as conn:
             requeued = store.requeue_from_unavailable_hosts(conn, self.settings.offline_grace_s)
         if rescued:

@@ -49,7 +49,9 @@ class ProfilePlacement:
         # The store's PendingJob carries these; a job without them has no profile, no block.
         pool: tuple[str, ...] = getattr(job, "profiles", ())
         blocked_on: str | None = getattr(job, "blocked_on_host", None)
-        avoid = frozenset({blocked_on}) if blocked_on else frozenset()
+        # A host still running an earlier attempt of it would hold it queued until then.
+        lingering_on: str | None = getattr(job, "lingering_on_host", None)
+        avoid = frozenset(h for h in (blocked_on, lingering_on) if h)
         if not pool:
             return HostChoice(avoid=avoid) if avoid else ANY_HOST
         candidates = [name for name in pool if self._usable(name)]

@@ -17,10 +17,10 @@ from scrapefleet.producer.profile_rules import ProfilePlacement
 def profile_placement(
     conn: Connection, pending: Sequence[PendingJob], now: datetime
 ) -> ProfilePlacement | None:
-    """The rules for this plan; None (nothing read) when no candidate names a profile or was
-    blocked."""
+    """The rules for this plan; None (nothing read) when no candidate names a profile, was
+    blocked, or may still run on a host."""
     names = {name for job in pending for name in job.profiles}
-    if not names and not any(job.blocked_on_host for job in pending):
+    if not names and not any(job.blocked_on_host or job.lingering_on_host for job in pending):
         return None
     return ProfilePlacement(store.profile_rows(conn, names) if names else {}, now)
 

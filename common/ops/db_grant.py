@@ -49,6 +49,7 @@ CONSUMER_JOB_COLUMNS = (
     "host",
     "attempts",
     "releases",
+    "page_releases",
     "blocks",
     "blocked_on_host",
     "error_class",
@@ -60,6 +61,10 @@ CONSUMER_JOB_COLUMNS = (
     "started_at",
     "finished_at",
     "heartbeat_at",
+    # A timeout written while the attempt's thread runs on holds its lock key (0016).
+    "lingering_host",
+    "lingering_claim",
+    "lingering_until",
 )
 # What a consumer writes in its own host's profiles: the cool-down after a blocked job.
 CONSUMER_PROFILE_COLUMNS = ("state", "cooldown_until", "blocks")

@@ -83,6 +83,7 @@ if TYPE_CHECKING:
         COMPLETE_MANY_SQL,
         COMPLETE_SQL,
         FAIL_ATTEMPT_SQL,
+        attempts_ended,
         claim_jobs,
         complete_job,
         complete_jobs,

@@ -45,8 +45,21 @@ _PROFILE_FREE = (
     "     AND (pr.cooldown_until > now()"
     f"      OR (pr.host IS NOT NULL AND bound.state IS DISTINCT FROM '{HostState.ACTIVE}')))))"
 )
+# A lock key is held, too, by an attempt ended in the database that may still run on its host
+# (rescued, stopped, timed out: migration 0016), the job's own included, until that host
+# confirms the end or its lingering_until passes (docs/attempts-and-locks.md).
+_LINGERING_FREE = (
+    " AND (lock_key IS NULL OR NOT EXISTS ("
+    "   SELECT 1 FROM jobs AS lingering WHERE lingering.lock_key = jobs.lock_key"
+    "   AND lingering.lock_key IS NOT NULL AND lingering.lingering_until IS NOT NULL"
+    "   AND lingering.lingering_until > now()))"
+)
+# ``lingering_on_host``: the host that may still run an ended attempt of the job (0016), which
+# the planner avoids while another host has a slot (that host would hold it queued until its
+# thread returned).
 PENDING_COLUMNS = (
-    "id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile, blocked_on_host"
+    "id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile, blocked_on_host,"
+    " CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host"
 )
 # What an operator paused live (common.store.controls.Holds: empty arrays, nothing held).
 _NOT_HELD = (
@@ -60,7 +73,7 @@ READY_NOW = (
     " AND (not_before IS NULL OR not_before <= now())"
     "   AND (lock_key IS NULL OR NOT EXISTS ("
     "     SELECT 1 FROM jobs AS held WHERE held.lock_key = jobs.lock_key"
-    f"     AND held.status IN {sql_list(IN_FLIGHT)}))" + _PROFILE_FREE + _NOT_HELD
+    f"     AND held.status IN {sql_list(IN_FLIGHT)}))" + _LINGERING_FREE + _PROFILE_FREE + _NOT_HELD
 )
 # Rate keys and kinds at their limit are left out the same way (empty arrays: none), and so are
 # those with a little budget left: common.store.rate_pending reads exactly that many of theirs,
@@ -141,6 +154,7 @@ def pending_jobs(rows: Iterable[sa.Row[Any]]) -> list[PendingJob]:
             kind=r.kind,
             rate_key=r.rate_key,
             blocked_on_host=r.blocked_on_host,
+            lingering_on_host=r.lingering_on_host,
         )
         for r in rows
     ]

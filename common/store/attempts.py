@@ -1,9 +1,13 @@
 """A consumer's writes about its attempts: claims, outcomes, heartbeats.
 
-Every outcome moves a job only while this host still owns that attempt (``status =
-'processing' AND attempts = :attempt AND host = :host``): a job rescued from a silent host and
-claimed elsewhere cannot be finished twice. Outcomes NOTIFY the producer, which refills the
-freed slot at commit. (Releases and requeues, the attempts a host hands back, are in releases.)
+Every write of an attempt moves a job only while this host still owns that attempt (``status =
+'processing' AND claims = :claim AND host = :host``). ``claims`` (migration 0016) counts every
+claim of the job and never goes back, so a claim's number is a token no other attempt of the
+job ever had: an attempt rescued from a silent host, or timed out, and claimed again (even by
+the same host) can neither finish the job nor keep it alive. ``attempts`` is the job's own
+count of failed attempts, shown to people; it is never an attempt's identity. Outcomes
+NOTIFY the producer, which refills the freed slot at commit. (Releases and requeues, the
+attempts a host hands back, are in releases.)
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ __all__ = [
     "COMPLETE_MANY_SQL",
     "COMPLETE_SQL",
     "FAIL_ATTEMPT_SQL",
+    "attempts_ended",
     "claim_jobs",
     "complete_job",
     "complete_jobs",
@@ -36,7 +41,7 @@ __all__ = [
 ]
 
 _S = JobStatus
-_OURS = f"status = '{_S.PROCESSING}' AND attempts = :attempt AND host = :host"
+_OURS = f"status = '{_S.PROCESSING}' AND claims = :claim AND host = :host"
 
 # Browser jobs and the others are picked under separate limits (the stack's budget caps the
 # first, free slots both), then the best ``limit`` of the two by priority and age. The host's
@@ -52,14 +57,20 @@ _OURS = f"status = '{_S.PROCESSING}' AND attempts = :attempt AND host = :host"
 # The statement runs alone (autocommit): a host with no row claims nothing, rather than taking
 # jobs it will never be told about (the caller raises NotFound on the empty answer).
 _REGISTERED = "EXISTS (SELECT 1 FROM hosts WHERE hosts.name = :host)"
+# A job a thread of this host still runs an earlier attempt of (given up: timed out, rescued,
+# stopped) stays queued until that thread has returned: two attempts of one job never run side
+# by side on one host.
+_NOT_RUNNING_HERE = "id <> ALL(CAST(:running AS bigint[]))"
 CLAIM_SQL = sa.text(
     "WITH browser AS ("
     "  SELECT id, priority FROM jobs"
     f"  WHERE host = :host AND status = '{_S.QUEUED}' AND needs_browser AND {_REGISTERED}"
+    f"  AND {_NOT_RUNNING_HERE}"
     "  ORDER BY priority DESC, id LIMIT :browser_limit FOR UPDATE SKIP LOCKED),"
     " plain AS ("
     "  SELECT id, priority FROM jobs"
     f"  WHERE host = :host AND status = '{_S.QUEUED}' AND NOT needs_browser AND {_REGISTERED}"
+    f"  AND {_NOT_RUNNING_HERE}"
     "  ORDER BY priority DESC, id LIMIT :limit FOR UPDATE SKIP LOCKED),"
     " picked AS ("
     "  SELECT id FROM (SELECT * FROM browser UNION ALL SELECT * FROM plain) AS candidates"
@@ -69,7 +80,7 @@ CLAIM_SQL = sa.text(
     "    started_at = now(), heartbeat_at = now()"
     "  FROM picked WHERE jobs.id = picked.id"
     "  RETURNING jobs.id, jobs.kind, jobs.payload, jobs.attempts, jobs.max_attempts,"
-    "    jobs.lock_key, jobs.needs_browser, jobs.profile),"
+    "    jobs.lock_key, jobs.needs_browser, jobs.profile, jobs.claims),"
     " tally AS ("
     "  SELECT count(*) AS n, count(*) FILTER (WHERE needs_browser) AS browser FROM claimed),"
     " counted AS ("
@@ -107,9 +118,9 @@ COMPLETE_MANY_SQL = sa.text(
     "WITH done AS ("
     f"  UPDATE jobs SET status = '{_S.COMPLETED}', result = CAST(d.result AS jsonb),"
     "    finished_at = now(), heartbeat_at = now()"
-    "  FROM unnest(CAST(:ids AS bigint[]), CAST(:attempts AS int[]),"
-    "    CAST(:results AS text[])) AS d(id, attempt, result)"
-    f"  WHERE jobs.id = d.id AND jobs.status = '{_S.PROCESSING}' AND jobs.attempts = d.attempt"
+    "  FROM unnest(CAST(:ids AS bigint[]), CAST(:claims AS int[]),"
+    "    CAST(:results AS text[])) AS d(id, claim, result)"
+    f"  WHERE jobs.id = d.id AND jobs.status = '{_S.PROCESSING}' AND jobs.claims = d.claim"
     "    AND jobs.host = :host"
     "  RETURNING jobs.id)"
     " SELECT (SELECT array_agg(id) FROM done) AS ids,"
@@ -126,27 +137,62 @@ FAIL_ATTEMPT_SQL = sa.text(
     f"    not_before = CASE WHEN {_RETRIED} THEN CAST(:retry_at AS timestamptz) END,"
     "    last_error = :error, error_class = :error_class,"
     "    artifacts = coalesce(CAST(:artifacts AS jsonb), artifacts),"
-    f"    finished_at = CASE WHEN {_RETRIED} THEN NULL ELSE now() END"
+    f"    finished_at = CASE WHEN {_RETRIED} THEN NULL ELSE now() END,"
+    # A timeout written while the attempt's thread runs on: its lock key stays held until
+    # this host confirms the thread returned (attempts_ended), or the margin passes.
+    "    lingering_host = CASE WHEN :still_running THEN host ELSE lingering_host END,"
+    "    lingering_claim = CASE WHEN :still_running THEN claims ELSE lingering_claim END,"
+    "    lingering_until = CASE WHEN :still_running"
+    "      THEN now() + make_interval(secs => :linger) ELSE lingering_until END"
     f"  WHERE id = :id AND {_OURS}"
     "  RETURNING status)"
     " SELECT status, pg_notify(:channel, :host) FROM ended"
 )
+# Only the attempts this host runs now, each by its claim: an attempt given up (rescued, timed
+# out) and claimed again keeps no heartbeat alive for the one that replaced it.
 HEARTBEAT_JOBS_SQL = sa.text(
     "UPDATE jobs SET heartbeat_at = now()"
-    f" WHERE id = ANY(:ids) AND status = '{_S.PROCESSING}' AND host = :host"
-    " RETURNING id"
+    " FROM unnest(CAST(:ids AS bigint[]), CAST(:claims AS int[])) AS r(id, claim)"
+    f" WHERE jobs.id = r.id AND jobs.claims = r.claim AND jobs.status = '{_S.PROCESSING}'"
+    "  AND jobs.host = :host"
+    " RETURNING jobs.id, jobs.claims"
 )
 HEARTBEAT_HOST_SQL = sa.text("SELECT host_heartbeat(:host)")
+# A consumer's word that its attempts given up earlier have ended (their threads returned, or
+# the process that ran them is gone): their lock keys are free again (migration 0016's
+# function, as the owner: a rescued job is no longer this host's to update).
+ATTEMPTS_ENDED_SQL = sa.text("SELECT * FROM attempts_ended(:host, CAST(:ended AS jsonb))")
+ALL_ATTEMPTS_ENDED_SQL = sa.text(
+    "SELECT * FROM attempts_ended(:host, (SELECT coalesce(jsonb_agg(jsonb_build_object("
+    "  'job', id, 'claim', lingering_claim)), '[]'::jsonb)"
+    " FROM jobs WHERE lingering_host = :host))"
+)
+
+# An attempt: (job id, claim).
+AttemptKey = tuple[int, int]
 
 
-def claim_jobs(conn: Executes, host: str, limit: int, browser_limit: int | None = None) -> Claim:
+def claim_jobs(
+    conn: Executes,
+    host: str,
+    limit: int,
+    browser_limit: int | None = None,
+    *,
+    running_here: Sequence[int] = (),
+) -> Claim:
     """queued -> processing for up to ``limit`` of this host's jobs, of which at most
-    ``browser_limit`` browser jobs (None: no separate limit), attempts + 1. The host's browser
-    budgets count the browser jobs claimed, in the same statement."""
+    ``browser_limit`` browser jobs (None: no separate limit), attempts + 1 and claims + 1 (the
+    attempt's token). The host's browser budgets count the browser jobs claimed, in the same
+    statement. ``running_here``: jobs a thread of this host still runs an earlier attempt of;
+    they stay queued."""
     browser_limit = limit if browser_limit is None else min(browser_limit, limit)
-    rows = conn.execute(
-        CLAIM_SQL, {"host": host, "limit": limit, "browser_limit": browser_limit}
-    ).all()
+    params = {
+        "host": host,
+        "limit": limit,
+        "browser_limit": browser_limit,
+        "running": sorted(set(running_here)),
+    }
+    rows = conn.execute(CLAIM_SQL, params).all()
     if not rows:
         raise NotFound(f"host {host!r} is not registered")
     claimed = [
@@ -159,6 +205,7 @@ def claim_jobs(conn: Executes, host: str, limit: int, browser_limit: int | None 
             r.lock_key,
             r.needs_browser,
             profile=r.profile,
+            claim=r.claims,
         )
         for r in sorted(rows, key=lambda r: r.id or 0)
         if r.id is not None
@@ -171,17 +218,18 @@ def complete_job(
     conn: Connection,
     host: str,
     job_id: int,
-    attempt: int,
+    claim: int,
     result: dict[str, Any],
     spawn: Sequence[Mapping[str, Any]] = (),
 ) -> bool:
-    """processing -> completed, only if this host still owns this attempt; NOTIFY the producer.
-    ``spawn``: children inserted with it (crawls.spawn_children), or not at all."""
+    """processing -> completed, only if this host still owns the attempt of this ``claim``;
+    NOTIFY the producer. ``spawn``: children inserted with it (crawls.spawn_children), or not
+    at all."""
     if spawn:
-        spawn_children(conn, host, [(job_id, attempt, spawn)])
+        spawn_children(conn, host, [(job_id, claim, spawn)])
     params = {
         "id": job_id,
-        "attempt": attempt,
+        "claim": claim,
         "host": host,
         "result": json.dumps(result),
         "channel": CHANNEL_FINISHED,
@@ -195,17 +243,17 @@ def complete_jobs(
     completions: Sequence[tuple[int, int, dict[str, Any]]],
     spawns: Mapping[int, Sequence[Mapping[str, Any]]] | None = None,
 ) -> list[int]:
-    """complete_job for many (job id, attempt, result) at once: one statement, one NOTIFY.
+    """complete_job for many (job id, claim, result) at once: one statement, one NOTIFY.
     ``spawns``: job id -> the children its completion inserts. Returns the ids that moved."""
     if not completions:
         return []
     # Before the completion: spawn_children inserts only under a processing attempt of ours,
     # and locks it, so the UPDATE below moves exactly the jobs whose children went in.
     if spawns:
-        spawn_children(conn, host, [(i, a, spawns[i]) for i, a, _ in completions if spawns.get(i)])
+        spawn_children(conn, host, [(i, c, spawns[i]) for i, c, _ in completions if spawns.get(i)])
     params = {
         "ids": [c[0] for c in completions],
-        "attempts": [c[1] for c in completions],
+        "claims": [c[1] for c in completions],
         "results": [json.dumps(c[2]) for c in completions],
         "host": host,
         "channel": CHANNEL_FINISHED,
@@ -217,37 +265,55 @@ def fail_attempt(
     conn: Connection,
     host: str,
     job_id: int,
-    attempt: int,
+    claim: int,
     error: str,
     *,
     retry_at: datetime | None,
     artifacts: dict[str, Any] | None = None,
     error_class: str = "transient",
+    linger_s: float | None = None,
 ) -> str | None:
     """End a failed attempt: back to pending with ``not_before = retry_at``, or failed when
     ``retry_at`` is None or the job is out of attempts. ``error_class`` (common.error_classes)
-    is kept on the job. Returns the new status, or None if the attempt was no longer ours."""
+    is kept on the job. ``linger_s``: the attempt's thread still runs (a timeout), so its job's
+    lock key stays held until this host confirms its end (attempts_ended) or for this long.
+    Returns the new status, or None if the attempt was no longer ours."""
     params = {
         "id": job_id,
-        "attempt": attempt,
+        "claim": claim,
         "host": host,
         "retry_at": retry_at,
         "error": error,
         "error_class": error_class,
         "artifacts": json.dumps(artifacts) if artifacts is not None else None,
         "channel": CHANNEL_FINISHED,
+        "still_running": linger_s is not None,
+        "linger": linger_s or 0.0,
     }
     status = conn.execute(FAIL_ATTEMPT_SQL, params).scalar()
     return None if status is None else str(status)
 
 
-def heartbeat(conn: Connection, host: str, job_ids: Sequence[int]) -> Heartbeat:
-    """Mark this host's running jobs and the host itself alive. Returns the host's state as the
-    database has it (an operator may have drained or disabled it) and which of ``job_ids`` are
-    no longer this host's to run (stopped by an operator, rescued)."""
-    gone: frozenset[int] = frozenset()
-    if job_ids:
-        alive = conn.execute(HEARTBEAT_JOBS_SQL, {"ids": list(job_ids), "host": host}).scalars()
-        gone = frozenset(job_ids) - frozenset(alive)
+def heartbeat(conn: Connection, host: str, running: Sequence[AttemptKey]) -> Heartbeat:
+    """Mark this host's running attempts, each a (job id, claim), and the host itself alive.
+    Returns the host's state as the database has it (an operator may have drained or disabled
+    it) and which of ``running`` are no longer this host's to run (stopped by an operator,
+    rescued, claimed again)."""
+    gone: frozenset[AttemptKey] = frozenset()
+    if running:
+        params = {"ids": [r[0] for r in running], "claims": [r[1] for r in running], "host": host}
+        alive = {(r.id, r.claims) for r in conn.execute(HEARTBEAT_JOBS_SQL, params)}
+        gone = frozenset(running) - alive
     state = conn.execute(HEARTBEAT_HOST_SQL, {"host": host}).scalar()
     return Heartbeat(None if state is None else str(state), gone)
+
+
+def attempts_ended(conn: Connection, host: str, ended: Sequence[AttemptKey] | None) -> list[int]:
+    """This host's attempts given up earlier have ended (``None``: all of them, the process
+    that ran them is gone): the lock keys they held are free. Returns the jobs it freed."""
+    if ended is None:
+        return list(conn.execute(ALL_ATTEMPTS_ENDED_SQL, {"host": host}).scalars())
+    if not ended:
+        return []
+    entries = json.dumps([{"job": job, "claim": claim} for job, claim in ended])
+    return list(conn.execute(ATTEMPTS_ENDED_SQL, {"host": host, "ended": entries}).scalars())

@@ -38,7 +38,7 @@ BLOCKED_SQL = sa.text(
     f"    error_class = '{ErrorClass.BLOCKED}', blocked_on_host = :host,"
     "    attempts = greatest(attempts - 1, 0), blocks = blocks + 1,"
     "    not_before = NULL, started_at = NULL, queued_at = NULL"
-    f"  WHERE id = :id AND status = '{JobStatus.PROCESSING}' AND attempts = :attempt"
+    f"  WHERE id = :id AND status = '{JobStatus.PROCESSING}' AND claims = :claim"
     "    AND host = :host"
     "  RETURNING status)"
     " SELECT status, pg_notify(:channel, :host) FROM ended"
@@ -49,7 +49,7 @@ def release_blocked(
     conn: Connection,
     host: str,
     job_id: int,
-    attempt: int,
+    claim: int,
     reason: str,
     *,
     max_blocks: int,
@@ -60,12 +60,12 @@ def release_blocked(
     """processing -> pending, the attempt given back, ``blocks`` + 1 and the host remembered;
     failed once the job was blocked ``max_blocks`` times. ``error`` (the traceback; else the
     reason) becomes ``last_error``. The job's profile cools down for ``profile_cooldown_s``.
-    Returns the new status, or None if the attempt was no longer ours."""
+    Returns the new status, or None if the attempt (its ``claim``) was no longer ours."""
     reason = reason[:REASON_MAX_CHARS]
     set_audit_message(conn, f"blocked: {reason}")
     params = {
         "id": job_id,
-        "attempt": attempt,
+        "claim": claim,
         "host": host,
         "max_blocks": max_blocks,
         "error": error or f"Blocked: {reason}",

@@ -3,13 +3,12 @@
 A crawl's id is its root job's id (``jobs.crawl_id``; ``crawl_runs`` holds its bounds, and
 ``crawl_seen`` every dedupe key it ever inserted a job for). Children are inserted by the
 database function ``spawn_children`` (migration 0012), the one path a consumer's role has to
-insert jobs: it checks each attempt is the caller's, in processing, and locks it, so the
-completion that follows in the same transaction moves it. A child gets at most its parent's
-priority, and only a kind its crawl allows (``crawl_runs.spawn_kinds``, when set; migration
-0017). ``spawn_children`` here must
-therefore run BEFORE that completion, in the same transaction (attempts.complete_jobs does),
-once for all the transaction's parents: it takes its locks in one order (crawls, then jobs,
-each by id), which two calls in one transaction would not.
+insert jobs: it checks each attempt (by its claim, 0016) is the caller's, in processing, and
+locks it, so the completion that follows in the same transaction moves it. A child gets at most
+its parent's priority, and only a kind its crawl allows (``crawl_runs.spawn_kinds``, when set;
+migration 0017). ``spawn_children`` here must therefore run BEFORE that completion, in the same
+transaction (attempts.complete_jobs does), once for all the transaction's parents: it takes its
+locks in one order (crawls, then jobs, each by id), which two calls in one transaction would not.
 """
 
 from __future__ import annotations
@@ -58,13 +57,13 @@ def spawn_children(
     spawns: Sequence[tuple[int, int, Sequence[Mapping[str, Any]]]],
 ) -> dict[int, int]:
     """Insert the children (``{kind, payload, needs_browser, dedupe_key?, priority?}``, checked
-    by common.spawn) of each (job id, attempt, children) of this host's attempts still in
+    by common.spawn) of each (job id, claim, children) of this host's attempts still in
     processing, and lock those attempts until the caller's transaction ends. Returns job id ->
     children inserted (dropped: a key the crawl has seen, past max_depth or max_jobs); a job
     missing from it is no longer this host's, and nothing was inserted for it."""
     if not spawns:
         return {}
-    entries = [{"job": job, "attempt": attempt, "children": list(c)} for job, attempt, c in spawns]
+    entries = [{"job": job, "claim": claim, "children": list(c)} for job, claim, c in spawns]
     params = {"host": host, "spawns": json.dumps(entries)}
     return {row.parent_job: row.children_inserted for row in conn.execute(SPAWN_SQL, params)}
 

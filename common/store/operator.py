@@ -8,6 +8,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from scrapefleet.common.constants import LOCK_LINGER_S
 from scrapefleet.common.errors import SubmitError
 from scrapefleet.common.store.events import set_audit_message
 from scrapefleet.common.store.hosts import operator_waits
@@ -45,10 +46,13 @@ CANCEL_SQL = sa.text(
 )
 _RETRY_SOURCES = sources("retry_jobs", JobStatus.PENDING)
 # A running job: cancelled here; its consumer sees at its next heartbeat that the job is no
-# longer its own, ends the attempt's browser session and drops its late outcome.
+# longer its own, ends the attempt's browser session and drops its late outcome. Until it
+# confirms that end (or for :linger seconds) the job's lock key stays held.
 STOP_SQL = sa.text(
     f"UPDATE jobs SET status = '{JobStatus.CANCELLED}', finished_at = now(),"
-    " last_error = 'stopped by operator'"
+    " last_error = 'stopped by operator',"
+    " lingering_host = host, lingering_claim = claims,"
+    " lingering_until = now() + make_interval(secs => :linger)"
     f" WHERE status IN {sql_list(sources('stop_jobs', JobStatus.CANCELLED))}"
     " AND id = ANY(:ids) RETURNING id"
 )
@@ -104,11 +108,12 @@ def cancel_jobs(conn: Connection, which: JobFilter) -> list[int]:
         return sorted(conn.execute(CANCEL_SQL, params).scalars())
 
 
-def stop_jobs(conn: Connection, ids: list[int]) -> list[int]:
-    """processing -> cancelled, for the jobs named: their hosts end the attempts."""
+def stop_jobs(conn: Connection, ids: list[int], linger_s: float = LOCK_LINGER_S) -> list[int]:
+    """processing -> cancelled, for the jobs named: their hosts end the attempts (their lock
+    keys held until they confirm it, or for ``linger_s``)."""
     set_audit_message(conn, "stopped by operator")
     with operator_waits(conn, SubmitError(_BUSY)):
-        return sorted(conn.execute(STOP_SQL, {"ids": list(ids)}).scalars())
+        return sorted(conn.execute(STOP_SQL, {"ids": list(ids), "linger": linger_s}).scalars())
 
 
 def retry_jobs(conn: Connection, which: JobFilter, *, include_cancelled: bool = False) -> list[int]:

@@ -57,6 +57,7 @@ class PendingJob:
     priority: int = 0
     kind: str = ""
     rate_key: str | None = None  # common.rate_limits
+    lingering_on_host: str | None = None  # may still run an ended attempt of it (store 0016)
 
 
 @dataclass(frozen=True)
@@ -69,12 +70,20 @@ class ClaimedJob:
     lock_key: str | None
     needs_browser: bool = False
     profile: str | None = None  # the persistent profile it runs in (common.profiles)
+    # This attempt's token: the job's claim count at this claim (jobs.claims), never the same
+    # for two attempts of one job; every write of the attempt is conditional on it.
+    claim: int = 0
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """The attempt's identity: (job id, claim)."""
+        return self.id, self.claim
 
 
 @dataclass(frozen=True)
 class Heartbeat:
     host_state: str | None  # None: the host has no row
-    gone: frozenset[int]  # jobs heartbeated that are no longer this host's to run
+    gone: frozenset[tuple[int, int]]  # attempts (job id, claim) no longer this host's to run
 
 
 @dataclass(frozen=True)

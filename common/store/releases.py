@@ -2,8 +2,10 @@
 job its host will not run. Both go back to pending for the other hosts.
 
 A release gives the attempt back: the host failed, not the job (a stack that would not start,
-a consumer that died or was stopped mid-attempt, a rescue). It never spends an attempt and has
-its own bound instead (RELEASES_EXHAUSTED_SQL): past it the job fails.
+a consumer that died or was stopped mid-attempt, a rescue). It never spends an attempt.
+``releases`` counts them all; ``page_releases`` only those the job's page caused (the browser
+died under it), and only those are bounded (PAGE_RELEASES_EXHAUSTED_SQL): a page that kills
+every browser must end somewhere, a host's own faults never fail a job.
 """
 
 from __future__ import annotations
@@ -11,10 +13,14 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from scrapefleet.common.constants import MAX_RELEASES_PER_JOB
+from scrapefleet.common.constants import LOCK_LINGER_S, MAX_RELEASES_PER_JOB
 from scrapefleet.common.store.events import set_audit_message
-from scrapefleet.common.store.statuses import RELEASES_EXHAUSTED_SQL as OUT
-from scrapefleet.common.store.statuses import HostState, JobStatus, sql_list
+from scrapefleet.common.store.statuses import (
+    PAGE_RELEASES_EXHAUSTED_SQL,
+    HostState,
+    JobStatus,
+    sql_list,
+)
 
 __all__ = [
     "RECOVER_SQL",
@@ -34,37 +40,60 @@ __all__ = [
 _PROCESSING = f"status = '{JobStatus.PROCESSING}'"
 
 
-def _release_statement(where: str, *, keep_last_error: bool) -> sa.TextClause:
+def _release_statement(
+    where: str, *, keep_last_error: bool, linger: str | None = None, by_page: str = "false"
+) -> sa.TextClause:
     """The one release UPDATE, for a given choice of rows. ``keep_last_error``: the attempt's
-    own error (if any) stays while the job has releases left; otherwise the reason replaces it."""
+    own error (if any) stays while the job has releases left; otherwise the reason replaces it.
+    ``linger`` (an SQL condition): the attempt may still run on its host (nobody there confirmed
+    its end), so the job's lock key stays held until its host confirms (attempts.attempts_ended)
+    or for ``:linger`` seconds. ``by_page`` (an SQL condition): the job's page caused it, so it
+    counts towards the bound."""
     error = "last_error" if keep_last_error else ":reason"
+    out = f"({by_page} AND {PAGE_RELEASES_EXHAUSTED_SQL})"
+    lingering = (
+        f"  lingering_host = CASE WHEN {linger} THEN host ELSE lingering_host END,"
+        f"  lingering_claim = CASE WHEN {linger} THEN claims ELSE lingering_claim END,"
+        f"  lingering_until = CASE WHEN {linger}"
+        "    THEN now() + make_interval(secs => :linger) ELSE lingering_until END,"
+        if linger
+        else ""
+    )
     return sa.text(
         "UPDATE jobs SET"
-        f"  status = CASE WHEN {OUT} THEN '{JobStatus.FAILED}' ELSE '{JobStatus.PENDING}' END,"
-        f"  host = CASE WHEN {OUT} THEN host END,"
-        f"  finished_at = CASE WHEN {OUT} THEN now() END,"
-        f"  last_error = CASE WHEN {OUT}"
-        "    THEN :reason || ' (released ' || (releases + 1) || ' times)'"
+        f"  status = CASE WHEN {out} THEN '{JobStatus.FAILED}' ELSE '{JobStatus.PENDING}' END,"
+        f"  host = CASE WHEN {out} THEN host END,"
+        f"  finished_at = CASE WHEN {out} THEN now() END,"
+        f"  last_error = CASE WHEN {out}"
+        "    THEN :reason || ' (released ' || (page_releases + 1) || ' times by its page)'"
         f"    ELSE {error} END,"
         "  attempts = greatest(attempts - 1, 0), releases = releases + 1,"
-        "  started_at = NULL, queued_at = NULL"
+        f"  page_releases = page_releases + CASE WHEN {by_page} THEN 1 ELSE 0 END,"
+        f"{lingering}  started_at = NULL, queued_at = NULL"
         f" WHERE {where} RETURNING id"
     )
 
 
-# One attempt, only while this host still owns it.
+# One attempt, only while this host still owns it; its thread may still run (a consumer that
+# lost the database for too long gave it up, see consumer.serving).
 RELEASE_SQL = _release_statement(
-    f"id = :id AND {_PROCESSING} AND attempts = :attempt AND host = :host", keep_last_error=True
+    f"id = :id AND {_PROCESSING} AND claims = :claim AND host = :host",
+    keep_last_error=True,
+    linger="CAST(:still_running AS boolean)",
+    by_page="CAST(:by_page AS boolean)",
 )
 # Every attempt a host left behind when its consumer died.
 RECOVER_SQL = _release_statement(f"{_PROCESSING} AND host = :host", keep_last_error=False)
-# Every attempt whose heartbeat stopped: its consumer is gone. The producer's two statements
-# here take only the rows free now (a consumer's session may hold its own jobs' rows for as long
-# as it likes): a row held is left for the next cycle, and the producer does not wait.
+# Every attempt whose heartbeat stopped: its consumer is gone, or frozen, or cut off from the
+# database while its threads run on. Its lock key lingers (docs/attempts-and-locks.md). The
+# producer's two statements here take only the rows free now (a consumer's session may hold its
+# own jobs' rows for as long as it likes): a row held is left for the next cycle, and the
+# producer does not wait.
 _STALE = f"{_PROCESSING} AND heartbeat_at < now() - make_interval(secs => :stale)"
 RESCUE_SQL = _release_statement(
     f"id IN (SELECT id FROM jobs WHERE {_STALE} FOR NO KEY UPDATE SKIP LOCKED) AND {_STALE}",
     keep_last_error=False,
+    linger="true",
 )
 
 _REQUEUE = (
@@ -93,16 +122,31 @@ REQUEUE_FROM_UNAVAILABLE_SQL = sa.text(
 )
 
 
-def release_job(conn: Connection, host: str, job_id: int, attempt: int, reason: str) -> bool:
-    """processing -> pending, the attempt given back; failed once the job was released
-    MAX_RELEASES_PER_JOB times. False if the attempt was no longer ours."""
+def release_job(
+    conn: Connection,
+    host: str,
+    job_id: int,
+    claim: int,
+    reason: str,
+    *,
+    linger_s: float | None = None,
+    by_page: bool = False,
+) -> bool:
+    """processing -> pending, the attempt given back. ``by_page``: the job's page caused it
+    (the browser died under it): such releases are bounded, the one after MAX_RELEASES_PER_JOB
+    of them fails the job. ``linger_s``: the attempt's thread still runs, so the job's lock key
+    stays held until this host confirms its end or for that long. False if the attempt (its
+    ``claim``) was no longer ours."""
     set_audit_message(conn, reason)
     params = {
         "id": job_id,
-        "attempt": attempt,
+        "claim": claim,
         "host": host,
         "max_releases": MAX_RELEASES_PER_JOB,
         "reason": reason,
+        "still_running": linger_s is not None,
+        "linger": linger_s or 0.0,
+        "by_page": by_page,
     }
     released = conn.execute(RELEASE_SQL, params).first() is not None
     set_audit_message(conn, "")  # the next change in this transaction says its own
@@ -116,11 +160,16 @@ def recover_host_jobs(conn: Connection, host: str) -> list[int]:
     return _release_all(conn, RECOVER_SQL, {"host": host}, reason)
 
 
-def rescue_stale_processing(conn: Connection, stale_after_s: float) -> list[int]:
-    """Jobs processing with no heartbeat for ``stale_after_s``: their consumer is gone. Each is
-    released (back to pending, the attempt given back). A heartbeating job is never touched."""
+def rescue_stale_processing(
+    conn: Connection, stale_after_s: float, linger_s: float = LOCK_LINGER_S
+) -> list[int]:
+    """Jobs processing with no heartbeat for ``stale_after_s``: their consumer is gone (or
+    frozen, or cut off). Each is released (back to pending, the attempt given back), its lock
+    key held until its host confirms the attempt ended or for ``linger_s``. A heartbeating job
+    is never touched."""
     reason = f"rescued: no heartbeat for {stale_after_s:g} s"
-    return _release_all(conn, RESCUE_SQL, {"stale": stale_after_s}, reason)
+    params: dict[str, object] = {"stale": stale_after_s, "linger": linger_s}
+    return _release_all(conn, RESCUE_SQL, params, reason)
 
 
 def _release_all(

@@ -20,6 +20,7 @@ __all__ = [
     "ATTEMPTS_EXHAUSTED_SQL",
     "FINISHED",
     "IN_FLIGHT",
+    "PAGE_RELEASES_EXHAUSTED_SQL",
     "RELEASES_EXHAUSTED",
     "RELEASES_EXHAUSTED_SQL",
     "TRANSITIONS",
@@ -185,4 +186,8 @@ def attempts_exhausted(attempt: int, max_attempts: int) -> bool:
 # spends one, so it has its own bound, or a job that takes every host down would loop forever.
 # Evaluated before the release is counted: the release that meets it is the one that fails.
 RELEASES_EXHAUSTED_SQL = "releases >= :max_releases"
+# Only the releases its page caused (the browser died under it) count towards that bound
+# (migration 0016): a host's own faults (its consumer killed, a rescue, no session, a lapsed
+# lease) never fail a job. Evaluated the same way, before the release is counted.
+PAGE_RELEASES_EXHAUSTED_SQL = "page_releases >= :max_releases"
 RELEASES_EXHAUSTED = RELEASES_EXHAUSTED_SQL  # its name before the store was split

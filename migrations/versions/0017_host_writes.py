@@ -25,7 +25,7 @@
   otherwise; artifacts not an object kept under ``{"invalid": ...}``).
 
 Revision ID: 0017
-Revises: 0015
+Revises: 0016
 Create Date: 2026-11-26
 """
 
@@ -35,12 +35,12 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0017"
-down_revision = "0015"
+down_revision = "0016"
 branch_labels = None
 depends_on = None
 
 _ROLES = importlib.import_module("scrapefleet.migrations.versions.0008_roles_by_duty")
-_CRAWLS = importlib.import_module("scrapefleet.migrations.versions.0012_crawls")
+_CLAIMS = importlib.import_module("scrapefleet.migrations.versions.0016_attempt_claims")
 
 OWN_DRAIN_REASON = "consumer stopping"  # consumer.serving.OWN_DRAIN_REASON
 MAX_REASON_CHARS = 1000
@@ -237,8 +237,9 @@ LANGUAGE sql STABLE SECURITY DEFINER AS $$
 $$
 """
 
-# spawn_children (0012) with the child's priority capped at its parent's and the kinds a crawl
-# names. The rest of the function is 0012's, text for text.
+# spawn_children (0012, parents checked by their claim since 0016) with the child's priority
+# capped at its parent's and the kinds a crawl names. The rest of the function is 0016's, text
+# for text.
 PRIORITY_0012 = "coalesce((child->>'priority')::int, parent.priority)"
 PRIORITY_CAPPED = "least(coalesce((child->>'priority')::int, parent.priority), parent.priority)"
 KINDS_0012 = "WITH ORDINALITY AS e(child, n)),"
@@ -251,7 +252,8 @@ BOUNDS_KINDS = "SELECT max_depth, max_jobs, jobs_count, spawn_kinds INTO bounds"
 
 
 def _spawn_function(capped: bool) -> str:
-    text = _CRAWLS.SPAWN_FUNCTION
+    # 0016's function (each parent checked by its claim), which this one extends.
+    text = _CLAIMS._spawn_by_claim()
     for old, new in (
         (PRIORITY_0012, PRIORITY_CAPPED),
         (KINDS_0012, KINDS_CHECKED),

@@ -108,10 +108,10 @@ def simulate_hosts(
                         completed += len(store.complete_jobs(conn, name, results))
                     claim = store.claim_jobs(conn, name, CAPACITY)
                     if now - beat[name] >= heartbeat_s:
-                        store.heartbeat(conn, name, [j.id for j in claim.jobs])
+                        store.heartbeat(conn, name, [j.key for j in claim.jobs])
                         beat[name] = now
                 changed = len(claim.jobs) != len(finished)
-                claimed[name] = [(j.id, j.attempt) for j in claim.jobs]
+                claimed[name] = [(j.id, j.claim) for j in claim.jobs]
                 if changed or now - written[name] >= STATUS_EVERY_S:
                     write_status(state_dir, status_for(name, running=len(claimed[name])))
                     written[name] = now

@@ -40,7 +40,7 @@ def _parents(engine: Engine, parents: int) -> list[int]:
         store.assign_jobs(conn, [(crawl, HOST)])
         (root,) = store.claim_jobs(conn, HOST, 1).jobs
         store.complete_job(
-            conn, HOST, crawl, root.attempt, {}, [_entry(f"p{i}") for i in range(parents)]
+            conn, HOST, crawl, root.claim, {}, [_entry(f"p{i}") for i in range(parents)]
         )
     with engine.begin() as conn:
         ids = [r[0] for r in conn.exec_driver_sql("SELECT id FROM jobs WHERE depth = 1")]
@@ -62,7 +62,7 @@ def spawning(engine: Engine, parents: int, children: int, batch: int) -> tuple[f
         }
         started = time.perf_counter()
         with engine.begin() as conn:
-            store.complete_jobs(conn, HOST, [(j.id, j.attempt, {}) for j in claimed], spawns)
+            store.complete_jobs(conn, HOST, [(j.id, j.claim, {}) for j in claimed], spawns)
         spent += time.perf_counter() - started
     with engine.connect() as conn:
         inserted = conn.exec_driver_sql("SELECT count(*) FROM jobs WHERE depth = 2").scalar_one()

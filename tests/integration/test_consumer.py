@@ -150,7 +150,18 @@ def consumer_thread(
 
 
 def wait_started(engine: Engine, settings: Settings, host: str = HOST) -> None:
+    """Its status document written and its host row registered (the document comes first: a
+    host is active only once its document is readable)."""
     wait_for(lambda: _status_or_none(settings, host) is not None, what=f"status file of {host}")
+    wait_for(lambda: _registered(engine, host), what=f"host row of {host}")
+
+
+def _registered(engine: Engine, host: str) -> bool:
+    with engine.connect() as conn:
+        return conn.execute(
+            sa.text("SELECT EXISTS (SELECT 1 FROM hosts WHERE name = :n)"),
+            {"n": host},
+        ).scalar_one()
 
 
 def wait_status_rewrites(settings: Settings, count: int) -> None:

@@ -60,11 +60,12 @@ def _row(engine: Engine, job_id: int) -> Any:
 
 
 def _reclaim(engine: Engine, job_id: int, host: str) -> int:
-    """The producer's and the consumer's part again: the job assigned and claimed; its attempt."""
+    """The producer's and the consumer's part again: the job assigned and claimed; its claim
+    (the attempt's token for its writes)."""
     with engine.begin() as conn:
         store.assign_jobs(conn, [(job_id, host)])
         (job,) = store.claim_jobs(conn, host, 10).jobs
-    return job.attempt
+    return job.claim
 
 
 def _attempt_ends(engine: Engine, job_id: int) -> list[Any]:
@@ -93,21 +94,22 @@ def hosts(engine: Engine) -> None:
 
 def test_a_blocked_attempt_uses_no_attempt_until_the_bound(engine: Engine, hosts: None) -> None:
     job_id = _claimed(engine, "h1")
-    attempt = 1
+    claim = 1
     for n, host in enumerate(["h1", "h2"], start=1):
         with engine.begin() as conn:
             status = store.release_blocked(
-                conn, host, job_id, attempt, "captcha", max_blocks=3, profile_cooldown_s=60
+                conn, host, job_id, claim, "captcha", max_blocks=3, profile_cooldown_s=60
             )
         row = _row(engine, job_id)
         assert status == "pending" and row.status == "pending" and row.host is None
         assert (row.attempts, row.blocks, row.blocked_on_host) == (0, n, host)
         assert row.error_class == "blocked" and row.last_error == "Blocked: captcha"
-        attempt = _reclaim(engine, job_id, "h2" if host == "h1" else "h1")
-        assert attempt == 1  # the block gave the attempt back
+        claim = _reclaim(engine, job_id, "h2" if host == "h1" else "h1")
+        # The block gave the attempt back; the claim, the attempt's token, never goes back.
+        assert (_row(engine, job_id).attempts, claim) == (1, n + 1)
     with engine.begin() as conn:
         status = store.release_blocked(
-            conn, "h1", job_id, attempt, "captcha", max_blocks=3, profile_cooldown_s=60
+            conn, "h1", job_id, claim, "captcha", max_blocks=3, profile_cooldown_s=60
         )
     row = _row(engine, job_id)
     assert status == row.status == "failed" and row.finished_at is not None
@@ -186,10 +188,11 @@ def test_a_failure_keeps_its_class_and_the_views_show_and_group_it(
         groups = read_rows(conn, "failure_groups")
     assert shown == {job_id: c for job_id, (c, _) in zip(ids, failures, strict=True)}
     by_class = {(g["error_class"], g["error"]): g["jobs"] for g in groups}
+    # Status codes stay in the group (migration 0022): a 429 is not a 404.
     assert by_class == {
-        ("permanent", "HttpError: loading <url> HTTP <n>"): 2,
-        ("transient", "HttpError: loading <url> HTTP <n>"): 1,
-        ("rate_limited", "HttpError: loading <url> HTTP <n>"): 1,
+        ("permanent", "HttpError: loading <url> HTTP 404"): 2,
+        ("transient", "HttpError: loading <url> HTTP 404"): 1,
+        ("rate_limited", "HttpError: loading <url> HTTP 429"): 1,
     }
 
 

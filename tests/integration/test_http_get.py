@@ -25,7 +25,7 @@ import pytest
 
 from scrapefleet.common import http_client
 from scrapefleet.common.builtin_actions import HttpGetParams, http_get
-from tests.waiting import scaled
+from tests.waiting import scaled, wait_for
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -507,3 +507,33 @@ def test_a_dropped_proxy_pool_is_closed_once_its_last_response_is(
     assert closed == ["http://a.invalid:1"]
     transport.close()
     assert sorted(closed) == ["http://a.invalid:1", "http://b.invalid:1", "http://c.invalid:1"]
+
+
+def test_a_cancelled_request_is_closed_at_once_on_the_site() -> None:
+    """A given-up attempt's request is ended, not left to run: the site sees the connection
+    closed, and the thread returns, as soon as another thread cancels it."""
+    from scrapefleet.common.request_cancel import RequestCanceller, cancellable
+    from tests.integration.request_log_site import request_log_site
+
+    canceller = RequestCanceller()
+    raised: list[BaseException] = []
+
+    def attempt(url: str) -> None:
+        with cancellable(canceller):
+            try:
+                _get(url, timeout_s=scaled(30))
+            except BaseException as exc:
+                raised.append(exc)
+
+    with request_log_site() as (site, log):
+        thread = threading.Thread(target=attempt, args=(f"{site}/stream?job=a&seconds=30",))
+        thread.start()
+        wait_for(lambda: log.of("a"), what="the request reached the site")
+        canceller.cancel()
+        thread.join(scaled(5))
+        assert not thread.is_alive(), "the cancelled request's thread returned"
+        wait_for(lambda: log.of("a")[0].ended is not None, what="the site saw the close")
+        [request] = log.of("a")
+        assert request.how == "closed by the client"
+        assert request.ended is not None and request.ended - request.started < scaled(5)
+    assert raised, "the cancelled request failed"

@@ -61,7 +61,7 @@ def _finish(engine: Engine, job_id: int) -> None:
     with engine.begin() as conn:
         claimed = {job.id: job for job in store.claim_jobs(conn, host, 6).jobs}
         assert claimed[job_id].profile == _jobs(engine)[job_id]["profile"]
-        store.complete_job(conn, host, job_id, claimed[job_id].attempt, {})
+        store.complete_job(conn, host, job_id, claimed[job_id].claim, {})
 
 
 def test_a_profiles_jobs_run_one_at_a_time_on_the_host_it_is_bound_to(
@@ -118,7 +118,7 @@ def test_a_blocked_pool_job_cools_its_profile_and_runs_under_another(
         (claimed,) = store.claim_jobs(conn, first["host"], 6).jobs
         # The release path of a blocked attempt: the job goes back, its profile cools down.
         assert store.cool_profile_after_block(conn, job_id, 600) == "acct-1"
-        assert store.release_job(conn, first["host"], job_id, claimed.attempt, "blocked")
+        assert store.release_job(conn, first["host"], job_id, claimed.claim, "blocked")
 
     assert producer.run_cycle().assigned == 1
     assert _jobs(engine)[job_id]["profile"] == "acct-2"

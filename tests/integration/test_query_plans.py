@@ -98,7 +98,7 @@ def test_hot_queries_use_partial_indexes_at_one_million_rows(engine: Engine) -> 
         no_browser = _plan(
             conn, store.LOCK_PENDING_NO_BROWSER_SQL, limit=240, skip_keys=none, skip_kinds=none
         )
-        claim = _plan(conn, store.CLAIM_SQL, host="h3", limit=6, browser_limit=6)
+        claim = _plan(conn, store.CLAIM_SQL, host="h3", limit=6, browser_limit=6, running=[])
         in_flight = _plan(conn, queries.FLEET_SNAPSHOT_SQL)
         # Rate limits: a key or kind with a little budget left, read for it alone; the
         # in-flight figures; the trailing minute's use.
@@ -120,7 +120,9 @@ def test_hot_queries_use_partial_indexes_at_one_million_rows(engine: Engine) -> 
             _generic_plan(conn, store.RATE_IN_FLIGHT_SQL),
             _generic_plan(conn, store.RATE_WINDOW_SQL),
             # The full cycle's rescue and requeue, on the same session.
-            _generic_plan(conn, store.RESCUE_SQL, stale=60.0, reason="rescued", max_releases=5),
+            _generic_plan(
+                conn, store.RESCUE_SQL, stale=60.0, reason="rescued", max_releases=5, linger=60.0
+            ),
             _generic_plan(conn, store.REQUEUE_FROM_UNAVAILABLE_SQL, grace=60.0),
         ]
     assert "jobs_pending_idx" in pending and "Seq Scan" not in pending, pending

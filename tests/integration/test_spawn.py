@@ -27,12 +27,13 @@ def _hosts(engine: Engine, *names: str) -> None:
 
 
 def _run_on(engine: Engine, job_id: int, host: str) -> int:
-    """Assign the (pending) job to host and claim it there; returns the attempt."""
+    """Assign the (pending) job to host and claim it there; returns the claim (the attempt's
+    token)."""
     with engine.begin() as conn:
         store.assign_jobs(conn, [(job_id, host)])
         (claimed,) = store.claim_jobs(conn, host, 1).jobs
     assert claimed.id == job_id
-    return claimed.attempt
+    return claimed.claim
 
 
 def _jobs(engine: Engine) -> list[Any]:

@@ -183,8 +183,9 @@ def test_register_consumer_resets_since_boot_on_new_boot_id(engine: Engine) -> N
 
 
 def test_releases_never_use_attempts_and_have_their_own_bound(engine: Engine) -> None:
-    """A job that takes every host's browser down cannot bounce between hosts forever, and
-    its host's failures never spend its own attempts."""
+    """A job whose page takes every host's browser down cannot bounce between hosts forever;
+    its hosts' own faults (a consumer killed, a rescue, a stack down) never fail it, and no
+    release spends its own attempts."""
     from scrapefleet.common.constants import MAX_RELEASES_PER_JOB
 
     _setup_host(engine)
@@ -192,24 +193,54 @@ def test_releases_never_use_attempts_and_have_their_own_bound(engine: Engine) ->
         (job_id,) = store.insert_jobs(
             conn, [NewJob("noop", max_attempts=2)], default_max_attempts=3
         ).ids
-    outcomes = []
-    for _ in range(MAX_RELEASES_PER_JOB + 1):
+
+    def release(**how: bool) -> tuple[object, ...]:
         with engine.begin() as conn:
             store.assign_jobs(conn, [(job_id, "h1")])
-            attempt = store.claim_jobs(conn, "h1", 6).jobs[0].attempt
-            assert attempt == 1
-            assert store.release_job(conn, "h1", job_id, attempt, "stack down")
-            outcomes.append(
-                conn.execute(
-                    sa.text("SELECT status, attempts, releases FROM jobs WHERE id = :id"),
-                    {"id": job_id},
-                ).one()
-            )
-    pending = [("pending", 0, n + 1) for n in range(MAX_RELEASES_PER_JOB)]
-    assert outcomes == [*pending, ("failed", 0, MAX_RELEASES_PER_JOB + 1)]
+            claimed = store.claim_jobs(conn, "h1", 6).jobs[0]
+            assert claimed.attempt == 1  # a release gives the attempt back, never the claim
+            assert store.release_job(conn, "h1", job_id, claimed.claim, "stack down", **how)
+            return conn.execute(
+                sa.text(
+                    "SELECT status, attempts, releases, page_releases FROM jobs WHERE id = :id"
+                ),
+                {"id": job_id},
+            ).one()
+
+    # The host's faults, many more than the bound: the job is never failed for them.
+    host_faults = MAX_RELEASES_PER_JOB * 2
+    assert [release() for _ in range(host_faults)][-1] == ("pending", 0, host_faults, 0)
+    # Its page's: MAX_RELEASES_PER_JOB are given back, the next one fails it.
+    outcomes = [release(by_page=True) for _ in range(MAX_RELEASES_PER_JOB + 1)]
+    pending = [("pending", 0, host_faults + n + 1, n + 1) for n in range(MAX_RELEASES_PER_JOB)]
+    last = ("failed", 0, host_faults + MAX_RELEASES_PER_JOB + 1, MAX_RELEASES_PER_JOB + 1)
+    assert outcomes == [*pending, last]
     with engine.connect() as conn:
         error = conn.execute(sa.text("SELECT last_error FROM jobs")).scalar_one()
-    assert error == f"stack down (released {MAX_RELEASES_PER_JOB + 1} times)"
+    assert error == f"stack down (released {MAX_RELEASES_PER_JOB + 1} times by its page)"
+
+
+def test_a_job_whose_consumer_is_killed_six_times_completes_with_one_attempt(
+    engine: Engine,
+) -> None:
+    """Six consumer deaths under one job (each restart recovers it) and a rescue: the job runs
+    again every time, and completes having used one attempt."""
+    _setup_host(engine)
+    with engine.begin() as conn:
+        (job_id,) = store.insert_jobs(
+            conn, [NewJob("noop", max_attempts=1)], default_max_attempts=3
+        ).ids
+    for _ in range(6):
+        with engine.begin() as conn:
+            store.assign_jobs(conn, [(job_id, "h1")])
+            store.claim_jobs(conn, "h1", 6)
+            assert store.recover_host_jobs(conn, "h1") == [job_id]
+    with engine.begin() as conn:
+        store.assign_jobs(conn, [(job_id, "h1")])
+        claimed = store.claim_jobs(conn, "h1", 6).jobs[0]
+        assert store.complete_job(conn, "h1", job_id, claimed.claim, {"ok": True})
+        row = conn.execute(sa.text("SELECT * FROM jobs WHERE id = :id"), {"id": job_id}).one()
+    assert (row.status, row.attempts, row.claims, row.releases) == ("completed", 1, 7, 6)
 
 
 def test_claims_count_browser_jobs_and_respect_their_own_limit(engine: Engine) -> None:

@@ -121,3 +121,12 @@ def test_a_consumer_starts_at_a_job_per_core_and_climbs_while_calm_and_busy() ->
     load = run(load, 45, in_use=6, **CALM)
     assert load.limit == 6 and load.reason is None
     assert BrowserLoad.starting(6, cores=8).limit == 6
+
+
+def test_starved_means_overloaded_as_often_as_it_takes_to_lower_the_limit() -> None:
+    busy = run(AT_CAPACITY, 10, in_use=6, **BUSY_CPU)
+    why = browser_load.starved(busy, now=busy.samples[-1].at)
+    assert why is not None and "CPU pressure 90%" in why
+    calm = run(AT_CAPACITY, 10, in_use=6, **CALM)
+    assert browser_load.starved(calm, now=calm.samples[-1].at) is None
+    assert browser_load.starved(AT_CAPACITY, now=0.0) is None  # no samples: nothing known

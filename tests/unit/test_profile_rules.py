@@ -135,6 +135,13 @@ def test_a_blocked_job_avoids_the_host_it_was_blocked_on_while_another_can_take_
     assert _plan(emptier_h1, [bound], _profile("c", "h1"))[0] == [(3, "h1")]
 
 
+def test_a_job_whose_ended_attempt_may_still_run_on_a_host_goes_elsewhere_if_it_can() -> None:
+    lingering = PendingJob(1, None, False, lingering_on_host="h1")
+    assert _plan(_hosts(("h1", 0), ("h2", 4)), [lingering])[0] == [(1, "h2")]
+    only_h1 = [HostSlots("h1", 6, 0, 6), HostSlots("h2", 6, 6, 0)]
+    assert _plan(only_h1, [lingering])[0] == [(1, "h1")]  # it waits there for the thread
+
+
 def test_the_rules_need_an_aware_clock() -> None:
     with pytest.raises(ValueError, match="timezone-aware"):
         ProfilePlacement({}, datetime(2026, 11, 24))

@@ -14,6 +14,7 @@ from scrapefleet.common.errors import StackError, SubmitError
 from scrapefleet.common.store import ClaimedJob
 from scrapefleet.common.submit_file import validate_job
 from scrapefleet.consumer.runner import run_job
+from scrapefleet.consumer.selenium_actions import PageLoadTimeout
 
 
 def _job(kind: str, payload: Any = None, attempt: int = 1) -> ClaimedJob:
@@ -109,6 +110,23 @@ def test_result_must_be_a_json_object() -> None:
 def test_stack_error_releases_the_job() -> None:
     outcome = run_job(_job("test_runner_stack"))
     assert outcome.status == "released" and "grid gone" in (outcome.error or "")
+    assert not outcome.by_page  # no page ran: the host's fault, never bounded
+
+
+@register("test_runner_browser_died", _Params, needs_browser=True)
+def _browser_died(driver: Any, params: _Params) -> dict[str, Any]:
+    if params.value:  # Grid answered too late
+        raise StackError("grid did not answer") from TimeoutError("read timed out")
+    raise StackError("chrome not reachable")
+
+
+def test_a_browser_that_dies_under_the_page_is_the_pages_release_unless_it_timed_out() -> None:
+    """Only a browser dying while the page ran counts against the job's bounded releases; a
+    timeout is a slow or starved host, and no session at all is the host's own fault."""
+    died = run_job(_job("test_runner_browser_died"), driver_factory=_FakeDriver)
+    assert died.status == "released" and died.by_page and not died.slow
+    slow = run_job(_job("test_runner_browser_died", {"value": 1}), driver_factory=_FakeDriver)
+    assert slow.status == "released" and slow.slow and not slow.by_page
 
 
 def test_browser_action_without_factory_is_a_clear_error() -> None:
@@ -145,6 +163,7 @@ def test_no_browser_session_releases_the_job() -> None:
 
     outcome = run_job(_job("test_runner_browser"), driver_factory=factory)
     assert outcome.status == "released" and "no session" in (outcome.error or "")
+    assert not outcome.by_page
 
 
 def test_capture_that_raises_does_not_hide_the_failure() -> None:
@@ -188,3 +207,17 @@ def test_an_unknown_isolation_is_refused_at_submit_naming_the_field() -> None:
         {"kind": "fetch_page", "payload": {"url": "http://x.test/", "isolation": "session"}}
     )
     assert job.payload["isolation"] == "session"
+
+
+@register("test_runner_page_timeout", _Params, needs_browser=True)
+def _page_timeout(driver: Any, params: _Params) -> dict[str, Any]:
+    raise PageLoadTimeout("get https://example.org/: timed out (page load)")
+
+
+def test_a_page_that_times_out_on_a_starved_host_is_released_not_failed() -> None:
+    job = _job("test_runner_page_timeout")
+    starved = run_job(job, driver_factory=_FakeDriver, host_starved=lambda: "CPU pressure 90%")
+    assert starved.status == "released" and starved.slow and not starved.by_page
+    assert "CPU pressure 90%" in (starved.error or "")
+    calm = run_job(job, driver_factory=_FakeDriver, host_starved=lambda: None)
+    assert calm.status == "failed"  # a page slow on a calm host is the page's

@@ -38,7 +38,7 @@ from scrapefleet.consumer.stack_events import (
     RecordStackSwitch,
     SetHostState,
 )
-from scrapefleet.consumer.stack_supervisor import StackSupervisor
+from scrapefleet.consumer.stack_supervisor import FIRST_SESSION_TRIES, StackSupervisor
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(20)
@@ -116,6 +116,7 @@ class FakeStack:
         self.grid_slow = False  # up, but its status answers come too late
         self.ended: list[Any] = []
         self.drivers = 0
+        self.dying_browsers = 0  # the next sessions whose browser dies as it starts
 
     def start(self) -> None:
         self.starts += 1
@@ -131,6 +132,9 @@ class FakeStack:
     def new_driver(self) -> FakeDriver:
         if not self.up:
             raise StackError("no Grid")
+        if self.dying_browsers:
+            self.dying_browsers -= 1
+            raise StackError("chrome not reachable")
         self.drivers += 1
         return FakeDriver()
 
@@ -418,6 +422,20 @@ def test_a_stack_that_will_not_start_backs_off_and_recovers_by_itself() -> None:
     assert host.stack.starts == 5 and host.supervisor.running
     assert host.supervisor.browser_status() == (BrowserState.READY, None, None)
     assert host.records.of(RecordStackStart)[-1].jobs_in_flight == 0
+
+
+def test_a_browser_that_dies_while_the_stack_starts_is_tried_again_not_the_stack_failed() -> None:
+    host = Host()
+    host.stack.dying_browsers = FIRST_SESSION_TRIES - 1
+    host.claim(browser=1)
+    assert host.supervisor.running and not host.records.of(RecordStackFailure)
+    assert host.stack.starts == 1  # the Grid was not restarted for it
+    host.finish()
+    # One more death than the tries: the start fails as before (a back-off, then a retry).
+    other = Host()
+    other.stack.dying_browsers = FIRST_SESSION_TRIES
+    other.claim(browser=1)
+    assert len(other.records.of(RecordStackFailure)) == 1
 
 
 def test_a_failing_stack_is_not_retried_while_a_browser_job_is_in_flight() -> None:
