@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from scrapefleet.common.masking import (
     mask_text,
     mask_url,
 )
+from scrapefleet.consumer.artifacts import capture_failure
 from scrapefleet.consumer.network_log import NetworkLog
 
 pytestmark = pytest.mark.timeout(10)
@@ -159,3 +161,10 @@ def test_a_saved_network_log_hashes_cookies_and_strips_url_credentials() -> None
     }
     # fetch_page still finds its document by the URL the page really had
     assert log.document(url, wait_s=0) is not None
+
+
+def test_a_saved_traceback_masks_the_urls_in_it(tmp_path: Path) -> None:
+    trace = "Traceback...\nProxyError: http://bob:hunter2@p:3128 refused"
+    saved = capture_failure(None, tmp_path, job_id=7, attempt=1, traceback_text=trace)
+    text = Path(saved["traceback"]).read_text()
+    assert "hunter2" not in text and "http://***@p:3128" in text
