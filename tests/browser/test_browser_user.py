@@ -19,6 +19,7 @@ from scrapefleet.common.settings import Settings
 from scrapefleet.consumer.browser_stack import BrowserStack, find_grid_jar
 from scrapefleet.consumer.browser_user import needs_no_sandbox
 from scrapefleet.consumer.sessions import quit_driver
+from scrapefleet.consumer.stack_processes import TOKEN_ENV, WORK_DIR_ENV
 from tests.browser.site import LocalSite
 
 pytestmark = pytest.mark.timeout(120)
@@ -104,7 +105,7 @@ def test_a_sandbox_asked_for_a_root_browser_is_refused_with_the_reason() -> None
 
 
 # What a stack process may find in its environment: nothing the consumer was given.
-STACK_ENV_NAMES = {"PATH", "LANG", "HOME", "TMPDIR", "DISPLAY"}
+STACK_ENV_NAMES = {"PATH", "LANG", "HOME", "TMPDIR", "DISPLAY", TOKEN_ENV, WORK_DIR_ENV}
 
 
 def _environ(pid: int) -> dict[str, str]:
@@ -130,7 +131,6 @@ def test_no_stack_process_gets_the_consumers_environment(
     xvfb = [env for (name, _), env in environments.items() if name == "Xvfb"]
     assert xvfb, f"no Xvfb among {sorted(environments)}"
     for (name, pid), env in environments.items():
-        leaked = [k for k, v in env.items() if "s3cret" in v or k.startswith("SCRAPEFLEET_DATA")]
+        leaked = [k for k, v in env.items() if "s3cret" in v or k == "SCRAPEFLEET_DATABASE_URL"]
         assert not leaked, f"{name} ({pid}) holds {leaked}"
-        ours = {k for k in env if not k.startswith("SCRAPEFLEET_STACK")}
-        assert ours <= STACK_ENV_NAMES, f"{name} ({pid}) holds {sorted(ours - STACK_ENV_NAMES)}"
+        assert set(env) <= STACK_ENV_NAMES, f"{name} ({pid}): {sorted(set(env) - STACK_ENV_NAMES)}"
