@@ -94,7 +94,9 @@ def test_consumers_log_in_as_their_own_role_and_never_as_the_producers(
     lets a consumer's address in as that role only (the producer's role and password are
     refused from there, whoever holds them)."""
     hba = Path(f"/etc/postgresql/15/{deployment.cluster}/pg_hba.conf").read_text()
-    producer_lines = [line.split() for line in hba.splitlines() if " scrapefleet " in line]
+    lines = [line.split() for line in hba.splitlines() if line and not line.startswith("#")]
+    producer_lines = [f for f in lines if len(f) > 3 and f[2] == "scrapefleet"]
+    assert producer_lines, hba
     for host in deployment.consumers:
         url = tomllib.loads((host.dir / "etc" / "consumer.toml").read_text())["database_url"]
         role = url.split("://", 1)[1].split(":", 1)[0]
