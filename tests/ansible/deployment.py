@@ -48,8 +48,8 @@ SECRETS = [
     quote(DB_PASSWORD, safe=""),
     CONSUMER_DB_PASSWORD,
     quote(CONSUMER_DB_PASSWORD, safe=""),
-    WEBHOOK_SECRET,
     DASHBOARD_TOKEN,
+    WEBHOOK_SECRET,  # last: test_deploy reads it as SECRETS[-1]
 ]
 PACKAGE_SOURCES = ["pyproject.toml", "README.md", "common", "producer", "consumer", "migrations"]
 SERVICE_CONTROL = Path(__file__).with_name("service_control.py")
