@@ -88,8 +88,12 @@ WEBHOOK_TIMEOUT_S: Final = 5.0  # one POST, connect + response
 WEBHOOK_MAX_ATTEMPTS: Final = 10  # then the delivery is given up (gave_up_at set)
 WEBHOOK_BACKOFF_BASE_S: Final = 5.0  # delay before the 2nd POST; doubles each attempt
 WEBHOOK_BACKOFF_MAX_S: Final = 3600.0
-WEBHOOK_BATCH: Final = 50  # deliveries taken per round
-WEBHOOK_WORKERS: Final = 8  # POSTs in flight at once
+WEBHOOK_BATCH: Final = 50  # deliveries taken per statement (more statements while slots are free)
+# POSTs in flight at once, in all and to one receiver (scheme://host:port): a fast receiver
+# waits behind slow ones only while WEBHOOK_WORKERS / WEBHOOK_PER_RECEIVER of them are all slow.
+WEBHOOK_WORKERS: Final = 100
+WEBHOOK_PER_RECEIVER: Final = 2
+WEBHOOK_SCAN_ROWS: Final = 500  # due rows looked at per statement for receivers with room
 WEBHOOK_WAKE_DEBOUNCE_S: Final = 0.02  # batch delivery notifications this long (producer.wakeup)
 RETENTION_DAYS: Final = 30.0  # finished jobs older than this move to jobs_archive
 RETENTION_INTERVAL_S: Final = 3600.0  # how often the producer runs retention

@@ -5,7 +5,8 @@
 ``log_format = "text"`` (the default) writes ``time level logger message job=42 host=h1``, for
 people at a terminal and for the journal; ``"json"`` writes one JSON object a line with the
 same fields as keys, for a log shipper. A traceback stays inside its event: indented lines in
-text, one ``exc`` string in JSON.
+text, one ``exc`` string in JSON. Either way every line goes through common.masking: a URL's
+password or token, an ``Authorization`` value never reach the journal, whoever logged them.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import logging
 import sys
 from datetime import UTC, datetime
 from typing import Any, TextIO
+
+from scrapefleet.common.masking import mask_text
 
 # The structured fields, in the order text lines show them.
 FIELDS = (
@@ -51,7 +54,7 @@ def _record_fields(record: logging.LogRecord) -> dict[str, Any]:
 
 
 def _text_value(value: Any) -> str:
-    text = str(value)
+    text = mask_text(str(value))
     if not text or any(c.isspace() or c in '"=' for c in text):
         return json.dumps(text)  # quoted, so the line still splits on spaces
     return text
@@ -60,13 +63,14 @@ def _text_value(value: Any) -> str:
 class KeyValueFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         at = datetime.fromtimestamp(record.created, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        message = record.getMessage().replace("\n", "\n    ")
+        message = mask_text(record.getMessage()).replace("\n", "\n    ")
         extra = " ".join(f"{k}={_text_value(v)}" for k, v in _record_fields(record).items())
         line = f"{at[:-4]}Z {record.levelname:<7} {record.name}: {message}"
         if extra:
             line += f" {extra}"
         if record.exc_info:
-            line += "\n    " + self.formatException(record.exc_info).replace("\n", "\n    ")
+            trace = mask_text(self.formatException(record.exc_info))
+            line += "\n    " + trace.replace("\n", "\n    ")
         return line
 
 
@@ -76,11 +80,14 @@ class JsonFormatter(logging.Formatter):
             "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,
             "logger": record.name,
-            "msg": record.getMessage(),
-            **_record_fields(record),
+            "msg": mask_text(record.getMessage()),
+            **{
+                k: mask_text(v) if isinstance(v, str) else v
+                for k, v in _record_fields(record).items()
+            },
         }
         if record.exc_info:
-            document["exc"] = self.formatException(record.exc_info)
+            document["exc"] = mask_text(self.formatException(record.exc_info))
         return json.dumps(document, default=str)
 
 

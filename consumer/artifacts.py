@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
+from scrapefleet.common.masking import mask_text
 from scrapefleet.consumer.network_log import NetworkLog, network_log_of
 
 CAPTURE_PART_TIMEOUT_S = 15.0  # per part; a hung renderer must not hold the job's slot
@@ -131,7 +132,8 @@ def capture_page(
 
     # The traceback first: it needs no browser and is the one part always worth having.
     if traceback_text is not None:
-        save("traceback", ".txt", lambda: traceback_text.encode())
+        # Served from /artifacts: a proxy URL's password in an exception's text stays out of it.
+        save("traceback", ".txt", lambda: mask_text(traceback_text).encode())
     if network is not None:  # read from memory: needs no answer from the browser
         network.settle()
         save("network", ".network.json", lambda: network.as_json().encode())

@@ -46,6 +46,7 @@ from scrapefleet.consumer.browser_user import (
     BrowserUser,
     needs_no_sandbox,
     resolve_browser_user,
+    stack_environment,
 )
 from scrapefleet.consumer.sessions import BrowserLaunch, quit_driver
 from scrapefleet.consumer.stack_processes import (
@@ -470,7 +471,9 @@ class BrowserStack:
             proc = subprocess.Popen(
                 command,
                 pass_fds=[write_fd],
-                env={**os.environ, WORK_DIR_ENV: str(self.work_dir)},
+                env=stack_environment(
+                    self.home_dir, self.tmp_dir, **{WORK_DIR_ENV: str(self.work_dir)}
+                ),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=(self.work_dir / "xvfb.log").open("ab"),
@@ -538,15 +541,12 @@ stereotype = '{stereotype}'
     def _start_grid(self, jar: Path) -> None:
         self.grid_port = self._fixed_port if self._fixed_port is not None else free_port()
         self._write_grid_config(self.grid_port)
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "LANG": os.environ.get("LANG", "C.UTF-8"),
-            "DISPLAY": f":{self.display}",
-            "HOME": str(self.home_dir),
-            "TMPDIR": str(self.tmp_dir),
-            TOKEN_ENV: self._marker.token,
-            WORK_DIR_ENV: str(self.work_dir),
-        }
+        env = stack_environment(
+            self.home_dir,
+            self.tmp_dir,
+            DISPLAY=f":{self.display}",
+            **{TOKEN_ENV: self._marker.token, WORK_DIR_ENV: str(self.work_dir)},
+        )
         self._archive = grid_jvm.archive_path(self.work_dir, jar)
         self._archive_mapped = self._archive.is_file()
         pending = self.tmp_dir / grid_jvm.PENDING_NAME

@@ -11,6 +11,11 @@ endpoint (``goog/cdp/execute`` returns results, never events).
 
 Bounded: at most MAX_ENTRIES requests and about MAX_LOG_CHARS of JSON; what does not fit is
 counted in ``dropped``. Header values are cut at MAX_HEADER_VALUE_CHARS.
+
+What is written out (``as_json``, the artifact the dashboard serves) carries no secret: cookie
+values and credential headers as a short SHA-256 (the same cookie shows the same), URLs without
+their userinfo and with token-named parameters hashed (common.masking). The entries kept in
+memory stay as they came: ``fetch_page`` matches its document by URL.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
+from scrapefleet.common.masking import digest, mask_headers, mask_url
 from scrapefleet.consumer import bidi_commands as bidi
 
 EVENTS = ("network.responseCompleted", "network.fetchError")
@@ -90,6 +96,15 @@ def entry_of(event: str, params: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
+def written_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    """An entry as a saved log shows it: its secrets hashed (see the module's docstring)."""
+    return {
+        **entry,
+        "url": mask_url(entry["url"], digest),
+        "headers": mask_headers(entry["headers"], digest),
+    }
+
+
 def _error_text(params: dict[str, Any]) -> str:
     # Chromium gives no text for a request it blocked on our own ask (the job's ``block``).
     return str(params.get("errorText") or "failed before a response (no reason given)")
@@ -151,7 +166,8 @@ class NetworkLog:
 
     def as_json(self) -> str:
         with self._cond:
-            data = {"requests": self._entries, "dropped": self.dropped}
+            requests = [written_entry(entry) for entry in self._entries]
+            data = {"requests": requests, "dropped": self.dropped}
             return json.dumps(data, indent=1, default=str)
 
     def document(self, url: str, wait_s: float = DOCUMENT_WAIT_S) -> dict[str, Any] | None:

@@ -38,6 +38,7 @@ from scrapefleet.common.errors import ScrapefleetError, StackError
 from scrapefleet.common.profiles import validate_profile_name
 from scrapefleet.common.store import ClaimedJob
 from scrapefleet.consumer.browser_options import host_defaults
+from scrapefleet.consumer.browser_user import BrowserUser, resolve_browser_user
 from scrapefleet.consumer.sessions import BrowserLaunch
 
 log = logging.getLogger(__name__)
@@ -84,11 +85,14 @@ def ready_profile_dir(
     directory: Path,
     wait_s: float = PROFILE_DIR_FREE_WAIT_S,
     clock: Callable[[], float] = time.monotonic,
+    owner: BrowserUser | None = None,
 ) -> Path:
-    """Make ``directory`` ready for a new browser: created (private to this user), no browser
-    left on it (waited for up to ``wait_s``), no stale Singleton lock. StackError if a browser
-    still holds it."""
+    """Make ``directory`` ready for a new browser: created (private to the browser's user,
+    ``owner`` when it is another than ours), no browser left on it (waited for up to
+    ``wait_s``), no stale Singleton lock. StackError if a browser still holds it."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if owner is not None and owner.switches:
+        give_to(directory, owner)
     deadline = clock() + wait_s
     while users := processes_using(directory):
         if clock() >= deadline:
@@ -106,8 +110,24 @@ def ready_profile_dir(
     return directory
 
 
+def give_to(directory: Path, owner: BrowserUser) -> None:
+    """``directory`` and what it holds owned by ``owner`` (the browser writes its profile
+    there; a 0700 directory of the consumer's is one it cannot even open). Walked only when the
+    directory is not already the owner's: a profile made before, by the consumer's user."""
+    if directory.stat().st_uid == owner.uid:
+        return
+    for folder, subfolders, files in os.walk(directory):
+        os.chown(folder, owner.uid, owner.gid)
+        for name in (*subfolders, *files):
+            os.chown(Path(folder) / name, owner.uid, owner.gid, follow_symlinks=False)
+
+
 def profile_lease(
-    lease: ProfileCapableLease, root: Path, name: str, proxy: str | None = None
+    lease: ProfileCapableLease,
+    root: Path,
+    name: str,
+    proxy: str | None = None,
+    browser_user: str | None = None,
 ) -> Callable[[Isolation], AbstractContextManager[Any]]:
     """A runner's lease (consumer.runner.DriverLease) giving the job a browser of its own on
     profile ``name``'s directory under ``root`` (through ``proxy``, the job's effective one,
@@ -116,7 +136,8 @@ def profile_lease(
 
     @contextlib.contextmanager
     def leased(_isolation: Isolation) -> Iterator[Any]:
-        directory = ready_profile_dir(profile_dir(root, name))
+        owner = resolve_browser_user(browser_user)  # the stack's user: its browser writes here
+        directory = ready_profile_dir(profile_dir(root, name), owner=owner)
         with lease("session", launch=BrowserLaunch(directory, proxy)) as driver:
             yield driver
 

@@ -564,7 +564,8 @@ class RunningConsumer:
             if job.profile:  # a browser of its own on the profile's directory
                 root = profiles_root(self.config.settings)
                 proxy = job_proxy(job, self.config.settings)
-                lease = profile_lease(lease, root, job.profile, proxy)
+                owner = self.config.settings.browser_user
+                lease = profile_lease(lease, root, job.profile, proxy, owner)
         elif self.config.driver_factory is not None:
             lease = leases_from(self.config.driver_factory)
         started = time.monotonic()

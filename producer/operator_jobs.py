@@ -104,7 +104,8 @@ class OperatorJobs:
 
     def deliver_webhooks(self) -> None:
         if self._sender is not None and self._is_leader():
-            self._guarded("webhook round", self._sender.deliver_due)
+            # pump, never deliver_due: the interval takes what is due and never waits for POSTs
+            self._guarded("webhook pump", self._sender.pump)
 
     def retention(self) -> None:
         if self._is_leader():

@@ -1,16 +1,22 @@
 """The producer's webhook sender: POST due deliveries, signed, and record how each went.
 
 Rows come from the ``jobs_webhook_enqueue`` trigger (a job with a callback_url that completes
-or fails), and each new row NOTIFYs CHANNEL_WEBHOOKS_DUE. A round runs when that NOTIFY arrives
-(once ``listen`` is called) and at every ``webhook_interval_s`` (retries coming due, NOTIFYs
-lost across a reconnect), on the producer and never on a consumer, one round at a time:
-take the due rows (their attempt counted and a lease set, one short transaction), POST them in
-parallel without holding any transaction, and record each outcome in its own short transaction
-as soon as its POST ends (before that worker sends another): delivered, due again after a
-backoff, or given up after ``webhook_max_attempts``. A slow receiver so delays no other
-delivery's record, and a producer that stops mid-round loses at most the POSTs in flight. A
-receiver may get an event twice (a response lost after it was handled) and dedupes on (job_id,
-status) or the delivery id header; it never gets one it acknowledged again.
+or fails), and each new row NOTIFYs CHANNEL_WEBHOOKS_DUE. Deliveries are pulled continuously,
+on the producer and never on a consumer: ``pump`` takes as many due rows as there are free
+workers (their attempt counted and a lease set, one short transaction) and hands each to a
+worker at once; it runs when that NOTIFY arrives (once ``listen`` is called), at every
+``webhook_interval_s`` (retries coming due, NOTIFYs lost across a reconnect) and, while
+listening, each time a worker ends a POST. No round waits for its slowest POST: a worker records
+its outcome in its own short transaction (delivered, due again after a backoff, or given up
+after ``webhook_max_attempts``) and its slot is taken again at once.
+
+At most WEBHOOK_WORKERS POSTs are in flight, and at most WEBHOOK_PER_RECEIVER to one receiver
+(its URL's host:port): the rows of a receiver at its cap are not taken (the statement skips
+them, so its backlog holds no other receiver's row back), and a fast receiver is never behind a
+slow one unless WEBHOOK_WORKERS / WEBHOOK_PER_RECEIVER receivers are all slow at once. A producer
+that stops loses at most the POSTs in flight (their lease makes them due again). A receiver may
+get an event twice (a response lost after it was handled) and dedupes on (job_id, status) or the
+delivery id header; it never gets one it acknowledged again.
 
 Each POST (producer/webhook_http.py) goes only to addresses the egress policy allows
 (producer/egress.py) and ends by ``webhook_timeout_s`` whatever the receiver does. A POST the
@@ -25,8 +31,9 @@ import json
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -37,6 +44,8 @@ from scrapefleet.common.clock import utcnow
 from scrapefleet.common.constants import (
     CHANNEL_WEBHOOKS_DUE,
     WEBHOOK_BATCH,
+    WEBHOOK_PER_RECEIVER,
+    WEBHOOK_SCAN_ROWS,
     WEBHOOK_WAKE_DEBOUNCE_S,
     WEBHOOK_WORKERS,
 )
@@ -98,8 +107,14 @@ class WebhookSender:
         previous = settings.webhook_secret_previous
         self._previous = previous.get_secret_value() if previous is not None else None
         self._allowed = egress.parse_networks(settings.webhook_allow_networks)
+        # Threads are made as POSTs need them, up to the cap; pump never hands out more work
+        # than there are free workers, so a delivery taken starts at once (its lease is short).
         self._pool = ThreadPoolExecutor(WEBHOOK_WORKERS, thread_name_prefix="webhook")
-        self._round = threading.Lock()  # a woken round and an interval round never overlap
+        self._taking = threading.Lock()  # one take at a time: the counts it reads stay true
+        self._counts = threading.Lock()
+        self._in_flight: Counter[str] = Counter()  # receiver -> POSTs running
+        self._continuous = False  # a worker that ends a POST pumps again (set by listen)
+        self._is_leader: Callable[[], bool] = lambda: True
         self._stopping = threading.Event()
         self._wake: WakeListener | None = None
 
@@ -109,13 +124,12 @@ class WebhookSender:
 
         def woken() -> None:
             if is_leader() and not self._stopping.is_set():
-                try:
-                    self.deliver_due()
-                except Exception as exc:  # the next NOTIFY or interval round tries again
-                    log.warning("webhook round failed, retrying next time: %s", describe(exc))
+                self._pump_logged()
 
         if self._wake is not None:
             return
+        self._is_leader = is_leader
+        self._continuous = True
         self._wake = WakeListener(
             self._engine.url.render_as_string(hide_password=False),
             woken,
@@ -138,31 +152,65 @@ class WebhookSender:
             self._wake.join(self._settings.webhook_timeout_s * 2)
         self._pool.shutdown(wait=True, cancel_futures=True)
 
-    def deliver_due(self, now: datetime | None = None) -> DeliveryRound:
-        """One round: every due delivery (up to a batch) POSTed once."""
-        with self._round:
-            return self._deliver_due(now)
+    def pump(self, now: datetime | None = None) -> list[Future[str]]:
+        """Take what is due and has room (free workers, receivers under their cap), start a
+        worker on each, and return at once: the workers record their own outcomes."""
+        started: list[Future[str]] = []
+        lease_s = self._settings.webhook_timeout_s + 10
+        with self._taking:
+            while not self._stopping.is_set():
+                with self._counts:
+                    in_flight = dict(self._in_flight)
+                free = WEBHOOK_WORKERS - sum(in_flight.values())
+                if free <= 0:
+                    break
+                asked = min(free, WEBHOOK_BATCH)
+                with transaction(self._engine) as conn:
+                    due = store.take_due_webhooks(
+                        conn,
+                        asked,
+                        lease_s,
+                        in_flight=in_flight,
+                        per_receiver=WEBHOOK_PER_RECEIVER,
+                        scan=WEBHOOK_SCAN_ROWS,
+                    )
+                with self._counts:
+                    self._in_flight.update(d.receiver for d in due)
+                started += [self._pool.submit(self._deliver, d, now) for d in due]
+                if len(due) < asked:
+                    break  # nothing more is due that has room
+        return started
 
-    def _deliver_due(self, now: datetime | None) -> DeliveryRound:
-        settings = self._settings
-        lease_s = settings.webhook_timeout_s * (1 + WEBHOOK_BATCH / WEBHOOK_WORKERS) + 10
-        with transaction(self._engine) as conn:
-            due = store.take_due_webhooks(conn, WEBHOOK_BATCH, lease_s)
-        if not due:
-            return DeliveryRound()
-        futures = [self._pool.submit(self._deliver, delivery, now) for delivery in due]
-        wait(futures)  # all of them, even when one fails: the round ends when its POSTs do
+    def deliver_due(self, now: datetime | None = None) -> DeliveryRound:
+        """Pump once and wait for the deliveries it started (a script's or a test's "send
+        what is due now"; the producer pumps and never waits)."""
+        futures = self.pump(now)
+        wait(futures)
         counts = {"delivered": 0, "failed": 0, "gave_up": 0}
         for future in futures:
             counts[future.result()] += 1  # a failure to record: raised, its lease retries it
         return DeliveryRound(**counts)
 
+    def _pump_logged(self) -> None:
+        try:
+            self.pump()
+        except Exception as exc:  # the next NOTIFY, POST's end or interval tries again
+            log.warning("taking due webhooks failed, retrying next time: %s", describe(exc))
+
     def _deliver(self, delivery: DueWebhook, now: datetime | None) -> str:
-        """POST one delivery and commit its outcome before this worker takes another."""
-        result = self._post(delivery)
-        with transaction(self._engine) as conn:
-            outcome = self._record(conn, delivery, result, now or utcnow())
+        """POST one delivery and commit its outcome; then, while listening, take more."""
+        try:
+            result = self._post(delivery)
+            with transaction(self._engine) as conn:
+                outcome = self._record(conn, delivery, result, now or utcnow())
+        finally:
+            with self._counts:
+                self._in_flight[delivery.receiver] -= 1
+                if self._in_flight[delivery.receiver] <= 0:
+                    del self._in_flight[delivery.receiver]
         metrics.WEBHOOK_DELIVERIES.labels(outcome=outcome).inc()
+        if self._continuous and self._is_leader() and not self._stopping.is_set():
+            self._pump_logged()
         return outcome
 
     def _post(self, delivery: DueWebhook) -> PostResult:

@@ -19,7 +19,7 @@ from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
-from scrapefleet.common import store
+from scrapefleet.common import masking, store
 from scrapefleet.common.constants import BULK_CONFIRM_OVER_JOBS
 from scrapefleet.common.errors import (
     ProbeError,
@@ -256,6 +256,7 @@ def jobs_show(ctx: _Context, job_id: int) -> None:
         secret_set = (
             producer_status.read_producer_status(conn).webhook_secret_set if webhooks else None
         )
+    row = masking.mask_job_row(row)  # a proxy password or a cookie is never shown back
     error = row.pop("last_error")
     artifacts = row.pop("artifacts") or {}
     for key, value in row.items():
@@ -263,7 +264,7 @@ def jobs_show(ctx: _Context, job_id: int) -> None:
         click.echo(f"{key:>13}: {shown}")
     click.echo("\nhistory:")
     for e in events:
-        message = f"  ({e['message']})" if e["message"] else ""
+        message = f"  ({masking.mask_text(e['message'])})" if e["message"] else ""
         if e.get("error_class"):
             message = f"  [{e['error_class']}]{message}"
         moved = f"{e['from_status'] or '-':>10} -> {e['to_status']:<10}"
@@ -275,7 +276,8 @@ def jobs_show(ctx: _Context, job_id: int) -> None:
     if webhooks:
         click.echo("\nwebhooks:")
         for w in webhooks:
-            click.echo(f"  {w['status']} -> {w['url']}: {render.render_delivery(w, secret_set)}")
+            url = masking.mask_url(w["url"])
+            click.echo(f"  {w['status']} -> {url}: {render.render_delivery(w, secret_set)}")
     if error:
         click.echo(f"\nlast error:\n{error}")
 
@@ -461,7 +463,7 @@ def jobs_list(ctx: _Context, limit: int, as_json: bool, **filters: Any) -> None:
     nothing is an error (exit 1)."""
     with _one_line_errors(), database.wrapped_errors():
         which = _result_filter(limit=limit, **filters)
-        rows = list(job_results.iter_results(ctx.client.engine, which))
+        rows = [masking.mask_job_row(r) for r in job_results.iter_results(ctx.client.engine, which)]
     if not rows:
         _fail(f"no job matches ({which.describe()})", 1)
     for line in jsonl_lines(rows) if as_json else table_lines(rows):
@@ -482,14 +484,25 @@ def results() -> None:
     "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="default: stdout"
 )
 @click.option("--flatten", is_flag=True, help="CSV: a result.KEY column per result key")
+@click.option(
+    "--show-secrets",
+    is_flag=True,
+    help="payloads as stored: proxy passwords, cookies, credential headers and URL tokens"
+    " in clear (masked by default)",
+)
 @pass_ctx
 def results_export(
-    ctx: _Context, fmt: str | None, output: Path | None, flatten: bool, **filters: Any
+    ctx: _Context,
+    fmt: str | None,
+    output: Path | None,
+    flatten: bool,
+    show_secrets: bool,
+    **filters: Any,
 ) -> None:
     """Every matching job, archived ones too, streamed as JSON lines, a JSON array or CSV
     (payload and result as JSON, or with --flatten a column per result key), the format taken
-    from the file's extension (.jsonl, .json, .csv) unless --format says. A progress bar on a
-    terminal. Matching nothing is an error (exit 1)."""
+    from the file's extension (.jsonl, .json, .csv) unless --format says; secrets masked unless
+    --show-secrets. A progress bar on a terminal. Matching nothing is an error (exit 1)."""
     with _one_line_errors(), database.wrapped_errors():
         fmt = export_format(str(output) if output else None, fmt)
         if flatten and fmt != "csv":
@@ -511,6 +524,8 @@ def results_export(
         # atomic: a file appears whole or not at all (an export cut short leaves nothing).
         with click.open_file(target, "w", encoding="utf-8", atomic=bool(output)) as out:
             rows = job_results.iter_results(engine, which)
+            if not show_secrets:
+                rows = map(masking.mask_job_row, rows)
             if sys.stderr.isatty():
                 with click.progressbar(length=total, label="exporting", file=sys.stderr) as bar:
                     written = write(rows, out, lambda: bar.update(1))

@@ -166,7 +166,10 @@ def show(ctx: Any, name: str) -> None:
         shown = dict(row)
         params = {"name": name, "limit": RUNS_SHOWN}
         shown["runs"] = [dict(r) for r in conn.execute(sa.text(RUNS_SQL), params).mappings()]
-    click.echo(json.dumps(shown, indent=2, default=str))
+    # The schedule's jobs as every job is shown: proxy passwords, cookies, tokens masked.
+    from scrapefleet.common.masking import mask_document
+
+    click.echo(json.dumps(mask_document(shown), indent=2, default=str))
 
 
 @schedules.command("pause")

@@ -147,3 +147,4 @@ class DueWebhook:
     url: str
     payload: dict[str, Any]
     attempt: int  # this attempt's number, 1-based
+    receiver: str = ""  # the URL's host:port, lower case: the unit of the per-receiver cap

@@ -6,6 +6,7 @@ job can forget one.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 
 import sqlalchemy as sa
@@ -26,18 +27,40 @@ __all__ = [
 # the sender's own words, never what a receiver answered, and never much of it.
 LAST_ERROR_CHARS = 300
 
+# A delivery's receiver: its URL's host[:port] without userinfo, lower case (the sender caps
+# its POSTs in flight per receiver; the statement skips those at their cap).
+RECEIVER_SQL = "lower(substring({url} from '^[A-Za-z][A-Za-z0-9+.-]*://(?:[^@/?#]*@)?([^/?#]*)'))"
+
 # The attempt is counted and the next one pushed a lease ahead before any POST: a producer that
 # dies mid-POST leaves the row due again after the lease, and a second producer never takes the
-# same row meanwhile (SKIP LOCKED).
+# same row meanwhile (SKIP LOCKED). Only rows of receivers with room are taken: those at their
+# cap (``:full``) are not even looked at, the others get at most ``:per_receiver`` less what
+# they have in flight (``:busy``/``:busy_counts``), so one slow receiver's backlog never holds
+# a row of another receiver back. Rows looked at and not taken are left as they were.
 TAKE_DUE_WEBHOOKS_SQL = sa.text(
-    "WITH due AS ("
-    "  SELECT id FROM webhook_deliveries"
+    "WITH candidates AS ("
+    "  SELECT id, next_attempt_at, " + RECEIVER_SQL.format(url="url") + " AS receiver"
+    "  FROM webhook_deliveries"
     "  WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= now()"
-    "  ORDER BY next_attempt_at LIMIT :limit FOR UPDATE SKIP LOCKED)"
+    "    AND " + RECEIVER_SQL.format(url="url") + " <> ALL(CAST(:full AS text[]))"
+    "  ORDER BY next_attempt_at LIMIT :scan FOR UPDATE SKIP LOCKED),"
+    " busy AS ("
+    "  SELECT * FROM unnest(CAST(:busy AS text[]), CAST(:busy_counts AS int[]))"
+    "    AS b(receiver, in_flight)),"
+    " ranked AS ("
+    "  SELECT c.id, c.next_attempt_at,"
+    "    row_number() OVER (PARTITION BY c.receiver ORDER BY c.next_attempt_at, c.id)"
+    "      + coalesce(b.in_flight, 0) AS slot"
+    "  FROM candidates c LEFT JOIN busy b ON b.receiver = c.receiver),"
+    " chosen AS ("
+    "  SELECT id FROM ranked WHERE slot <= :per_receiver"
+    "  ORDER BY next_attempt_at, id LIMIT :limit)"
     " UPDATE webhook_deliveries w SET attempts = w.attempts + 1,"
     "   next_attempt_at = now() + make_interval(secs => :lease)"
-    " FROM due WHERE w.id = due.id"
-    " RETURNING w.id, w.job_id, w.status, w.url, w.payload, w.attempts"
+    " FROM chosen WHERE w.id = chosen.id"
+    " RETURNING w.id, w.job_id, w.status, w.url, w.payload, w.attempts, "
+    + RECEIVER_SQL.format(url="w.url")
+    + " AS receiver"
 )
 DELIVERED_SQL = sa.text(
     "UPDATE webhook_deliveries SET delivered_at = now(), next_attempt_at = NULL,"
@@ -51,12 +74,33 @@ DELIVERY_FAILED_SQL = sa.text(
 )
 
 
-def take_due_webhooks(conn: Connection, limit: int, lease_s: float) -> list[DueWebhook]:
-    """Deliveries whose time has come, their attempt counted and their next attempt pushed
-    ``lease_s`` ahead."""
-    rows = conn.execute(TAKE_DUE_WEBHOOKS_SQL, {"limit": limit, "lease": lease_s})
+def take_due_webhooks(
+    conn: Connection,
+    limit: int,
+    lease_s: float,
+    *,
+    in_flight: Mapping[str, int] | None = None,
+    per_receiver: int = 1_000_000,
+    scan: int = 500,
+) -> list[DueWebhook]:
+    """Up to ``limit`` deliveries whose time has come, at most ``per_receiver`` in flight per
+    receiver counting ``in_flight`` (receiver -> POSTs running), their attempt counted and their
+    next attempt pushed ``lease_s`` ahead."""
+    busy = {r: n for r, n in (in_flight or {}).items() if n > 0}
+    rows = conn.execute(
+        TAKE_DUE_WEBHOOKS_SQL,
+        {
+            "limit": limit,
+            "lease": lease_s,
+            "scan": scan,
+            "per_receiver": per_receiver,
+            "full": [r for r, n in busy.items() if n >= per_receiver],
+            "busy": list(busy),
+            "busy_counts": list(busy.values()),
+        },
+    )
     return [
-        DueWebhook(r.id, r.job_id, r.status, r.url, r.payload, r.attempts)
+        DueWebhook(r.id, r.job_id, r.status, r.url, r.payload, r.attempts, r.receiver)
         for r in sorted(rows, key=lambda r: r.id)
     ]
 

@@ -41,13 +41,15 @@ DB_PASSWORD = "s3cret'pw%"  # a quote and a percent sign: escaping is part of th
 WEBHOOK_SECRET = "whsec-do-not-print-4d9f1c"
 # The consumers' own database role's password (roles by duty, the database role's grants.yml).
 CONSUMER_DB_PASSWORD = "c0nsumer'pw%"
+DASHBOARD_TOKEN = "dashboard-token-do-not-print-8e1"
 # What no playbook output may show (--diff included): the secrets, as given and as rendered.
 SECRETS = [
     DB_PASSWORD,
     quote(DB_PASSWORD, safe=""),
     CONSUMER_DB_PASSWORD,
     quote(CONSUMER_DB_PASSWORD, safe=""),
-    WEBHOOK_SECRET,
+    DASHBOARD_TOKEN,
+    WEBHOOK_SECRET,  # last: test_deploy reads it as SECRETS[-1]
 ]
 PACKAGE_SOURCES = ["pyproject.toml", "README.md", "common", "producer", "consumer", "migrations"]
 SERVICE_CONTROL = Path(__file__).with_name("service_control.py")
@@ -231,15 +233,13 @@ class Deployment:
             "scrapefleet_consumer_metrics_port": self.consumer_metrics_port,
             "scrapefleet_producer_interval_s": 0.5,
             "scrapefleet_capacity": 4,
-            # Each consumer logs in as its own database role (SECURITY.md).
-            "scrapefleet_db_roles_by_duty": True,
+            # The dashboard's pages need a login by default: its token is required.
+            "scrapefleet_dashboard_token": DASHBOARD_TOKEN,
         }
         consumers = [h.name for h in (*self.consumers, self.down)]
-        consumer_vars = {
-            "scrapefleet_consumer_db_password": CONSUMER_DB_PASSWORD,
-            "scrapefleet_db_user": "scrapefleet_consumer_{{ scrapefleet_host_name }}",
-            "scrapefleet_db_password": "{{ scrapefleet_consumer_db_password }}",
-        }
+        # Roles by duty are the default: each consumer logs in as its own role (SECURITY.md),
+        # and needs nothing more than that role's password.
+        consumer_vars = {"scrapefleet_consumer_db_password": CONSUMER_DB_PASSWORD}
         return {
             "all": {
                 "vars": common,

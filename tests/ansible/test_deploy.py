@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from scrapefleet.common.status_answer import parse_status_answer, status_answer_command
-from tests.ansible.deployment import SECRETS, Deployment, build_wheel
+from tests.ansible.deployment import DB_PASSWORD, SECRETS, Deployment, build_wheel
 from tests.ansible.playbook import REPO, PlaybookRun
 from tests.ansible.service_control import parse_unit
 from tests.fleet.harness import _free_port
@@ -62,7 +62,9 @@ def test_the_dashboard_runs_on_the_producer_host(deployment: Deployment) -> None
     config = deployment.db.dir / "etc" / "dashboard.toml"
     assert config.stat().st_mode & 0o777 == 0o640
     settings = tomllib.loads(config.read_text())
-    assert settings["dashboard_address"] == "127.0.0.1" and "dashboard_token" not in settings
+    assert settings["dashboard_address"] == "127.0.0.1"
+    # Secure by default: every page needs the login (the token is required by the role).
+    assert settings["dashboard_read_needs_token"] is True and settings["dashboard_token"]
     probe = (
         "import sys, time, urllib.request\n"
         "for _ in range(100):\n"
@@ -75,6 +77,38 @@ def test_the_dashboard_runs_on_the_producer_host(deployment: Deployment) -> None
     )
     answer = deployment.db.run(["/usr/bin/python3", "-c", probe])
     assert answer.returncode == 0 and answer.stdout.strip() == "ok", _logs(deployment)
+    overview = (
+        "import http.client\n"
+        f"c = http.client.HTTPConnection('127.0.0.1', {settings['dashboard_port']}, timeout=10)\n"
+        "c.request('GET', '/')\n"
+        "r = c.getresponse()\n"
+        "print(r.status, r.getheader('Location'))\n"
+    )
+    answer = deployment.db.run(["/usr/bin/python3", "-c", overview])
+    assert answer.stdout.split()[:1] == ["303"] and "/login" in answer.stdout, answer.stdout
+
+
+def test_consumers_log_in_as_their_own_role_and_never_as_the_producers(
+    deployment: Deployment,
+) -> None:
+    """Roles by duty are the default: each consumer's settings name its own role, and pg_hba
+    lets a consumer's address in as that role only (the producer's role and password are
+    refused from there, whoever holds them)."""
+    hba = Path(f"/etc/postgresql/15/{deployment.cluster}/pg_hba.conf").read_text()
+    lines = [line.split() for line in hba.splitlines() if line and not line.startswith("#")]
+    producer_lines = [f for f in lines if len(f) > 3 and f[2] == "scrapefleet"]
+    assert producer_lines, hba
+    for host in deployment.consumers:
+        url = tomllib.loads((host.dir / "etc" / "consumer.toml").read_text())["database_url"]
+        role = url.split("://", 1)[1].split(":", 1)[0]
+        assert role.startswith("scrapefleet_consumer_"), url
+        assert quote(DB_PASSWORD, safe="") not in url
+        assert not [f for f in producer_lines if f[3] == f"{host.address}/32"], producer_lines
+        as_producer = re.sub(r"://[^@]*@", f"://scrapefleet:{quote(DB_PASSWORD, safe='')}@", url)
+        refused = host.run(["psql", "-XAtc", "SELECT 1", as_producer])
+        assert refused.returncode != 0 and "no pg_hba.conf entry" in refused.stderr, (
+            refused.stdout + refused.stderr
+        )
 
 
 def test_hosts_install_offline_from_the_wheelhouse(deployment: Deployment) -> None:
@@ -296,6 +330,8 @@ def test_consumers_are_locked_down(deployment: Deployment) -> None:
         assert not (host.dir / "sudoers.d" / "scrapefleet").exists()
         unit = parse_unit(deployment.unit_file(host).read_text())
         assert unit["NoNewPrivileges"] == ["yes"]
+        hardening = ("ProtectHome", "ProtectKernelLogs", "RestrictSUIDSGID", "ProtectHostname")
+        assert {k: unit.get(k) for k in hardening} == {key: ["yes"] for key in hardening}
 
 
 def test_deployed_reboot_path_is_allowed(deployment: Deployment) -> None:

@@ -19,6 +19,7 @@ from scrapefleet.common.settings import Settings
 from scrapefleet.consumer.browser_stack import BrowserStack, find_grid_jar
 from scrapefleet.consumer.browser_user import needs_no_sandbox
 from scrapefleet.consumer.sessions import quit_driver
+from scrapefleet.consumer.stack_processes import TOKEN_ENV, WORK_DIR_ENV
 from tests.browser.site import LocalSite
 
 pytestmark = pytest.mark.timeout(120)
@@ -101,3 +102,35 @@ def test_the_sandbox_is_on_unless_the_browser_is_root_or_it_is_turned_off(
 def test_a_sandbox_asked_for_a_root_browser_is_refused_with_the_reason() -> None:
     with pytest.raises(StackError, match="set browser_user"):
         needs_no_sandbox(True, 0)
+
+
+# What a stack process may find in its environment: nothing the consumer was given.
+STACK_ENV_NAMES = {"PATH", "LANG", "HOME", "TMPDIR", "DISPLAY", TOKEN_ENV, WORK_DIR_ENV}
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    pairs = (item.partition(b"=") for item in raw.split(b"\0") if item)
+    return {k.decode(): v.decode(errors="replace") for k, _, v in pairs}
+
+
+def test_no_stack_process_gets_the_consumers_environment(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real Xvfb and Grid started by a consumer whose environment holds its database URL and
+    proxy credentials: /proc/<pid>/environ of each holds none of it (readable by the browser's
+    user, which owns those processes)."""
+    monkeypatch.setenv("SCRAPEFLEET_DATABASE_URL", "postgresql://c:s3cret-db-pw@db/scrapefleet")
+    monkeypatch.setenv("SCRAPEFLEET_BROWSER_PROXY", "http://u:s3cret-proxy-pw@proxy:3128")
+    monkeypatch.setenv("https_proxy", "http://u:s3cret-proxy-pw@proxy:3128")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cret-aws")
+    with BrowserStack(settings, "env", 1, tmp_path / "stack") as stack:
+        environments = {
+            (p.name(), p.pid): _environ(p.pid) for p in stack.processes() if p.is_running()
+        }
+    xvfb = [env for (name, _), env in environments.items() if name == "Xvfb"]
+    assert xvfb, f"no Xvfb among {sorted(environments)}"
+    for (name, pid), env in environments.items():
+        leaked = [k for k, v in env.items() if "s3cret" in v or k == "SCRAPEFLEET_DATABASE_URL"]
+        assert not leaked, f"{name} ({pid}) holds {leaked}"
+        assert set(env) <= STACK_ENV_NAMES, f"{name} ({pid}): {sorted(set(env) - STACK_ENV_NAMES)}"

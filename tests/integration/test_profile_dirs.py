@@ -4,6 +4,8 @@ and a name that could leave the profiles directory is refused."""
 
 from __future__ import annotations
 
+import os
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from scrapefleet.common.errors import StackError
+from scrapefleet.consumer.browser_user import resolve_browser_user
 from scrapefleet.consumer.profile_sessions import profile_dir, ready_profile_dir
 from tests.waiting import scaled
 
@@ -69,3 +72,24 @@ def test_a_name_that_could_leave_the_profiles_directory_is_refused(
 ) -> None:
     with pytest.raises(StackError, match="is not a profile name"):
         profile_dir(tmp_path, name)
+
+
+def test_a_profile_directory_belongs_to_the_browsers_user(tmp_path: Path) -> None:
+    """The browser runs as ``browser_user``: a directory private to the consumer's user is one
+    it cannot open. A new one is made its own; one made earlier by the consumer is given to it,
+    contents included (a link is changed itself, never what it points at)."""
+    if os.geteuid() != 0:
+        pytest.skip("giving a directory to another user needs root (as CI runs the tests)")
+    nobody = resolve_browser_user("nobody")
+    fresh = ready_profile_dir(tmp_path / "fresh", wait_s=0.1, owner=nobody)
+    earlier = tmp_path / "earlier"
+    (earlier / "Default").mkdir(parents=True, mode=0o700)
+    (earlier / "Default" / "Cookies").write_text("kept")
+    outside = tmp_path / "outside"
+    outside.write_text("not the profile's")
+    (earlier / "link").symlink_to(outside)
+    ready_profile_dir(earlier, wait_s=0.1, owner=nobody)
+    for path in (fresh, earlier, earlier / "Default", earlier / "Default" / "Cookies"):
+        assert path.stat().st_uid == nobody.uid, path
+    assert (earlier / "link").lstat().st_uid == nobody.uid
+    assert outside.stat().st_uid == 0 and stat.S_IMODE(fresh.stat().st_mode) == 0o700

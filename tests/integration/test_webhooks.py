@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common.api import Client
+from scrapefleet.common.constants import WEBHOOK_PER_RECEIVER
 from scrapefleet.common.errors import SubmitError
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import NewJob
@@ -22,9 +26,9 @@ from scrapefleet.producer.daemon import Producer
 from scrapefleet.producer.webhooks import WebhookSender
 from tests.integration.producer_helpers import producer_settings, submit
 from tests.integration.webhook_receiver import Receiver
-from tests.waiting import wait_for
+from tests.waiting import scaled, wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
 SECRET = "webhook-test-secret-0123456789"
 
@@ -220,3 +224,37 @@ def test_a_listening_sender_posts_at_once_and_only_while_leading(
             sender.close()
     delivered = sorted(json.loads(r.body)["job_id"] for r in receiver.accepted())
     assert delivered == sorted(ids)
+
+
+def test_a_fast_receiver_is_never_behind_slow_ones(
+    engine: Engine, database_url: str, tmp_path: Path
+) -> None:
+    """40 receivers that hold every POST, three deliveries each, then one delivery to a
+    receiver that answers at once: it arrives while all the slow POSTs are still open."""
+    release = threading.Event()
+    settings = hook_settings(database_url, tmp_path, webhook_timeout_s=scaled(30))
+    with contextlib.ExitStack() as stack:
+        slow = [stack.enter_context(Receiver(hold=release)) for _ in range(40)]
+        fast = stack.enter_context(Receiver())
+        jobs = [NewJob("noop", callback_url=r.url) for r in slow for _ in range(3)]
+        slow_ids = submit(engine, jobs)
+        (fast_id,) = submit(engine, [NewJob("noop", callback_url=fast.url)])
+        sender = WebhookSender(engine, settings)
+        stack.callback(sender.close)
+        stack.callback(release.set)  # first (last in, first out): the held POSTs end at once
+        sender.listen(lambda: True)
+        wait_for(lambda: sender.listening, 10, "the sender to LISTEN")
+        for job_id in slow_ids:
+            finish(engine, job_id, "completed")
+        wait_for(lambda: sum(r.arrived for r in slow) >= 8, 20, "slow POSTs open")
+        finish(engine, fast_id, "completed")
+        started = time.monotonic()
+        with contextlib.suppress(AssertionError):
+            wait_for(lambda: fast.accepted(), 10, "the fast receiver's delivery")
+        waited_s = time.monotonic() - started
+        assert fast.accepted(), f"no delivery to the fast receiver after {waited_s:.1f} s"
+        assert waited_s < scaled(2.0), f"the fast delivery waited {waited_s:.1f} s"
+        # every slow receiver has a POST open, none more than the cap per receiver
+        wait_for(lambda: all(r.arrived >= 1 for r in slow), 10, "every slow one busy")
+        assert not release.is_set()
+        assert max(r.arrived for r in slow) <= WEBHOOK_PER_RECEIVER

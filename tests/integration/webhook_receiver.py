@@ -18,17 +18,28 @@ class Received:
 
 class Receiver:
     def __init__(
-        self, fail_first: int = 0, fail_code: int = 500, tls: ssl.SSLContext | None = None
+        self,
+        fail_first: int = 0,
+        fail_code: int = 500,
+        tls: ssl.SSLContext | None = None,
+        hold: threading.Event | None = None,
     ) -> None:
+        """``hold``: every POST is read, counted in ``arrived``, then answered only once the
+        event is set (a slow receiver the test releases at its end)."""
         self.fail_first = fail_first
         self.fail_code = fail_code
         self.received: list[Received] = []
+        self.arrived = 0
         self._lock = threading.Lock()
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if hold is not None:
+                    with receiver._lock:
+                        receiver.arrived += 1
+                    hold.wait(60)
                 with receiver._lock:
                     code = receiver.fail_code if receiver.fail_first > 0 else 200
                     receiver.fail_first -= 1

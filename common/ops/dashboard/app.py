@@ -29,7 +29,7 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.middleware.proxy_fix import ProxyFix
 from werkzeug.wrappers import Response as Redirect
 
-from scrapefleet.common import queries
+from scrapefleet.common import masking, queries
 from scrapefleet.common.clock import utcnow
 from scrapefleet.common.constants import DASHBOARD_PAGE_ROWS
 from scrapefleet.common.db import describe, wrapped_errors
@@ -92,6 +92,8 @@ def create_app(settings: Settings, engine: Engine, clock: Callable[[], datetime]
     app.register_blueprint(controls)
     # A bulk control's hidden fields: each listed job id becomes an ("ids", id) pair.
     app.add_template_filter(lambda job_id: ("ids", job_id), "tuple_ids")
+    # An error's text may name a proxy URL with its password: shown through this, always.
+    app.add_template_filter(lambda text: masking.mask_text(text or ""), "masked")
     app.add_template_global(csrf_token, "csrf_token")
     app.add_template_global(lambda value: relative_age(value, clock()), "ago")
     # The page's own address for a form's "next": the prefix a proxy mounts us under included.
@@ -234,8 +236,9 @@ def create_app(settings: Settings, engine: Engine, clock: Callable[[], datetime]
             if job is None:
                 return message(f"no job with id {job_id}", 404)
             archived = True
-        events = read(queries.job_events, job_id)
-        webhooks = read(reads.webhook_deliveries, job_id)
+        job = masking.mask_job_row(job)  # a proxy password or a cookie is never shown back
+        events = [masking.mask_job_row(e) for e in read(queries.job_events, job_id)]
+        webhooks = [masking.mask_job_row(w) for w in read(reads.webhook_deliveries, job_id)]
         # Only the producer knows whether it has a secret to sign with: its row says.
         secret_set = read(read_producer_status).webhook_secret_set if webhooks else None
         return render_template(
