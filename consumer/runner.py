@@ -233,7 +233,7 @@ def _run_job(
         except StackError as exc:
             return Outcome.released(f"released: {exc}", exc, on_page=True)
         except BaseException as exc:
-            if timed_out(exc) and (why := host_starved()):
+            if _late_for_the_host(exc) and (why := host_starved()):
                 # A page that did not load in time while the host was starved: the next page
                 # would time out there too. The host's fault, not the page's.
                 return Outcome.released(f"released: {type(exc).__name__}: {exc}; {why}", exc)
@@ -246,6 +246,16 @@ def _run_job(
             with contextlib.suppress(Exception):
                 held.close()  # the lease's own cleanup must never turn into the job's error
     return _checked_result(job.kind, returned)
+
+
+def _late_for_the_host(exc: BaseException) -> bool:
+    """A page that did not load in time, or the stack answering too late: what a starved host
+    causes. A wait the action itself chose (a selector that never appeared within the job's
+    wait_timeout_s, raised as an ActionError over Selenium's TimeoutException) is the page's
+    answer, whatever the load."""
+    if isinstance(exc, selenium_actions.PageLoadTimeout):
+        return True
+    return not isinstance(exc, selenium_actions.ActionError) and timed_out(exc)
 
 
 def _checked_result(kind: str, returned: Any) -> Outcome:

@@ -8,13 +8,14 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
+from selenium.common.exceptions import TimeoutException as SeleniumTimeout
 
 from scrapefleet.common.actions import register
 from scrapefleet.common.errors import StackError, SubmitError
 from scrapefleet.common.store import ClaimedJob
 from scrapefleet.common.submit_file import validate_job
 from scrapefleet.consumer.runner import run_job
-from scrapefleet.consumer.selenium_actions import PageLoadTimeout
+from scrapefleet.consumer.selenium_actions import PageLoadTimeout, SelectorNotFound
 
 
 def _job(kind: str, payload: Any = None, attempt: int = 1) -> ClaimedJob:
@@ -212,6 +213,22 @@ def test_an_unknown_isolation_is_refused_at_submit_naming_the_field() -> None:
 @register("test_runner_page_timeout", _Params, needs_browser=True)
 def _page_timeout(driver: Any, params: _Params) -> dict[str, Any]:
     raise PageLoadTimeout("get https://example.org/: timed out (page load)")
+
+
+@register("test_runner_selector_wait", _Params, needs_browser=True)
+def _selector_wait(driver: Any, params: _Params) -> dict[str, Any]:
+    try:
+        raise SeleniumTimeout("waited 1 s")
+    except SeleniumTimeout as exc:
+        raise SelectorNotFound("no element matches '#never' within 1 s") from exc
+
+
+def test_a_selector_the_page_never_shows_fails_even_on_a_starved_host() -> None:
+    """The job's own wait ran out: the page's answer, not the host's fault (and a job released
+    for it would come back forever)."""
+    job = _job("test_runner_selector_wait")
+    starved = run_job(job, driver_factory=_FakeDriver, host_starved=lambda: "CPU pressure 90%")
+    assert starved.status == "failed" and "SelectorNotFound" in (starved.error or "")
 
 
 def test_a_page_that_times_out_on_a_starved_host_is_released_not_failed() -> None:
