@@ -794,6 +794,10 @@ class RunningConsumer:
             self._heartbeat_once()
 
     def _heartbeat_once(self) -> None:
+        # A lease that lapsed while this process could not run (frozen, starved) ends its
+        # attempts before this heartbeat renews it: whether the producer rescued them meanwhile
+        # or not, the rule is the same every time (the main loop's own check may come second).
+        self._fence_if_lapsed()
         sent_at = time.monotonic()
         with self._lock:
             running = list(self._in_flight)
