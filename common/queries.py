@@ -272,3 +272,18 @@ SCHEDULE_FIGURES_SQL = sa.text(
 
 def schedule_figures(conn: Connection, limit: int) -> list[dict[str, Any]]:
     return [dict(row) for row in conn.execute(SCHEDULE_FIGURES_SQL, {"limit": limit}).mappings()]
+
+
+# The host each just-rescued job was taken from: its audit row of the rescue keeps the host
+# (jobs_audit writes the old host when the new one is NULL).
+RESCUED_FROM_SQL = sa.text(
+    "SELECT host, count(DISTINCT job_id) AS jobs FROM job_events"
+    " WHERE job_id = ANY(:ids) AND message LIKE 'rescued:%' AND host IS NOT NULL"
+    " GROUP BY host ORDER BY host"
+)
+
+
+def rescued_from(conn: Connection, job_ids: Sequence[int]) -> dict[str, int]:
+    """Host -> how many of ``job_ids`` were rescued from it (ever: the ids are fresh ones)."""
+    rows = conn.execute(RESCUED_FROM_SQL, {"ids": list(job_ids)})
+    return {r.host: r.jobs for r in rows}

@@ -50,6 +50,7 @@ from scrapefleet.common.db import describe, is_connection_error, transaction, wr
 from scrapefleet.common.errors import DatabaseUnavailable, ProbeError
 from scrapefleet.common.host_status import HostStatus
 from scrapefleet.common.lifecycle import PRODUCER_DRAIN_TIMEOUT_S, DaemonState, Lifecycle
+from scrapefleet.common.logging_setup import fields
 from scrapefleet.common.sd_notify import Notifier
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store.fleet import ProducerIdentity
@@ -306,8 +307,15 @@ class Producer:
         with self._leader.transaction() as conn:
             requeued = store.requeue_from_unavailable_hosts(conn, self.settings.offline_grace_s)
         if rescued:
+            with self._leader.transaction() as conn:
+                hosts = queries.rescued_from(conn, rescued)
             log.warning(
-                "rescued jobs without heartbeat count=%d ids=%s", len(rescued), rescued[:20]
+                "rescued jobs without heartbeat count=%d hosts=%s ids=%s",
+                len(rescued),
+                ",".join(f"{host}:{n}" for host, n in hosts.items()) or "-",
+                rescued[:20],
+                # One host (the usual case: its consumer died): the line names it as a field.
+                extra=fields(host=next(iter(hosts))) if len(hosts) == 1 else None,
             )
         if requeued:
             log.warning(

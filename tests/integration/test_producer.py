@@ -518,3 +518,22 @@ def test_the_pending_read_is_planned_once_not_every_cycle(
     generic, custom = plans[0]
     assert custom == 0 and generic >= cycles - 5, plans
     assert jit == "off"
+
+
+def test_a_rescue_names_the_host_its_jobs_were_taken_from(
+    engine: Engine, tmp_path: Path, make_producer: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """ "Which host is sick?" starts from the log: the rescue line names the host (a field too)."""
+    add_hosts(engine, {"h1": 6})
+    publish_status(tmp_path, "h1")
+    ids = submit(engine, [NewJob("noop"), NewJob("noop")])
+    with engine.begin() as conn:
+        store.assign_jobs(conn, [(i, "h1") for i in ids])
+        store.claim_jobs(conn, "h1", 2)
+        conn.execute(sa.text("UPDATE jobs SET heartbeat_at = now() - interval '10 minutes'"))
+    producer = make_producer()
+    with caplog.at_level(logging.WARNING, logger="scrapefleet.producer.daemon"):
+        assert producer.run_cycle().rescued == 2
+    [line] = [r for r in caplog.records if r.getMessage().startswith("rescued jobs")]
+    assert "count=2 hosts=h1:2 ids=" in line.getMessage()
+    assert line.sf_host == "h1"  # type: ignore[attr-defined]
