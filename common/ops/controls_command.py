@@ -24,7 +24,6 @@ import click
 
 from scrapefleet.common.ops.one_line_errors import one_line_errors
 
-NAME_MAX_CHARS = 200  # live_controls' check
 REASON_MAX_CHARS = 500
 
 HISTORY_SQL = (
@@ -50,6 +49,8 @@ def target(key: str | None, kind: str | None, crawl: int | None) -> tuple[str, s
     given = [(s, v) for s, v in (("rate_key", key), ("kind", kind), ("crawl", crawl)) if v]
     if len(given) != 1:
         raise click.UsageError("name exactly one of --key, --kind or --crawl")
+    from scrapefleet.common.store.controls import NAME_MAX_CHARS
+
     scope, value = given[0]
     name = str(value).strip()
     if not 1 <= len(name) <= NAME_MAX_CHARS or not name.isprintable():

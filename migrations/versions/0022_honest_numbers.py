@@ -1,10 +1,10 @@
 """Numbers that never lie: ``progress`` says nothing of an ETA while nothing finishes,
 ``throughput_per_hour`` shows empty hours, ``failure_groups`` keeps status codes apart.
 
-- ``progress.eta`` is NULL when no job completed in the last 5 minutes while work remains (it
-  used to fall back to the hour's rate, so a fleet that had stopped showed an ETA of minutes,
-  growing at every look); ``last_completed_at`` (appended) says when the last job of the last
-  hour completed, so a reader can say "stalled since". Whether the producer is up is judged in
+- ``progress.eta`` is NULL when no job completed in the last 5 minutes while work remains: a
+  fallback to the hour's rate would show a fleet that has stopped an ETA of minutes, growing
+  at every look. ``last_completed_at`` (appended) says when the last job of the last hour
+  completed, so a reader can say "stalled since". Whether the producer is up is judged in
   Python (common.producer_status), where its staleness rule lives.
 - ``throughput_per_hour`` has a row for every hour of the 7 days, zero when nothing finished,
   so a gap reads as a gap and not as a missing row.

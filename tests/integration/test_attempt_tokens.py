@@ -91,9 +91,10 @@ def _outlives_its_timeout(params: Any) -> dict[str, Any]:
 def test_a_timed_out_attempt_never_disturbs_the_next_one_on_the_same_host(
     engine: Engine, database_url: str, tmp_path: Path
 ) -> None:
-    """Before attempt tokens, the first attempt's thread returned while the second attempt of
-    the same job ran on the same host and removed the second's in-flight entry (keyed by job id):
-    the second then had no heartbeat and no timeout, and its result was dropped as late."""
+    """A timed-out attempt's thread that returns while the next attempt of the same job runs
+    on the same host must touch nothing of the next one: keyed by job id alone, it would remove
+    the next attempt's in-flight entry (no heartbeat, no timeout) and the next result would be
+    dropped as late."""
     timeout_s = scaled(1.5)
     settings = make_settings(tmp_path, database_url, capacity=2, job_timeout_s=timeout_s)
     with consumer_thread(settings, database_url):
@@ -169,9 +170,10 @@ def test_a_host_frozen_across_the_rescue_never_runs_a_lock_key_twice(
     engine: Engine, database_url: str, tmp_path: Path
 ) -> None:
     """J1 (a long page) and J2 (a short one) share a lock key; the host running J1 is frozen
-    until J1 is rescued, then continued. Before attempt tokens, the frozen attempt's thread ran
-    on, the host claimed J1 again as the same attempt, the old thread's result completed J1,
-    and J2 ran while J1's second request still did: the site saw the key's jobs overlap."""
+    until J1 is rescued, then continued. Without an attempt identity of its own, the frozen
+    attempt's thread would run on, the host would claim J1 again as the same attempt, the old
+    thread's result would complete J1, and J2 would run while J1's second request still did:
+    the site would see the key's jobs overlap."""
     settings = make_settings(tmp_path, database_url, capacity=2, heartbeat_s=0.3)
     long_s = scaled(6)
     with (

@@ -161,8 +161,8 @@ def test_a_hostile_pattern_fails_the_attempt_within_its_bound_and_never_stalls_t
 
 
 def test_the_issues_hostile_link_and_include_pattern_are_cheap(site: PageSite) -> None:
-    # 4.7 s with `re` on today's code, the GIL held; a link past 2,048 characters used to
-    # fail the whole page (a crawl key is at most that long): it is now not followed.
+    # Python's `re` takes seconds on these with the GIL held (heartbeats stall with it); a
+    # link past 2,048 characters (a crawl key's bound) is not followed, the page still is.
     too_long = "/list?" + "&".join(f"p{i}=?" for i in range(400))
     hostile = "/" + "?" * 2000  # 2.7 s of `re` on its own, the GIL held
     links = "".join(f'<a href="{h}">x</a>' for h in (too_long, hostile, f"/list?{'?' * 9}sort=1"))

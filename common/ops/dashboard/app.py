@@ -57,7 +57,7 @@ from scrapefleet.common.ops.dashboard.security import host_allowed, local_next
 from scrapefleet.common.ops.dashboard.sessions import MemorySessionInterface, SessionStore
 from scrapefleet.common.ops.status_report import read_fleet_status
 from scrapefleet.common.producer_status import delivery_state, read_producer_status
-from scrapefleet.common.progress import read_progress, render_progress
+from scrapefleet.common.progress import read_progress, read_rows, render_progress
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.tables import JOB_STATUSES
 
@@ -319,7 +319,7 @@ def create_app(settings: Settings, engine: Engine, clock: Callable[[], datetime]
 
     @app.get("/failures")
     def failures() -> tuple[str, int]:
-        rows = read(reads.failure_group_list, FAILURE_GROUPS_SHOWN)
+        rows = read(read_rows, "failure_groups", FAILURE_GROUPS_SHOWN)
         return render_template("failures.html", groups=rows), 200
 
     @app.get("/schedules")

@@ -203,8 +203,6 @@ _PROFILES_SQL = sa.text(
     " FROM profiles WHERE CAST(:after AS text) IS NULL OR name > :after"
     " ORDER BY name LIMIT :limit"
 )
-# Groups are aggregates over 7 days, few by nature: the largest first, cut at the limit.
-_FAILURE_GROUPS_SQL = sa.text("SELECT * FROM failure_groups LIMIT :limit")
 
 
 def crawl_list(conn: Connection, after: int | None, limit: int) -> list[dict[str, Any]]:
@@ -222,11 +220,6 @@ def rate_key_list(conn: Connection, after: str | None, limit: int) -> list[dict[
 def profile_list(conn: Connection, after: str | None, limit: int) -> list[dict[str, Any]]:
     """Browser profiles, by name."""
     rows = conn.execute(_PROFILES_SQL, {"after": after, "limit": limit})
-    return [dict(r._mapping) for r in rows]
-
-
-def failure_group_list(conn: Connection, limit: int) -> list[dict[str, Any]]:
-    rows = conn.execute(_FAILURE_GROUPS_SQL, {"limit": limit})
     return [dict(r._mapping) for r in rows]
 
 
