@@ -230,6 +230,8 @@ def failures(ctx: _Context, limit: int, as_json: bool) -> None:
     masked, status codes kept), largest first, each with an example job. None is exit 1."""
     with _one_line_errors(), database.wrapped_errors(), ctx.read_engine().connect() as conn:
         groups = progress.read_rows(conn, "failure_groups", limit)
+    # The example is the error's last line as raised: a proxy URL's password may be in it.
+    groups = [{**g, "example_error": masking.mask_text(g["example_error"])} for g in groups]
     if not groups:
         _fail("no job failed in the last 7 days", 1)
     for line in jsonl_lines(groups) if as_json else render.failure_group_lines(groups):

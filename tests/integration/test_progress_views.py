@@ -313,3 +313,15 @@ def test_failures_command_lists_the_groups_with_an_example(
 def test_failures_command_says_when_there_are_none(engine: Engine, database_url: str) -> None:
     done = run_cli(["failures"], database_url)
     assert done.returncode == 1 and "no job failed in the last 7 days" in done.stderr
+
+
+def test_failures_command_masks_a_password_in_its_example(
+    engine: Engine, database_url: str
+) -> None:
+    with engine.begin() as conn:
+        store.add_host(conn, HostSpec(name="h1", capacity=6))
+    error = "ProxyError: cannot connect to http://bob:s3cret-pw@proxy.test:8080/"
+    _fail(engine, "h1", _run_on(engine, "h1", "pages", 1), error)
+    listed = run_cli(["failures", "--json"], database_url)
+    assert listed.returncode == 0, listed.stderr
+    assert "s3cret-pw" not in listed.stdout and "proxy.test" in listed.stdout
