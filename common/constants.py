@@ -8,7 +8,12 @@ from typing import Final
 
 # Fleet shape.
 DEFAULT_HOST_CAPACITY: Final = 6  # concurrent jobs per consumer host
-RESTART_EVERY_JOBS: Final = 20  # browser stack (Grid + Xvfb) restarted after this many claims
+# What leaks is the browser: each WebDriver session is quit and replaced after this many of
+# its own jobs, inside the running Grid. The whole stack (Grid + Xvfb + every browser) is
+# restarted far less often: a JVM and every browser started again cost ~7 s of CPU, as much as
+# the 20 pages before it (docs/browser-benchmark.md).
+BROWSER_RETIRE_EVERY_JOBS: Final = 20
+RESTART_EVERY_JOBS: Final = 80  # browser stack (Grid + Xvfb) restarted after this many claims
 REBOOT_EVERY_JOBS: Final = 80  # host rebooted after this many claims since boot
 
 # Producer.

@@ -130,7 +130,18 @@ class Settings(BaseSettings):
 
     # Fleet.
     capacity: int = Field(default=C.DEFAULT_HOST_CAPACITY, ge=1, le=64)
-    restart_every: int = Field(default=C.RESTART_EVERY_JOBS, ge=0, description="0 = never")
+    restart_every: int = Field(
+        default=C.RESTART_EVERY_JOBS,
+        ge=0,
+        description="the whole browser stack (Grid, Xvfb and every browser) is restarted after"
+        " this many browser jobs; 0 = never",
+    )
+    browser_retire_every: int = Field(
+        default=C.BROWSER_RETIRE_EVERY_JOBS,
+        ge=0,
+        description="each browser session is quit and replaced after this many of its own"
+        " jobs, in the running Grid (browsers are what leaks); 0 = only with the stack",
+    )
     overlap_restarts: bool = Field(
         default=True,
         description="start the next browser stack beside the running one before the restart"

@@ -133,6 +133,7 @@ class _Slot:
         self.fresh = False  # its context has had no job yet (what a "context" job needs)
         self.job_isolation: Isolation | None = None  # the level the slot's last job ran at
         self.last_used = 0.0
+        self.jobs_on_driver = 0  # jobs its session has run since it started
 
     def open_context(self) -> None:
         assert self.driver is not None
@@ -319,6 +320,8 @@ class SessionPool:
         self._background = ThreadPoolExecutor(max_workers=size, thread_name_prefix="session-pool")
         self._stop = threading.Event()
         self.replaced = 0  # dead sessions found and replaced, for logs and tests
+        self.retired = 0  # sessions quit after their job budget, for logs and tests
+        self._retire_after_jobs = 0
         self._peak_leased = 0  # the most leases at once: how many sessions the jobs needed
         self._keepalive: threading.Thread | None = None
         if keepalive_s is not None:
@@ -378,6 +381,13 @@ class SessionPool:
     def leased(self) -> int:
         with self._cond:
             return sum(1 for slot in self._slots if slot.state is SlotState.LEASED)
+
+    def retire_sessions_after(self, jobs: int) -> None:
+        """Quit a session once it has run ``jobs`` jobs and start its successor off the jobs'
+        path (0: never). What leaks is the browser; its Grid and display stay up."""
+        if jobs < 0:
+            raise ValueError(f"a session's job budget cannot be negative ({jobs})")
+        self._retire_after_jobs = jobs
 
     def session_ids(self) -> list[str]:
         with self._cond:
@@ -604,6 +614,7 @@ class SessionPool:
     def _discard(self, slot: _Slot) -> None:
         driver, slot.driver, slot.context, slot.own_session = slot.driver, None, None, False
         slot.fresh = False
+        slot.jobs_on_driver = 0
         if driver is not None:
             quit_driver(driver)
             self._release_permit()
@@ -634,6 +645,10 @@ class SessionPool:
                 return
             if slot.driver is None:
                 return
+            slot.jobs_on_driver += 1
+            if 0 < self._retire_after_jobs <= slot.jobs_on_driver:
+                self._renew(slot)
+                return
             try:
                 # A classic command fails at once on a dead session, where a BiDi command
                 # would wait out BIDI_COMMAND_TIMEOUT_S (Selenium does not notice the closed
@@ -661,6 +676,15 @@ class SessionPool:
                 self._warm_quietly(slot)
         finally:
             self._settle(slot)
+
+    def _renew(self, slot: _Slot) -> None:
+        """The slot's session ran its budget: quit it, and start the next one now unless jobs
+        start their own (the pool's sessions stay as many as the jobs used)."""
+        log.debug("session slot %d: retired after %d jobs", slot.index, slot.jobs_on_driver)
+        self._discard(slot)
+        with self._cond:
+            self.retired += 1
+        self._warm_quietly(slot)
 
     def _warm_in_background(self, slot: _Slot) -> None:
         try:

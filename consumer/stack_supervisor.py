@@ -448,6 +448,7 @@ class StackSupervisor:
         pool = self._make_pool(
             stack.new_driver, self.capacity, keepalive_s, self._permits, self._permit_wait_s
         )
+        pool.retire_sessions_after(self.settings.browser_retire_every)
         try:
             stack.start()
             self._first_session(stack, pool)

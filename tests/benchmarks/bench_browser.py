@@ -88,7 +88,12 @@ def server_url() -> str:
 
 
 def settings_for(
-    database_url: str, work: Path, capacity: int, restart_every: int, label: str = "loop"
+    database_url: str,
+    work: Path,
+    capacity: int,
+    restart_every: int,
+    label: str = "loop",
+    **overrides: object,
 ) -> Settings:
     boot_id = work / "boot_id"
     boot_id.write_text("bench\n")
@@ -106,6 +111,7 @@ def settings_for(
         job_timeout_s=120.0,
         screen_width_px=1024,
         screen_height_px=700,
+        **overrides,
     )
 
 

@@ -2,16 +2,18 @@
 hand-written Selenium scripts on the same pages.
 
     .venv/bin/python -m tests.benchmarks.bench_real_site [--jobs 300] [--capacity 6]
-        [--session-jobs 60] [--overload]
+        [--session-jobs 60] [--overload] [--only WORD ...]
 
 Needs the browser stack (.ci/install-browser.sh), PostgreSQL (as bench_browser) and Debian's
 postgresql-doc-15, served on 127.0.0.1 by tests.benchmarks.doc_site. One run, the same pages,
 each job ``fetch_page`` reading every link's href:
 
-a. the consumer as configured by default (restarts every 20), no ``isolation`` in the payload;
+a. the consumer as configured by default (each browser retired after 20 jobs, the whole stack
+   restarted every 80), no ``isolation`` in the payload;
+a'. the seed's restarts: Grid, Xvfb and every browser restarted together every 20 jobs;
 b. one run per isolation level (common.browser_isolation.ISOLATION_VALUES, read at run time),
-   restarts every 20; "session" (a browser per job) on the first --session-jobs pages only;
-c. the default with restarts off;
+   default restarts; "session" (a browser per job) on the first --session-jobs pages only;
+c. the default with restarts off (no retirement, no stack restart);
 d. a plain loop: one headless ChromeDriver session of our own, the pages one by one
    (get + title + one script returning every a's href);
 e. six threads, each its own headless session like (d), sharing the pages through a queue.
@@ -50,7 +52,7 @@ from selenium.webdriver.chrome.service import Service
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common import browser_isolation, store
-from scrapefleet.common.constants import RESTART_EVERY_JOBS
+from scrapefleet.common.constants import BROWSER_RETIRE_EVERY_JOBS, RESTART_EVERY_JOBS
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import NewJob
 from scrapefleet.consumer import browser_stack
@@ -339,20 +341,34 @@ def _read_outcome(engine: Engine, run: RealRun) -> None:
     run.no_claim_s = []  # (bench_browser's figure; not reported here)
 
 
+# What the seed this fleet comes from did: Grid, Xvfb and every browser restarted together.
+SEED_RESTART_EVERY_JOBS = 20
+
+
 def consumer_runs(args: argparse.Namespace, urls: list[str], work: Path) -> list[RealRun]:
     runs = []
-    default = f"consumer default (restarts every {RESTART_EVERY_JOBS})"
-    plans: list[tuple[str, int, int, dict[str, str]]] = [
-        (default, RESTART_EVERY_JOBS, args.jobs, {})
-    ]
-    for level in browser_isolation.ISOLATION_VALUES:  # "cleared" is on its way: whatever is there
+    default = (
+        f"consumer default (browsers every {BROWSER_RETIRE_EVERY_JOBS},"
+        f" stack every {RESTART_EVERY_JOBS})"
+    )
+    seed = {"restart_every": SEED_RESTART_EVERY_JOBS, "browser_retire_every": 0}
+    off = {"restart_every": 0, "browser_retire_every": 0}
+    plans: list[tuple[str, dict[str, int], int, dict[str, str]]] = [(default, {}, args.jobs, {})]
+    plans.append((f"the seed's: whole stack every {SEED_RESTART_EVERY_JOBS}", seed, args.jobs, {}))
+    for level in browser_isolation.ISOLATION_VALUES:  # whatever levels there are today
         count = min(args.session_jobs, args.jobs) if level == "session" else args.jobs
-        plans.append((f'isolation "{level}"', RESTART_EVERY_JOBS, count, {"isolation": level}))
-    plans.append(("consumer default, restarts off", 0, args.jobs, {}))
+        plans.append((f'isolation "{level}"', {}, count, {"isolation": level}))
+    plans.append(("consumer default, restarts off", off, args.jobs, {}))
     with bench_database() as (url, engine):
-        for label, every, count, payload in plans:
+        for label, restarts, count, payload in plans:
+            if args.only and not any(word in label for word in args.only):
+                continue
             print(f"{label}: {count} jobs, capacity {args.capacity}", flush=True)
-            settings = settings_for(url, work, args.capacity, every, label)
+            every = restarts.get("restart_every", RESTART_EVERY_JOBS)
+            retire = restarts.get("browser_retire_every", BROWSER_RETIRE_EVERY_JOBS)
+            settings = settings_for(
+                url, work, args.capacity, every, label, browser_retire_every=retire
+            )
             runs.append(run_hosts(engine, {"bench-1": settings}, urls[:count], label, **payload))
     return runs
 
@@ -614,6 +630,11 @@ def main() -> None:
     parser.add_argument("--capacity", type=int, default=6)
     parser.add_argument("--session-jobs", type=int, default=60)
     parser.add_argument("--overload", action="store_true", help="two hosts, with and without a hog")
+    parser.add_argument(
+        "--only",
+        action="append",
+        help="run only the consumer runs whose label holds this word (repeatable)",
+    )
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
 

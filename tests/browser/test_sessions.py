@@ -374,3 +374,29 @@ def test_idle_sessions_outlive_the_grids_session_timeout_when_kept_alive(
         finally:
             kept.close()
             left.close()
+
+
+def test_a_session_is_retired_after_its_job_budget_and_its_grid_stays(
+    make_pool: MakePool, pool_stack: BrowserStack, site: LocalSite
+) -> None:
+    """Browsers are what leaks: after two jobs a slot's session is quit and a new one runs the
+    third, in the same Grid (the JVM's pid is unchanged); 0 never retires."""
+    grid_pids = {p.pid for p in pool_stack.processes() if p.name() == "java"}
+    pool = make_pool(1)
+    pool.retire_sessions_after(2)
+    sessions = []
+    for _ in range(5):
+        with pool.lease() as driver:
+            driver.get(site.url("/plain"))
+            sessions.append(driver.session_id)
+    # The slot's successor starts off the jobs' path; wait for it before reading the counts.
+    wait_for(lambda: pool.retired == 2 and pool.prepared == 1, 30, "the successor")
+    assert sessions[0] == sessions[1] != sessions[2] == sessions[3] != sessions[4]
+    assert sessions[0] != sessions[4]
+    # The retired sessions are gone from the Grid: only the slot's current one is left.
+    wait_for(lambda: grid_session_ids(pool_stack) == {sessions[4]}, 15, "retired sessions gone")
+    assert {p.pid for p in pool_stack.processes() if p.name() == "java"} == grid_pids
+    assert pool.replaced == 0
+
+    with pytest.raises(ValueError, match="negative"):
+        pool.retire_sessions_after(-1)
