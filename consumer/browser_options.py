@@ -156,7 +156,9 @@ def job_browser(
                 tab, user_context = _proxied_context(driver, options.proxy, undo)
             _apply(driver, options, tab, user_context)
             if log_network:
-                undo.enter_context(recording(driver, user_context))
+                # The pool's own context outlives the job when it is cleared in place.
+                standing = context is not None and user_context == context.user_context
+                undo.enter_context(recording(driver, user_context, standing=standing))
         except bidi.BidiCommandError as exc:
             raise ActionError(f"browser options: {exc}") from exc
         except (ActionError, StackError):

@@ -190,6 +190,11 @@ class NetworkLog:
 # The log of the job a driver runs now: one job per driver at a time (a pool slot's lease).
 _LOGS: weakref.WeakKeyDictionary[Any, NetworkLog] = weakref.WeakKeyDictionary()
 _LOGS_LOCK = threading.Lock()
+# Subscriptions kept from one job to the next: driver -> {user context: subscription id}. A
+# slot whose user context outlives its job (isolation "cleared") subscribes once, not twice a
+# job: two round trips through the Grid less per job. Events that come between two jobs find
+# no listener and are dropped by Selenium.
+_STANDING: weakref.WeakKeyDictionary[Any, dict[str, str]] = weakref.WeakKeyDictionary()
 
 
 def network_log_of(driver: Any) -> NetworkLog | None:
@@ -201,20 +206,30 @@ def network_log_of(driver: Any) -> NetworkLog | None:
 
 
 @contextlib.contextmanager
-def recording(driver: Any, user_context: str | None) -> Iterator[NetworkLog]:
+def recording(
+    driver: Any, user_context: str | None, *, standing: bool = False
+) -> Iterator[NetworkLog]:
     """Log every request of ``user_context`` (its tabs, frames and popups) until exit; None:
-    of every context of the session (a session that runs one job alone: `scrapefleet try`)."""
+    of every context of the session (a session that runs one job alone: `scrapefleet try`).
+    ``standing``: the user context outlives the job, so its subscription is kept for the next
+    job's log (``forget`` ends it when the context goes)."""
     log = NetworkLog()
     listeners = [
         (event, bidi.add_listener(driver, event, _recorder(log, event))) for event in EVENTS
     ]
     subscription: str | None = None
     try:
-        params: dict[str, Any] = {"events": list(EVENTS)}
-        if user_context is not None:
-            params["userContexts"] = [user_context]
-        answer = bidi.command(driver, "session.subscribe", params)
-        subscription = answer.get("subscription")
+        kept = _standing_subscription(driver, user_context) if standing else None
+        if kept is None:
+            params: dict[str, Any] = {"events": list(EVENTS)}
+            if user_context is not None:
+                params["userContexts"] = [user_context]
+            answer = bidi.command(driver, "session.subscribe", params)
+            subscription = answer.get("subscription")
+            if standing and user_context is not None and subscription:
+                with _LOGS_LOCK:
+                    _STANDING.setdefault(driver, {})[user_context] = str(subscription)
+                subscription = None  # kept: not ended with this job
         with _LOGS_LOCK:
             _LOGS[driver] = log
         yield log
@@ -227,6 +242,28 @@ def recording(driver: Any, user_context: str | None) -> Iterator[NetworkLog]:
         if subscription:
             with contextlib.suppress(Exception):  # the session may be gone: nothing to undo
                 bidi.command(driver, "session.unsubscribe", {"subscriptions": [subscription]})
+
+
+def _standing_subscription(driver: Any, user_context: str | None) -> str | None:
+    if user_context is None:
+        return None
+    with _LOGS_LOCK:
+        try:
+            return _STANDING.get(driver, {}).get(user_context)
+        except TypeError:  # a driver that cannot be a weak key (a test's fake)
+            return None
+
+
+def forget(driver: Any, user_context: str) -> None:
+    """End the standing subscription of ``user_context``, which is going away."""
+    with _LOGS_LOCK:
+        try:
+            subscription = _STANDING.get(driver, {}).pop(user_context, None)
+        except TypeError:
+            return
+    if subscription is not None:
+        with contextlib.suppress(Exception):  # the session may be gone: nothing to undo
+            bidi.command(driver, "session.unsubscribe", {"subscriptions": [subscription]})
 
 
 def _recorder(log: NetworkLog, event: str) -> bidi.EventCallback:

@@ -71,6 +71,7 @@ from scrapefleet.common.browser_isolation import (
 )
 from scrapefleet.common.errors import StackError
 from scrapefleet.consumer.context_clearing import clear_in_place
+from scrapefleet.consumer.network_log import forget as forget_network_log
 
 __all__ = [
     "DEFAULT_ISOLATION",
@@ -175,6 +176,7 @@ def open_context(driver: Any) -> JobContext:
 
 def close_context(driver: Any, context: JobContext) -> None:
     """Remove the user context: every tab and window the job opened in it goes with it."""
+    forget_network_log(driver, context.user_context)
     driver.browser.remove_user_context(context.user_context)
 
 

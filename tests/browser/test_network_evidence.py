@@ -74,3 +74,44 @@ def test_a_blocked_request_is_logged_with_its_error(
     log = json.loads(Path(outcome.artifacts["network"]).read_text())
     pixel = next(r for r in log["requests"] if r["url"].endswith("/pixel.png"))
     assert pixel["status"] is None and pixel["error"]
+
+
+@pytest.mark.parametrize(("isolation", "subscribes"), [("cleared", 1), ("context", 3)])
+def test_a_cleared_slot_subscribes_once_and_each_log_holds_its_own_job(
+    job_pool: SessionPool,  # noqa: F811
+    evidence_site: EvidenceSite,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    isolation: str,
+    subscribes: int,
+) -> None:
+    """The network log's subscription outlives a job whose user context does ("cleared": one
+    subscribe for three jobs; "context": one per job), and still no job's log shows another
+    job's requests."""
+    from scrapefleet.consumer import bidi_commands
+
+    # A fresh slot first: the counting starts with the slot's subscribe.
+    run(job_pool, "fetch_page", {"url": evidence_site.url("/page"), "isolation": "context"})
+    calls: list[str] = []
+    real = bidi_commands.command
+
+    def counting(driver: object, method: str, params: dict[str, object]) -> dict[str, object]:
+        calls.append(method)
+        return real(driver, method, params)
+
+    monkeypatch.setattr(bidi_commands, "command", counting)
+    paths = []
+    for n in range(3):
+        payload = {
+            "url": evidence_site.url(f"/page?job={n}"),
+            "isolation": isolation,
+            "wait_for": "#never",
+            "wait_timeout_s": 0.3,
+        }
+        outcome = run(job_pool, "fetch_page", payload, artifacts_dir=tmp_path / str(n))
+        assert outcome.status == "failed" and outcome.artifacts is not None, outcome.error
+        paths.append(Path(outcome.artifacts["network"]))
+    assert calls.count("session.subscribe") == subscribes
+    for n, path in enumerate(paths):
+        documents = [r["url"] for r in json.loads(path.read_text())["requests"] if r["document"]]
+        assert documents == [evidence_site.url(f"/page?job={n}")]
