@@ -131,7 +131,7 @@ COMMENTS = [
             "hosts cut short; `page_releases` of them the page caused, the bounded ones), "
             "`claims` (each attempt's token, never taken back; `lingering_*`: an ended attempt "
             "that may still run on its host), needs_browser, last_error (full traceback), "
-            "`error_class` (of its last failed attempt: [Error classes](#error-classes)), "
+            "`error_class` (of its last failed attempt), "
             "`blocks` (times a site blocked it) and `blocked_on_host` (where it was last "
             "blocked), result, artifacts"
         ),
