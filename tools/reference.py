@@ -52,8 +52,11 @@ def _load(spec: str) -> Any:
 
 def _cell(text: str) -> str:
     """Text for one Markdown table cell: one line, pipes escaped, docs/ paths linked."""
-    text = " ".join(text.split()).replace("|", "\\|")
-    return DOC_PATH.sub(lambda m: f"[{m[1]}](../{m[1]})", text)
+    pieces = re.split(r"(`[^`]*`)", " ".join(text.split()))
+    for i in range(0, len(pieces), 2):  # outside code spans, where a table reads `|` itself
+        plain = pieces[i].replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+        pieces[i] = DOC_PATH.sub(lambda m: f"[{m[1]}](../{m[1]})", plain)
+    return "".join(pieces)
 
 
 # ---------------------------------------------------------------- settings
@@ -86,7 +89,7 @@ def settings_page() -> str:
         "Every setting of the daemons, the CLI and the dashboard. Where they come from, and how",
         "a bad one is reported: [Configuration](../how-to/configuration.md).",
         "",
-        f"| setting | environment | default | meaning |",
+        "| setting | environment | default | meaning |",
         "|---|---|---|---|",
     ]
     for name, field in model.model_fields.items():
@@ -228,7 +231,8 @@ def collect_metrics() -> list[MetricDoc]:
     for family in fleet.collect():
         labels = tuple(family.samples[0].labels) if family.samples else ()
         add(family, labels, "producer")
-    return sorted(docs.values(), key=lambda m: (m.daemon, m.name))
+    daemons = list(METRIC_REGISTRIES.values())
+    return sorted(docs.values(), key=lambda m: (daemons.index(m.daemon), m.name))
 
 
 def metrics_page() -> str:
