@@ -35,6 +35,7 @@ CLI_COMMANDS = {
     "scrapefleet-producer": "scrapefleet.producer.main:main",
     "scrapefleet-consumer": "scrapefleet.consumer.main:cli",
 }
+ACTIONS_MODULE = "scrapefleet.common.actions"  # action_names, get_action, BUILTIN_MODULES
 METRICS_MODULE = "scrapefleet.common.metrics"
 # Registry attribute of METRICS_MODULE -> the daemon that exports it.
 METRIC_REGISTRIES = {"PRODUCER_REGISTRY": "producer", "CONSUMER_REGISTRY": "consumer"}
@@ -259,6 +260,63 @@ def documented_metrics(page: str) -> list[str]:
     return re.findall(r"^\| `(scrapefleet_[a-z_]+)[{`]", page, re.M)
 
 
+# ---------------------------------------------------------------- actions
+
+
+def _type_name(annotation: Any) -> str:
+    text = getattr(annotation, "__name__", None) if isinstance(annotation, type) else None
+    text = text or str(annotation)
+    return re.sub(r"\b(?:[a-z_]+\.)+([A-Za-z_]+)", r"\1", text)  # module paths left out
+
+
+def shipped_actions() -> list[Any]:
+    """The actions scrapefleet ships (their params declared in its own modules): a test's or a
+    user's registrations in the same process are left out."""
+    actions = importlib.import_module(ACTIONS_MODULE)
+    shipped = [actions.get_action(name) for name in actions.action_names()]
+    return [a for a in shipped if a.params_model.__module__ in actions.BUILTIN_MODULES]
+
+
+def action_params_page() -> str:
+    from pydantic_core import PydanticUndefined
+
+    lines = [
+        GENERATED.format(source="the shipped actions' params models"),
+        "# Action params",
+        "",
+        "Each shipped action's params, as its model validates them at submit time. What each",
+        "returns, and what the params do in practice: [Actions](actions.md). A browser",
+        "action's payload may also carry `isolation` and `browser`",
+        "([Browser options](../how-to/browser-options.md)).",
+        "",
+    ]
+    for action in shipped_actions():
+        lines += [f"## `{action.name}`", ""]
+        facts = ["browser job" if action.needs_browser else "no browser"]
+        if action.needs_browser:
+            facts.append(f"isolation `{action.isolation}` by default")
+        sentence = "; ".join(facts)
+        lines += [sentence[0].upper() + sentence[1:] + ".", ""]
+        lines += ["| param | type | default | meaning |", "|---|---|---|---|"]
+        for name, field in action.params_model.model_fields.items():
+            if field.is_required():
+                default = "required"
+            elif field.default_factory is not None or field.default is PydanticUndefined:
+                default = "empty"
+            else:
+                default = _default(field)
+            type_text = _cell(f"`{_type_name(field.annotation)}`".replace(" | ", " or "))
+            lines.append(
+                f"| `{name}` | {type_text} | {default} | {_cell(field.description or '')} |"
+            )
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def documented_actions(page: str) -> list[str]:
+    return re.findall(r"^## `([a-z_0-9]+)`$", page, re.M)
+
+
 # ---------------------------------------------------------------- SQL
 
 _RELATIONS = """
@@ -316,6 +374,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "settings.md": settings_page,
     "cli.md": cli_page,
     "metrics.md": metrics_page,
+    "action-params.md": action_params_page,
 }
 
 

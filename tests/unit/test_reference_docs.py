@@ -62,3 +62,13 @@ def test_every_metric_is_documented_once() -> None:
         "scrapefleet_schedule_overdue_seconds",
         "scrapefleet_host_restarts_total",
     } <= set(documented)
+
+
+def test_every_shipped_action_is_documented_once() -> None:
+    documented = reference.documented_actions(
+        (reference.REFERENCE / "action-params.md").read_text()
+    )
+    assert len(documented) == len(set(documented))
+    shipped = {action.name for action in reference.shipped_actions()}
+    assert set(documented) == shipped
+    assert {"fetch_page", "screenshot", "http_get", "crawl", "crawl_browser", "noop"} <= shipped
