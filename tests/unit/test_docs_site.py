@@ -18,7 +18,7 @@ import click
 import pytest
 import yaml
 
-from scrapefleet.common.ops.cli import cli
+from tools import reference
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
@@ -131,6 +131,7 @@ def _parse(group: click.Group, argv: list[str]) -> None:
 
 
 def test_every_documented_command_line_parses() -> None:
+    cli = reference._load(reference.CLI_COMMANDS["scrapefleet"])
     lines = list(_command_lines())
     assert len(lines) > 40
     failures = []
