@@ -655,7 +655,7 @@ class Settings(BaseSettings):
     )
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:
-        # The README's own form, SCRAPEFLEET_ACTIONS=mypkg.scrapers:prices, is not JSON.
+        # The documented form, SCRAPEFLEET_ACTIONS=mypkg.scrapers:prices, is not JSON.
         if not isinstance(value, str):
             return value
         text = value.strip()
