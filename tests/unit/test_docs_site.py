@@ -152,3 +152,18 @@ def test_every_documented_command_line_parses() -> None:
             if "No such file or directory" not in message and "does not exist" not in message:
                 failures.append(f"{page}: {line}: {message}")
     assert failures == [], "\n".join(failures)
+
+
+def test_every_repository_path_the_docs_name_exists() -> None:
+    # Modules move (a package regrouped): a page that names the old path sends readers nowhere.
+    named = re.compile(
+        r"`((?:common|producer|consumer|migrations|tests|ansible|tools|\.ci)/[A-Za-z0-9_./-]+)`"
+    )
+    missing = []
+    for page in [README, REPO / "CONTRIBUTING.md", REPO / "SECURITY.md", *DOCS.rglob("*.md")]:
+        for match in named.finditer(page.read_text()):
+            path = match[1].split("::")[0].rstrip("/")
+            module = path.split(".")[0] + ".py"  # common/host_status.parse_status
+            if not ((REPO / path).exists() or (REPO / module).exists()):
+                missing.append(f"{page.relative_to(REPO)}: {path}")
+    assert missing == []
