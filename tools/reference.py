@@ -37,6 +37,8 @@ CLI_COMMANDS = {
 }
 ACTIONS_MODULE = "scrapefleet.common.actions"  # action_names, get_action, BUILTIN_MODULES
 METRICS_MODULE = "scrapefleet.common.metrics"
+# JobStatus, HostState, job_transitions, host_transitions: the one table of allowed moves.
+STATES_MODULE = "scrapefleet.common.store.statuses"
 # Registry attribute of METRICS_MODULE -> the daemon that exports it.
 METRIC_REGISTRIES = {"PRODUCER_REGISTRY": "producer", "CONSUMER_REGISTRY": "consumer"}
 
@@ -317,6 +319,37 @@ def documented_actions(page: str) -> list[str]:
     return re.findall(r"^## `([a-z_0-9]+)`$", page, re.M)
 
 
+# ---------------------------------------------------------------- states
+
+
+def states_page() -> str:
+    statuses = importlib.import_module(STATES_MODULE)
+    lines = [
+        GENERATED.format(source=f"the table of allowed moves in `{STATES_MODULE}`"),
+        "# Job and host states",
+        "",
+        "Every move a job or a host row may make, who makes it, and the store function that",
+        "writes it: the store's statements take their `WHERE status IN (...)` from this table,",
+        "and the tests hold the views, the constraints and the audit trail to it. Why the",
+        "states are what they are: [Architecture](../explanation/architecture.md).",
+        "",
+    ]
+    parts = (
+        ("Jobs", statuses.JobStatus, statuses.job_transitions()),
+        ("Hosts", statuses.HostState, statuses.host_transitions()),
+    )
+    for title, states, moves in parts:
+        names = ", ".join(f"`{state.value}`" for state in states)
+        lines += [f"## {title}", "", f"States: {names}.", ""]
+        lines += ["| from | to | by | store function |", "|---|---|---|---|"]
+        for move in moves:
+            source = f"`{move.source.value}`" if move.source is not None else "(new row)"
+            target = f"`{move.target.value}`" if move.target is not None else "(row leaves)"
+            lines.append(f"| {source} | {target} | {move.actor.value} | `{move.function}` |")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
 # ---------------------------------------------------------------- SQL
 
 _RELATIONS = """
@@ -375,6 +408,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "cli.md": cli_page,
     "metrics.md": metrics_page,
     "action-params.md": action_params_page,
+    "states.md": states_page,
 }
 
 
