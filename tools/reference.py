@@ -57,7 +57,7 @@ def _cell(text: str) -> str:
     """Text for one Markdown table cell: one line, pipes escaped, docs/ paths linked."""
     pieces = re.split(r"(`[^`]*`)", " ".join(text.split()))
     for i in range(0, len(pieces), 2):  # outside code spans, where a table reads `|` itself
-        plain = pieces[i].replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+        plain = pieces[i].replace("|", "\\|").replace("<", "&lt;")
         pieces[i] = DOC_PATH.sub(lambda m: f"[{m[1]}](../{m[1]})", plain)
     return "".join(pieces)
 
