@@ -26,5 +26,5 @@ fi
 
 python="${PYTHON:-.venv/bin/python}"
 # [demo]: pgserver too, for the packaging test's demo in a fresh virtualenv.
-"$python" -m pip wheel --quiet --wheel-dir build/wheelhouse '.[demo]' "setuptools>=68" wheel
+"$python" -m pip wheel --quiet --wheel-dir build/wheelhouse '.[demo]' "setuptools>=77" wheel
 echo "ansible test prerequisites present; wheels in build/wheelhouse"

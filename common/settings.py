@@ -62,22 +62,43 @@ class Settings(BaseSettings):
     )
     database_pooler: Literal["none", "pgbouncer"] = Field(
         default="none",
-        description="pgbouncer: database_url is a PgBouncer in transaction pooling (consumers"
-        " only): no prepared statements, no session settings sent",
+        description=(
+            "`pgbouncer`: `database_url` is a PgBouncer in transaction pooling "
+            "(consumers only; docs/how-to/pgbouncer.md): no prepared statements, no"
+            " session settings sent"
+        ),
     )
     listen_database_url: str | None = Field(
         default=None,
-        description="a direct PostgreSQL URL for the consumer's one LISTEN connection when"
-        " database_url is a pooler; unset -> no LISTEN: it polls (as consumer_wakeup = poll)",
+        description=(
+            "a direct PostgreSQL URL for the consumer's one LISTEN connection when "
+            "`database_url` is a pooler; unset -> no LISTEN: it polls (as "
+            '`consumer_wakeup = "poll"`)'
+        ),
     )
     consumer_wakeup: Literal["listen", "poll"] = Field(
         default="listen",
-        description="listen: a LISTEN connection wakes the consumer when its host gets work;"
-        " poll: none, it claims every consumer_poll_s and soon after each of its jobs ends"
-        " (large fleets: every listening connection costs the server CPU at each NOTIFY)",
+        description=(
+            "`listen`: a LISTEN connection wakes the consumer when its host gets "
+            "work; `poll`: none, it claims every `consumer_poll_s` and soon after "
+            "each of its jobs ends. `poll` past a hundred or two hosts: every "
+            "listening connection costs the server CPU at each NOTIFY in the "
+            "database (docs/how-to/pgbouncer.md)"
+        ),
     )
-    state_dir: Path = Field(default=Path("/var/lib/scrapefleet"), description="status files")
-    artifacts_dir: Path = Field(default=Path("/var/lib/scrapefleet/artifacts"))
+    state_dir: Path = Field(
+        default=Path("/var/lib/scrapefleet"),
+        description=(
+            "status files; a producer and the consumers on its own machine (hosts "
+            "without an address) must share it: the producer reads their status "
+            "files there, and says so (`no status file at ...: is its consumer "
+            "running, with this producer's state_dir (...)?`) when it finds none"
+        ),
+    )
+    artifacts_dir: Path = Field(
+        default=Path("/var/lib/scrapefleet/artifacts"),
+        description="failure screenshots, HTML and tracebacks, by job id and attempt",
+    )
     # NoDecode: a list setting's environment value reaches _comma_separated as it is, so that
     # "a,b" works as well as JSON.
     actions: Annotated[list[str], NoDecode] = Field(
@@ -90,7 +111,9 @@ class Settings(BaseSettings):
     # Database connections: common/db.py adds these to every connection unless the URL names
     # them.
     db_keepalives_idle_s: int = Field(
-        default=10, ge=1, description="TCP keepalive, both ends: first probe after this idle"
+        default=10,
+        ge=1,
+        description="TCP keepalive on every connection, both ends: first probe after this idle",
     )
     db_keepalives_interval_s: int = Field(default=5, ge=1, description="between probes")
     db_keepalives_count: int = Field(
@@ -103,17 +126,29 @@ class Settings(BaseSettings):
         " is dead; 0 = the OS's",
     )
     db_statement_timeout_s: float = Field(
-        default=600.0, ge=0, description="0 = the server's setting; migrations: none"
+        default=600.0,
+        ge=0,
+        description="server-side, every session; 0 = the server's setting; migrations: none",
     )
     db_lock_timeout_s: float = Field(
-        default=60.0, ge=0, description="0 = the server's setting; migrations: none"
+        default=60.0, ge=0, description="server-side; 0 = the server's setting; migrations: none"
     )
     db_idle_in_transaction_timeout_s: float = Field(
-        default=300.0, ge=0, description="server ends a session idle this long in a transaction"
+        default=300.0,
+        ge=0,
+        description=(
+            "the server ends a session idle this long in a transaction (and frees its row locks)"
+        ),
     )
     db_sslmode: (
         Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] | None
-    ) = Field(default=None, description="libpq sslmode; unset -> libpq's (PGSSLMODE, else prefer)")
+    ) = Field(
+        default=None,
+        description=(
+            "libpq sslmode (`require`, `verify-full`, ...); unset -> libpq's "
+            "(PGSSLMODE, else prefer)"
+        ),
+    )
     leader_timeout_s: float = Field(
         default=30.0,
         gt=0,
@@ -123,13 +158,20 @@ class Settings(BaseSettings):
     leader_idle_timeout_s: float | None = Field(
         default=None,
         ge=0,
-        description="the server ends a producer's lock session idle this long, so a vanished"
-        " leader's lock goes even behind a proxy that keeps TCP alive; unset -> the larger of"
-        " 60 s and 4 x producer_interval_s; 0 = never",
+        description=(
+            "the server ends a producer's lock session idle this long, freeing a "
+            "vanished leader's lock even behind a proxy that keeps TCP alive; unset"
+            " -> the larger of 60 s and 4 x producer_interval_s; 0 = never"
+        ),
     )
 
     # Fleet.
-    capacity: int = Field(default=C.DEFAULT_HOST_CAPACITY, ge=1, le=64)
+    capacity: int = Field(
+        default=C.DEFAULT_HOST_CAPACITY,
+        ge=1,
+        le=64,
+        description="jobs a host runs at once (hosts added without --capacity)",
+    )
     restart_every: int = Field(
         default=C.RESTART_EVERY_JOBS,
         ge=0,
@@ -150,44 +192,96 @@ class Settings(BaseSettings):
     reboot_every: int = Field(default=C.REBOOT_EVERY_JOBS, ge=0, description="0 = never")
 
     # Producer.
-    producer_interval_s: float = Field(default=C.PRODUCER_INTERVAL_S, gt=0)
-    probe_timeout_s: float = Field(default=C.PROBE_TIMEOUT_S, gt=0)
-    probe_failures_offline: int = Field(default=C.PROBE_FAILURES_OFFLINE, ge=1)
-    offline_grace_s: float = Field(default=C.OFFLINE_GRACE_S, ge=0)
-    rescue_after_s: float = Field(default=C.RESCUE_AFTER_S, gt=0)
+    producer_interval_s: float = Field(
+        default=C.PRODUCER_INTERVAL_S,
+        gt=0,
+        description="full producer cycle (probe, health, rescue, assign)",
+    )
+    probe_timeout_s: float = Field(
+        default=C.PROBE_TIMEOUT_S, gt=0, description="one probe round, per host"
+    )
+    probe_failures_offline: int = Field(
+        default=C.PROBE_FAILURES_OFFLINE,
+        ge=1,
+        description="probe failures in a row before a host is offline",
+    )
+    offline_grace_s: float = Field(
+        default=C.OFFLINE_GRACE_S,
+        ge=0,
+        description="offline this long -> its queued jobs go back to pending",
+    )
+    rescue_after_s: float = Field(
+        default=C.RESCUE_AFTER_S,
+        gt=0,
+        description="processing job without heartbeat this long -> back to pending",
+    )
     lock_linger_s: float = Field(
         default=C.LOCK_LINGER_S,
         ge=0,
-        description="a rescued or stopped attempt's lock key stays held until its host confirms"
-        " the attempt ended, or this long (docs/attempts-and-locks.md)",
+        description=(
+            "a rescued, stopped or timed-out attempt holds its lock key until its "
+            "host confirms it ended, or this long (docs/attempts-and-locks.md)"
+        ),
     )
-    local_state_stale_s: float = Field(default=C.LOCAL_STATE_STALE_S, gt=0)
+    local_state_stale_s: float = Field(
+        default=C.LOCAL_STATE_STALE_S,
+        gt=0,
+        description="a status document older than this (on its host's clock) is a dead consumer",
+    )
 
     min_memory_available_fraction: float = Field(
         default=0.15, ge=0, le=1, description="a host with less memory free gets no new job"
     )
-    wake_debounce_s: float = Field(default=C.PRODUCER_WAKE_DEBOUNCE_S, ge=0)
+    wake_debounce_s: float = Field(
+        default=C.PRODUCER_WAKE_DEBOUNCE_S,
+        ge=0,
+        description=(
+            "a finished-job or submit NOTIFY waits this long before a wake cycle, "
+            "so that a burst costs one; after four of these without a wake, the "
+            "next wakes the producer at once"
+        ),
+    )
     # Politeness (common.rate_limits), enforced fleet-wide by the producer.
     rate_limits: dict[str, RateLimit] = Field(
         default_factory=dict,
-        description="per rate key: {concurrency = N, per_minute = N}, e.g. example.org ="
-        " {concurrency = 2, per_minute = 30}",
+        description=(
+            "per rate key, fleet-wide: `{concurrency = N, per_minute = N}` (either "
+            'or both), e.g. `rate_limits = {"example.org" = {concurrency = 2, '
+            "per_minute = 30}}`; env: JSON (docs/how-to/rate-limits.md)"
+        ),
     )
     rate_limit_default: RateLimit | None = Field(
-        default=None, description="the limits of every rate key not in rate_limits; unset -> none"
+        default=None,
+        description=(
+            "the limits of every rate key not named in `rate_limits`, e.g. "
+            "`{concurrency = 4}`; unset -> none"
+        ),
     )
     kind_limits: dict[str, RateLimit] = Field(
-        default_factory=dict, description="per kind, the same way: a fleet-wide cap per action"
+        default_factory=dict,
+        description=(
+            "per kind, the same way: a fleet-wide cap per action (a paid API's "
+            'concurrency), e.g. `{"screenshot" = {concurrency = 10}}`'
+        ),
     )
 
     # Consumer.
     host_name: str | None = Field(
         default=None, description="this consumer's host; unset -> hostname"
     )
-    boot_id_file: Path = Field(default=Path("/proc/sys/kernel/random/boot_id"))
-    consumer_poll_s: float = Field(default=C.CONSUMER_POLL_S, gt=0)
-    heartbeat_s: float = Field(default=C.HEARTBEAT_S, gt=0)
-    job_timeout_s: float = Field(default=C.JOB_TIMEOUT_S, gt=0)
+    boot_id_file: Path = Field(
+        default=Path("/proc/sys/kernel/random/boot_id"),
+        description="a new boot id resets jobs_since_boot",
+    )
+    consumer_poll_s: float = Field(
+        default=C.CONSUMER_POLL_S, gt=0, description="claim poll when no NOTIFY arrives"
+    )
+    heartbeat_s: float = Field(
+        default=C.HEARTBEAT_S, gt=0, description="job and host heartbeat, status file rewrite"
+    )
+    job_timeout_s: float = Field(
+        default=C.JOB_TIMEOUT_S, gt=0, description="hard limit of one attempt"
+    )
     drain_timeout_s: float | None = Field(
         default=None,
         gt=0,
@@ -197,109 +291,187 @@ class Settings(BaseSettings):
     )
 
     # http_get (common/http_client.py): the host's defaults; a job's own params win.
-    http_user_agent: str = Field(default="scrapefleet/0.1", description="User-Agent header")
+    http_user_agent: str = Field(
+        default="scrapefleet/0.1",
+        description="`http_get`'s User-Agent unless the job sets `user_agent`",
+    )
     http_contact_url: str | None = Field(
         default=None,
-        description="a page (or mailto:) where sites can reach whoever runs the fleet, added to"
-        " the User-Agent as `scrapefleet/0.1 (+URL)`; unset -> none",
+        description=(
+            "a page or `mailto:` where sites reach the fleet's operator, sent in "
+            "the User-Agent (`scrapefleet/0.1 (+URL)`); unset -> none"
+        ),
     )
     # Crawls (common.crawl_action): what a crawl obeys unless told otherwise.
     crawl_obey_robots: bool = Field(
-        default=True, description="crawls read each site's robots.txt and skip what it disallows"
+        default=True,
+        description=(
+            "crawls read each site's robots.txt and skip what it disallows (docs/crawling.md)"
+        ),
     )
     crawl_site_concurrency: int | None = Field(
         default=C.CRAWL_SITE_CONCURRENCY,
         ge=1,
-        description="a crawled site's jobs queued or running at once fleet-wide, when"
-        " rate_limits and rate_limit_default name no limit for it; unset -> none",
+        description=(
+            "a crawled site's jobs queued or running at once, fleet-wide, unless "
+            "`rate_limits`/`rate_limit_default` give it limits; unset -> none"
+        ),
     )
     http_proxy: SecretStr | None = Field(
         default=None,
-        description="http://, https:// or socks5:// URL (user:password@ allowed) every http_get"
-        " goes through unless its job names a proxy; unset -> direct",
+        description=(
+            "`http://`, `https://` or `socks5://` URL (`user:password@` allowed) "
+            "every `http_get` goes through unless the job sets `proxy`; unset -> "
+            "direct"
+        ),
     )
     # Browser jobs (common/browser_options.py): the host's defaults; a job's ``browser`` wins.
     browser_user_agent: str | None = Field(
-        default=None, description="browser jobs' User-Agent; unset -> Chromium's own"
+        default=None,
+        description=(
+            "browser jobs' User-Agent unless the job's `browser.user_agent` sets "
+            "one; unset -> Chromium's own"
+        ),
     )
     browser_proxy: SecretStr | None = Field(
         default=None,
-        description="http://, https:// or socks5:// URL browser jobs go through unless a job"
-        " names its own; unset -> direct",
+        description=(
+            "`http://`, `https://` (`user:password@` allowed) or `socks5://` URL "
+            "browser jobs go through unless the job's `browser.proxy` names one; "
+            "unset -> direct"
+        ),
     )
-    browser_locale: str | None = Field(default=None, description="e.g. de-DE; unset -> en-US")
-    browser_timezone: str | None = Field(default=None, description="IANA name; unset -> host's")
+    browser_locale: str | None = Field(
+        default=None,
+        description=(
+            "browser jobs' locale (`navigator.language`, `Intl`, `Accept-"
+            "Language`), e.g. `de-DE`; unset -> `en-US`"
+        ),
+    )
+    browser_timezone: str | None = Field(
+        default=None,
+        description="browser jobs' IANA time zone, e.g. `Europe/Berlin`; unset -> the host's",
+    )
     browser_block: Annotated[list[Literal["images", "fonts", "media"]], NoDecode] = Field(
-        default_factory=list, description="resource types browser jobs do not load"
+        default_factory=list,
+        description=(
+            "resource types browser jobs do not load: `images`, `fonts`, `media` "
+            "(comma-separated in the environment); a job's `browser.block` replaces"
+            " it"
+        ),
     )
     # Profiles (common/profiles.py): persistent user-data-dirs, one per profile, on its host.
     profiles_dir: Path | None = Field(
-        default=None, description="where profiles' user-data-dirs live; unset -> state_dir/profiles"
+        default=None,
+        description=(
+            "on a consumer host: one Chromium user-data-dir per profile bound to "
+            "it, `<profiles_dir>/<name>` (docs/how-to/profiles.md)"
+        ),
     )
     profile_block_cooldown_s: float = Field(
         default=C.PROFILE_BLOCK_COOLDOWN_S,
         ge=0,
         le=30 * 86400,
-        description="a profile whose job was blocked gets no job for this long",
+        description="a profile whose job was blocked gets no job for this long (0-30 days)",
     )
     http_timeout_s: float = Field(
         default=30.0,
         gt=0,
         le=600,
-        description="one http_get, whole: connect, redirects and the last body byte",
+        description=(
+            "one `http_get`, whole: connect, redirects and the last body byte, "
+            "unless the job sets `timeout_s`"
+        ),
     )
     http_max_body_bytes: int = Field(
         default=10 * 1024 * 1024,
         ge=1024,
         le=1024**3,
-        description="an http_get body is read up to this (decompressed), the rest is cut",
+        description=(
+            "an `http_get` body is read up to this (decompressed); the rest is cut (`truncated`)"
+        ),
     )
 
     # Retries.
-    max_attempts: int = Field(default=C.DEFAULT_MAX_ATTEMPTS, ge=1, le=100)
-    backoff_base_s: float = Field(default=C.BACKOFF_BASE_S, ge=0)
-    backoff_max_s: float = Field(default=C.BACKOFF_MAX_S, ge=0)
+    max_attempts: int = Field(
+        default=C.DEFAULT_MAX_ATTEMPTS,
+        ge=1,
+        le=100,
+        description="attempts per job unless the job says otherwise",
+    )
+    backoff_base_s: float = Field(
+        default=C.BACKOFF_BASE_S,
+        ge=0,
+        description="delay after the 1st failed attempt; doubles, +/-20% jitter",
+    )
+    backoff_max_s: float = Field(default=C.BACKOFF_MAX_S, ge=0, description="longest retry delay")
     # Error classes (common.error_classes).
     retry_after_max_s: float = Field(
         default=C.RETRY_AFTER_MAX_S,
         ge=0,
         le=C.RETRY_AFTER_LIMIT_S,
-        description="a rate-limited attempt's Retry-After is honoured up to this long",
+        description=(
+            "a rate-limited attempt's `Retry-After` is honoured up to this long "
+            "(docs/how-to/error-classes.md)"
+        ),
     )
     max_blocks_per_job: int = Field(
         default=C.MAX_BLOCKS_PER_JOB,
         ge=1,
         le=100,
-        description="a job blocked this many times fails (class blocked); each block before"
-        " sends it back to pending without using an attempt",
+        description=(
+            "a job blocked this many times fails (class `blocked`); each block "
+            "before sends it back to pending without using an attempt"
+        ),
     )
     # How fetch_page and screenshot know a block page (consumer.block_detection); any one match
     # is a block.
     block_statuses: Annotated[list[int], NoDecode] = Field(
-        default_factory=list, description="HTTP statuses of a block page, e.g. 403,429"
+        default_factory=list,
+        description=(
+            "`fetch_page` and `screenshot`: HTTP statuses of a block page, e.g. "
+            "`403,429` (comma-separated in the environment)"
+        ),
     )
     block_selector: str | None = Field(
-        default=None, description="CSS selector present only on a block page"
+        default=None,
+        description=(
+            "`fetch_page` and `screenshot`: a CSS selector present only on a block "
+            "page, e.g. `#challenge-form`"
+        ),
     )
     block_title_pattern: str | None = Field(
-        default=None, description="regular expression searched in a block page's title"
+        default=None,
+        description=(
+            "`fetch_page` and `screenshot`: a regular expression searched in the "
+            "page's title, e.g. `(?i)access denied|just a moment`"
+        ),
     )
 
-    log_level: str = Field(default="INFO")
+    log_level: str = Field(default="INFO", description="DEBUG, INFO, WARNING, ERROR")
     log_format: Literal["text", "json"] = Field(
         default="text", description="text: key=value lines for people; json: one object a line"
     )
 
     # Metrics (Prometheus), one port per daemon.
     metrics_port: int = Field(default=0, ge=0, le=65535, description="0 = no metrics endpoint")
-    metrics_address: str = Field(default=C.METRICS_ADDRESS, min_length=1)
+    metrics_address: str = Field(
+        default=C.METRICS_ADDRESS, min_length=1, description="where /metrics listens"
+    )
     metrics_refresh_s: float = Field(
         default=C.METRICS_REFRESH_S, gt=0, description="producer: job/host gauges from SQL"
     )
 
     # Dashboard (`scrapefleet dashboard`).
-    dashboard_address: str = Field(default=C.METRICS_ADDRESS, min_length=1)
-    dashboard_port: int = Field(default=C.DASHBOARD_PORT, ge=1, le=65535)
+    dashboard_address: str = Field(
+        default=C.METRICS_ADDRESS,
+        min_length=1,
+        description="where `scrapefleet dashboard` listens (a non-loopback address needs"
+        " dashboard_allow_remote)",
+    )
+    dashboard_port: int = Field(
+        default=C.DASHBOARD_PORT, ge=1, le=65535, description="the dashboard's port"
+    )
     dashboard_token: SecretStr | None = Field(
         default=None, description="required by every control; unset -> read-only dashboard"
     )
@@ -338,24 +510,49 @@ class Settings(BaseSettings):
     )
     webhook_secret_previous: SecretStr | None = Field(
         default=None,
-        description="while rotating: the old key, a second signature beside the new one's",
+        description="while rotating: the old key; each POST is signed with both",
     )
     webhook_allow_networks: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="CIDRs webhooks may reach although internal (loopback, private, ...)",
+        description=(
+            'CIDRs webhooks may reach although internal, e.g. `["10.20.0.0/16"]` '
+            "(env: comma-separated, or a JSON list)"
+        ),
     )
-    webhook_max_attempts: int = Field(default=C.WEBHOOK_MAX_ATTEMPTS, ge=1, le=100)
-    webhook_interval_s: float = Field(default=C.WEBHOOK_INTERVAL_S, gt=0)
+    webhook_max_attempts: int = Field(
+        default=C.WEBHOOK_MAX_ATTEMPTS, ge=1, le=100, description="then the delivery is given up"
+    )
+    webhook_interval_s: float = Field(
+        default=C.WEBHOOK_INTERVAL_S, gt=0, description="delivery loop period"
+    )
     webhook_timeout_s: float = Field(
-        default=C.WEBHOOK_TIMEOUT_S, gt=0, description="one POST, whole: DNS to the answer"
+        default=C.WEBHOOK_TIMEOUT_S,
+        gt=0,
+        description="one POST, whole: DNS, connect, TLS, send, the answer's headers",
     )
-    webhook_backoff_base_s: float = Field(default=C.WEBHOOK_BACKOFF_BASE_S, ge=0)
-    webhook_backoff_max_s: float = Field(default=C.WEBHOOK_BACKOFF_MAX_S, ge=0)
+    webhook_backoff_base_s: float = Field(
+        default=C.WEBHOOK_BACKOFF_BASE_S, ge=0, description="doubles per failure"
+    )
+    webhook_backoff_max_s: float = Field(
+        default=C.WEBHOOK_BACKOFF_MAX_S,
+        ge=0,
+        description="the longest wait between delivery attempts",
+    )
 
     # Retention, run by the producer.
-    retention_days: float = Field(default=C.RETENTION_DAYS, gt=0)
-    retention_interval_s: float = Field(default=C.RETENTION_INTERVAL_S, gt=0)
-    retention_batch_rows: int = Field(default=C.RETENTION_BATCH_ROWS, ge=1, le=100_000)
+    retention_days: float = Field(
+        default=C.RETENTION_DAYS,
+        gt=0,
+        description="finished jobs older than this move to jobs_archive",
+    )
+    retention_interval_s: float = Field(
+        default=C.RETENTION_INTERVAL_S,
+        gt=0,
+        description="how often the producer moves finished jobs to jobs_archive",
+    )
+    retention_batch_rows: int = Field(
+        default=C.RETENTION_BATCH_ROWS, ge=1, le=100_000, description="rows moved per transaction"
+    )
 
     # SSH probe: producer/ssh_probe.py. Fleet-wide defaults; a host's own row overrides
     # user, key file and known_hosts. Literals (not common.constants) until the lead moves them.
@@ -365,21 +562,35 @@ class Settings(BaseSettings):
         default=None, description="known_hosts the host keys are verified against (no auto-add)"
     )
     ssh_status_command: str = Field(
-        default="scrapefleet-consumer status --json", description="'--host NAME' is appended"
+        default="scrapefleet-consumer status --json",
+        description=(
+            "'--host NAME' is appended; a key's forced command (docs/probes.md) answers instead"
+        ),
     )
     ssh_probe_workers: int = Field(default=16, ge=1, le=256, description="hosts probed at once")
     ssh_reconnect_base_s: float = Field(default=1.0, ge=0, description="doubles per failure")
-    ssh_reconnect_max_s: float = Field(default=30.0, ge=0)
+    ssh_reconnect_max_s: float = Field(
+        default=30.0, ge=0, description="the longest wait before reconnecting to a host"
+    )
 
     # Browser stack: consumer/browser_stack.py, selenium_actions.py, artifacts.py.
     # Defaults are Debian's paths; the jar is searched in <repo>/.ci/node and /opt/scrapefleet.
     grid_jar: Path | None = Field(
         default=None, description="Selenium Server 4 jar; unset -> search the usual places"
     )
-    java_binary: Path = Field(default=Path("/usr/bin/java"))
-    xvfb_binary: Path = Field(default=Path("/usr/bin/Xvfb"))
-    chromium_binary: Path = Field(default=Path("/usr/bin/chromium"))
-    chromedriver_binary: Path = Field(default=Path("/usr/bin/chromedriver"))
+    java_binary: Path = Field(
+        default=Path("/usr/bin/java"), description="the Java that runs the Selenium Grid"
+    )
+    xvfb_binary: Path = Field(
+        default=Path("/usr/bin/Xvfb"), description="the X server the browsers draw on"
+    )
+    chromium_binary: Path = Field(
+        default=Path("/usr/bin/chromium"), description="Debian's Chromium"
+    )
+    chromedriver_binary: Path = Field(
+        default=Path("/usr/bin/chromedriver"),
+        description="the chromedriver of that Chromium's version",
+    )
     browser_user: str | None = Field(
         default=None,
         min_length=1,
@@ -390,17 +601,23 @@ class Settings(BaseSettings):
         default=None,
         description="unset -> on unless the browser runs as root; false -> --no-sandbox",
     )
-    page_load_timeout_s: float = Field(default=30.0, gt=0)
-    script_timeout_s: float = Field(default=30.0, gt=0)
+    page_load_timeout_s: float = Field(default=30.0, gt=0, description="Selenium page load")
+    script_timeout_s: float = Field(default=30.0, gt=0, description="Selenium scripts")
     stack_start_timeout_s: float = Field(default=60.0, gt=0, description="Grid /status ready")
     stack_stop_timeout_s: float = Field(default=10.0, gt=0, description="SIGTERM, then SIGKILL")
     session_create_timeout_s: float = Field(default=60.0, gt=0, description="new WebDriver")
     grid_session_timeout_s: int = Field(
         default=120, ge=10, description="Grid reaps a session idle this long"
     )
-    screen_width_px: int = Field(default=1366, ge=320, le=7680)
-    screen_height_px: int = Field(default=768, ge=240, le=4320)
-    artifact_retention_days: float = Field(default=14.0, gt=0)
+    screen_width_px: int = Field(
+        default=1366, ge=320, le=7680, description="Xvfb screen and browser window width"
+    )
+    screen_height_px: int = Field(
+        default=768, ge=240, le=4320, description="Xvfb screen and browser window height"
+    )
+    artifact_retention_days: float = Field(
+        default=14.0, gt=0, description="failure artifacts older than this are deleted"
+    )
     browser: bool = Field(
         default=True,
         description="own a browser stack, started on the first browser job; false -> the"
@@ -449,7 +666,7 @@ class Settings(BaseSettings):
     )
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:
-        # The README's own form, SCRAPEFLEET_ACTIONS=mypkg.scrapers:prices, is not JSON.
+        # The documented form, SCRAPEFLEET_ACTIONS=mypkg.scrapers:prices, is not JSON.
         if not isinstance(value, str):
             return value
         text = value.strip()

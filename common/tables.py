@@ -110,7 +110,14 @@ jobs = sa.Table(
     sa.CheckConstraint(
         "artifacts IS NULL OR jsonb_typeof(artifacts) = 'object'", name="jobs_artifacts_object"
     ),
-    comment="One row per job; status is its place in the flow",
+    comment=(
+        "One row per job: status, host, attempts (its own failures), releases (attempts its "
+        "hosts cut short; `page_releases` of them the page caused, the bounded ones), "
+        "`claims` (each attempt's token, never taken back; `lingering_*`: an ended attempt "
+        "that may still run on its host), needs_browser, last_error (full traceback), "
+        "`error_class` (of its last failed attempt), `blocks` (times a site blocked it) and "
+        "`blocked_on_host` (where it was last blocked), result, artifacts"
+    ),
 )
 # The producer's query: pending jobs by priority then age. Partial, so it stays small whatever
 # the history.
@@ -229,7 +236,10 @@ hosts = sa.Table(
         _sane_time("hosts", c)
         for c in ("state_changed_at", "last_seen_at", "heartbeat_at", "browser_retry_at")
     ),
-    comment="Consumer hosts: capacity, state, counters, probe",
+    comment=(
+        "Consumer hosts: capacity, state and why, browser jobs since restart/boot, last "
+        "probe, browser state and why"
+    ),
 )
 
 job_events = sa.Table(
@@ -245,7 +255,10 @@ job_events = sa.Table(
     sa.Column("message", sa.Text),
     # Migration 0010: the class of the failed attempt this change ended (common.error_classes).
     sa.Column("error_class", sa.Text),
-    comment="One row per job status change (by trigger)",
+    comment=(
+        "One row per status change of a job (written by a trigger, so hand-made UPDATEs are "
+        "audited too); the row that ends a failed attempt carries its `error_class`"
+    ),
 )
 sa.Index("job_events_job_id_idx", job_events.c.job_id)
 # "The last hour / day" of the outcome views (migration 0009): BRIN, since rows arrive in time
@@ -263,7 +276,7 @@ host_events = sa.Table(
     sa.Column("at", TS, nullable=False, server_default=sa.text("clock_timestamp()")),
     sa.Column("message", sa.Text),
     sa.Column("details", JSONB),
-    comment="Host state changes, restarts, reboots",
+    comment="Host state changes, browser-stack restarts (with duration and memory), reboots",
 )
 sa.Index("host_events_host_at_idx", host_events.c.host, host_events.c.at)
 
@@ -351,7 +364,13 @@ producers = sa.Table(
     # The last full cycle that finished before last_cycle_at's (the current one is running).
     sa.Column("last_cycle_duration_s", sa.Float),
     sa.CheckConstraint("role IN ('leader', 'standby', 'stopped')", name="producers_role_valid"),
-    comment="One row per producer process: role, version, last cycle (leader), last seen",
+    comment=(
+        "One row per producer process (name `host:pid`): role (`leader`, `standby`, "
+        "`stopped`), version, its `interval_s`, `last_seen_at`, and for the leader "
+        "`last_cycle_at` and `last_cycle_duration_s` (stamped in every full cycle's own "
+        "transaction; a standby stamps `last_seen_at` at each try for the lock); rows unseen "
+        "for 7 days are deleted when a producer starts"
+    ),
 )
 
 # ---------------------------------------------------------------- migration 0008: roles by duty
@@ -370,7 +389,11 @@ host_access = sa.Table(
     sa.Column("ssh_user", sa.Text, nullable=False, server_default="scrapefleet"),
     sa.Column("ssh_key_file", sa.Text),
     sa.Column("known_hosts_file", sa.Text),
-    comment="How the producer reaches each host (SSH); no consumer role may write it",
+    comment=(
+        "How the producer reaches each host: SSH `address`, `ssh_port`, `ssh_user`, "
+        "`ssh_key_file`, `known_hosts_file` (kept out of `hosts`, which a consumer's role "
+        "writes)"
+    ),
 )
 
 # Which database role has which duty: the row policies on jobs, hosts and host_events read it
@@ -386,7 +409,10 @@ db_roles = sa.Table(
     sa.CheckConstraint(
         "(duty = 'consumer') = (host IS NOT NULL)", name="db_roles_host_iff_consumer"
     ),
-    comment="Database roles by duty (scrapefleet db grant): whom the row policies let see what",
+    comment=(
+        "Which database role is the producer, reporting, or which host's consumer (filled by "
+        "`scrapefleet db grant`)"
+    ),
 )
 
 # ---------------------------------------------------------------- migration 0011: profiles
@@ -406,7 +432,13 @@ profiles = sa.Table(
     sa.Column("created_at", TS, nullable=False, server_default=sa.text("now()")),
     sa.CheckConstraint("state IN ('ready', 'cooling')", name="profiles_state_valid"),
     sa.CheckConstraint(f"name ~ '{PROFILE_NAME_SQL}'", name="profiles_name_valid"),
-    comment="Persistent browser profiles: bound host, state, cool-down, use (the operator's view)",
+    comment=(
+        "One row per persistent browser profile: `name`, `host` (bound to it: its user-data-"
+        "dir is there), `state` (`ready`, `cooling`), `cooldown_until` (no job before then), "
+        "`last_used_at`, `jobs` (assigned under it), `blocks` (its jobs a site blocked), "
+        "`created_at`. A consumer's role sees only its own host's rows. The jobs carry "
+        "`profile_pool` (what the job named) and `profile` (the one chosen)"
+    ),
 )
 sa.Index("profiles_host_idx", profiles.c.host)
 
@@ -427,7 +459,7 @@ crawl_runs = sa.Table(
     sa.Column("spawn_kinds", sa.ARRAY(sa.Text)),
     sa.CheckConstraint("max_depth >= 0", name="crawl_runs_max_depth_not_negative"),
     sa.CheckConstraint("max_jobs >= 1", name="crawl_runs_max_jobs_positive"),
-    comment="One row per crawl (id = its root job's id): bounds and jobs so far",
+    comment="A crawl's bounds and job count, one row per crawl (its id is its root job's id)",
 )
 
 # Every dedupe key a crawl ever inserted a job for, kept whatever became of the job.
@@ -439,7 +471,7 @@ crawl_seen = sa.Table(
     # The nearest depth the key was offered at, and the job it became.
     sa.Column("depth", sa.Integer, nullable=False),
     sa.Column("job_id", sa.BigInteger),
-    comment="Every dedupe key a crawl has inserted a job for: never one URL twice",
+    comment="Every dedupe key a crawl ever inserted a job for: never one URL twice",
 )
 
 # ---------------------------------------------------------------- migration 0013: rate limits
@@ -459,7 +491,11 @@ rate_keys = sa.Table(
     sa.Column("updated_at", TS, nullable=False, server_default=sa.text("now()")),
     sa.CheckConstraint("factor > 0 AND factor <= 1", name="rate_keys_factor_range"),
     sa.CheckConstraint("concurrency > 0 AND per_minute > 0", name="rate_keys_limits_positive"),
-    comment="Rate keys the producer slows down or has limits for (the row * : the default)",
+    comment=(
+        "What the producer writes for that view: a row per named key and the default's (`*`),"
+        " a row per key slowed down (`factor`, `paused_until`); no consumer role has a grant "
+        "on it"
+    ),
 )
 
 # ---------------------------------------------------------------- migration 0018: schedules
@@ -543,8 +579,11 @@ live_controls = sa.Table(
         "paused OR concurrency IS NOT NULL OR per_minute IS NOT NULL",
         name="live_controls_something",
     ),
-    comment="Rate keys, kinds and crawls an operator paused or limited live (the producer reads"
-    " it every cycle)",
+    comment=(
+        "What an operator holds live: one row per rate key, kind or crawl (`scope`, `name`) "
+        "`paused` or limited (`concurrency`, `per_minute`), with `changed_by`, `changed_at`, "
+        "`reason`"
+    ),
 )
 
 # Every live control change, append-only.
@@ -563,5 +602,8 @@ control_changes = sa.Table(
     sa.CheckConstraint(
         "change IN ('pause', 'resume', 'limit', 'unlimit')", name="control_changes_change_valid"
     ),
-    comment="Every live control change: who, when, what, before and after, why",
+    comment=(
+        "Every live control change: `at`, `changed_by`, `scope`, `name`, `change` (pause, "
+        "resume, limit, unlimit), `before`, `after`, `reason`"
+    ),
 )

@@ -4,8 +4,8 @@
     scrapefleet rate-limits --all      every key with work (in flight, pending, started lately)
     scrapefleet rate-limits --json     the same rows as JSON, one object each
 
-The rows are the ``rate_limits`` view's (README "Rate limits"): paused keys first, then the most
-slowed, then the most pending. Reading only: the limits are settings, the back-off is the
+The rows are the ``rate_limits`` view's (docs/how-to/rate-limits.md): paused keys first, then
+the most slowed, then the most pending. Reading only: the limits are settings, the back-off is the
 producer's.
 """
 

@@ -51,7 +51,15 @@ SECRETS = [
     DASHBOARD_TOKEN,
     WEBHOOK_SECRET,  # last: test_deploy reads it as SECRETS[-1]
 ]
-PACKAGE_SOURCES = ["pyproject.toml", "README.md", "common", "producer", "consumer", "migrations"]
+PACKAGE_SOURCES = [
+    "pyproject.toml",
+    "README.md",
+    "LICENSE",
+    "common",
+    "producer",
+    "consumer",
+    "migrations",
+]
 SERVICE_CONTROL = Path(__file__).with_name("service_control.py")
 # Wheels of the test wheelhouse that no host may need.
 NOT_FOR_HOSTS = ("pgserver-", "scrapefleet-")

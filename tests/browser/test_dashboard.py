@@ -2,7 +2,7 @@
 
 The dashboard runs in a thread on 127.0.0.1 against the test database; a real Producer decides
 whether pause works. Screenshots of the main pages are saved under the test's temporary
-directory, or to docs/screenshots/ for the README when SCRAPEFLEET_DOCS_SCREENSHOTS=1.
+directory, or to docs/screenshots/ for the docs when SCRAPEFLEET_DOCS_SCREENSHOTS=1.
 """
 
 from __future__ import annotations

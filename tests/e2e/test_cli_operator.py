@@ -209,7 +209,7 @@ def test_a_file_that_is_not_utf8_or_empty_is_one_line(
 def test_settings_in_the_documented_form_and_mistakes_by_name(
     engine: Engine, database_url: str, tmp_path: Path
 ) -> None:
-    # The README's form for user actions (not JSON), and a list of two by commas.
+    # The documented form for user actions (not JSON), and a list of two by commas.
     package = tmp_path / "mypkg"
     package.mkdir()
     (package / "__init__.py").write_text("")

@@ -136,7 +136,7 @@ def test_loopback_is_refused_unless_allowed(
         assert refused[named].last_error.startswith("refused: localhost resolves to ")
         assert "which is loopback; add it to webhook_allow_networks" in refused[named].last_error
 
-        # Allowed, and re-queued the way the README says: delivered.
+        # Allowed, and re-queued the way docs/how-to/webhooks.md says: delivered.
         with engine.begin() as conn:
             conn.execute(
                 sa.text(
@@ -369,7 +369,7 @@ def test_both_signatures_verify_during_rotation(
         assert verify(secret, received.body, timestamp, header)
     assert not verify("some-other-secret-0123456", received.body, timestamp, header)
 
-    # The README's receiver, written out: one entry per secret, the current one first.
+    # The webhooks page's receiver, written out: one entry per secret, the current one first.
     def entry(secret: str) -> str:
         mac = hmac.new(secret.encode(), timestamp.encode() + b"." + received.body, hashlib.sha256)
         return "sha256=" + mac.hexdigest()

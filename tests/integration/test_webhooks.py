@@ -60,7 +60,7 @@ def finish(engine: Engine, job_id: int, status: str) -> None:
 
 
 def independent_check(received: Any) -> bool:
-    """The README's verification snippet, written out without scrapefleet's helpers."""
+    """docs/how-to/webhooks.md's verification snippet, without scrapefleet's helpers."""
     timestamp = received.headers[TIMESTAMP_HEADER]
     expected = hmac.new(
         SECRET.encode(), timestamp.encode() + b"." + received.body, hashlib.sha256

@@ -36,7 +36,7 @@ def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
-        ("mypkg.scrapers:prices", ["mypkg.scrapers:prices"]),  # the README's form
+        ("mypkg.scrapers:prices", ["mypkg.scrapers:prices"]),  # the documented form
         ("a.b:c, d.e:f ,", ["a.b:c", "d.e:f"]),
         ('["a.b:c", "d.e:f"]', ["a.b:c", "d.e:f"]),
         ("", []),

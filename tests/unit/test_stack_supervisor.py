@@ -76,6 +76,10 @@ class FakePool:
         # being prepared; ``at_gate`` says one is waiting.
         self.gate: threading.Event | None = None
         self.at_gate = threading.Event()
+        self.retire_after_jobs = 0
+
+    def retire_sessions_after(self, jobs: int) -> None:
+        self.retire_after_jobs = jobs
 
     @contextlib.contextmanager
     def lease(self, isolation: str = "context") -> Iterator[Any]:
