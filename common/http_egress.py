@@ -80,10 +80,6 @@ class Egress:
         return self.refusal(host, [address])
 
 
-# No rule at all: for a caller that checks nothing (a tool run by hand on its own machine).
-UNCHECKED = Egress(allowed=parse_networks(["0.0.0.0/0", "::/0"]))
-
-
 def same_site(job_url: httpx.URL, hop: httpx.URL) -> bool:
     """True when a hop may carry the job's headers and cookies: the job URL's origin, or the
     upgrade of an http URL to https on the same host and default ports."""
