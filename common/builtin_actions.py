@@ -49,8 +49,12 @@ class HttpGetParams(BaseModel):
     proxy: str | None = Field(
         default=None, description="http(s):// or socks5:// URL; unset -> http_proxy"
     )
-    headers: dict[str, str] = Field(default_factory=dict)
-    cookies: dict[str, str] = Field(default_factory=dict, description="sent to the URL's host")
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="sent to the URL's origin only, not across a redirect"
+    )
+    cookies: dict[str, str] = Field(
+        default_factory=dict, description="sent to the URL's host only (Secure for https)"
+    )
     fields: PageFields = Field(default_factory=dict, description="name -> spec: page_fields")
     obey_robots: bool = Field(
         default=False, description="skip the page if the site's robots.txt disallows it"
@@ -76,6 +80,7 @@ def fetch_page(params: HttpGetParams, settings: Settings | None = None) -> http_
     # Imported here: submitting jobs validates params only and needs neither httpx nor the
     # consumer's settings.
     from scrapefleet.common import http_client
+    from scrapefleet.common.http_egress import Egress
     from scrapefleet.common.settings import load_settings
 
     settings = settings or load_settings()
@@ -84,6 +89,7 @@ def fetch_page(params: HttpGetParams, settings: Settings | None = None) -> http_
         timeout_s=params.timeout_s or settings.http_timeout_s,
         max_body_bytes=settings.http_max_body_bytes,
         user_agent=job_user_agent(params, settings),
+        egress=Egress.from_settings(settings),
         proxy=job_proxy(params, settings),
         headers=params.headers,
         cookies=params.cookies,
@@ -127,10 +133,13 @@ def http_get(params: HttpGetParams) -> dict[str, Any]:
 
 def _robots_skip(params: HttpGetParams) -> str | None:
     """Why the site's robots.txt keeps this job's User-Agent off the page, or None."""
+    from scrapefleet.common.http_egress import Egress
     from scrapefleet.common.robots import robots_skip, site_rules
     from scrapefleet.common.settings import load_settings
 
     settings = load_settings()
     user_agent = job_user_agent(params, settings)
-    rules = site_rules(params.url, user_agent=user_agent, proxy=job_proxy(params, settings))
+    proxy = job_proxy(params, settings)
+    egress = Egress.from_settings(settings)
+    rules = site_rules(params.url, user_agent=user_agent, proxy=proxy, egress=egress)
     return robots_skip(rules, params.url, user_agent)

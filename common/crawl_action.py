@@ -249,7 +249,12 @@ def site_robots(
     when the crawl or the host's settings say to ignore them."""
     if params.ignore_robots or not settings.crawl_obey_robots:
         return ALLOW_ALL
-    return site_rules(params.page_url(), user_agent=user_agent, proxy=proxy, read=read)
+    from scrapefleet.common.http_egress import Egress
+
+    egress = Egress.from_settings(settings)
+    return site_rules(
+        params.page_url(), user_agent=user_agent, proxy=proxy, egress=egress, read=read
+    )
 
 
 def must_retry(status: int | None) -> bool:

@@ -14,6 +14,9 @@ request, a bounded body, and the page's title as a browser would show it.
   so that a hung resolver counts too.
 - **A bounded body**: at most ``max_body_bytes`` after decompression (gzip and deflate are
   decoded here with a bounded output, so a small compressed body cannot expand past the cap).
+- **Egress**: every hop's addresses are checked by the request's rule (common.http_egress,
+  ``http_allow_networks``) where they are resolved, and the connection goes to those addresses;
+  the job's own headers and cookies go to the job's own site only.
 - **Titles** are read with ``html.parser``: entities decoded, whitespace collapsed, as the
   page's ``document.title``, and bounded.
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 import atexit
 import codecs
 import contextvars
+import functools
 import re
 import ssl
 import threading
@@ -32,7 +36,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from html.parser import HTMLParser
-from http.cookiejar import CookieJar, DefaultCookiePolicy
+from http.cookiejar import Cookie, CookieJar, DefaultCookiePolicy
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpcore
@@ -48,6 +52,7 @@ from scrapefleet.common.deadline_transport import (
     system_addresses,
 )
 from scrapefleet.common.error_classes import HttpStatusError, Permanent, parse_retry_after
+from scrapefleet.common.http_egress import Egress, EgressRefused, same_site
 
 MAX_REDIRECTS = 10
 MAX_POOLS = 32  # distinct proxies (and direct) with a pool of their own
@@ -64,6 +69,10 @@ PROXY_EXTENSION = "scrapefleet.proxy"  # the request's proxy URL, read by the tr
 
 _DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
     "scrapefleet_http_deadline", default=None
+)
+# The request's address rule, read where its connections resolve their addresses.
+_EGRESS: contextvars.ContextVar[Egress | None] = contextvars.ContextVar(
+    "scrapefleet_http_egress", default=None
 )
 
 
@@ -99,16 +108,19 @@ def fetch(
     timeout_s: float,
     max_body_bytes: int,
     user_agent: str,
+    egress: Egress,
     proxy: str | None = None,
     headers: Mapping[str, str] | None = None,
     cookies: Mapping[str, str] | None = None,
     fail_on_status: bool = False,
 ) -> Fetched:
-    """GET ``url``, following redirects, all within ``timeout_s``. Raises TimeoutError when
-    the deadline passes, HTTPStatusFailure for a status >= 400 if ``fail_on_status``, and
+    """GET ``url``, following redirects, all within ``timeout_s``, every hop under the
+    ``egress`` rule. Raises TimeoutError when the deadline passes, HTTPStatusFailure for a
+    status >= 400 if ``fail_on_status``, EgressRefused for a hop the rule refuses, and
     RuntimeError for anything else that went wrong (the httpx error chained)."""
     deadline = time.monotonic() + timeout_s
     token = _DEADLINE.set(deadline)
+    egress_token = _EGRESS.set(egress)
     try:
         return _fetch(
             url,
@@ -120,6 +132,7 @@ def fetch(
             headers=headers or {},
             cookies=cookies or {},
             fail_on_status=fail_on_status,
+            egress=egress,
         )
     except (httpx.TimeoutException, DeadlineExceeded) as exc:
         raise TimeoutError(f"no complete answer from {url} within {timeout_s} s") from exc
@@ -130,6 +143,7 @@ def fetch(
     except httpx.HTTPError as exc:
         raise RuntimeError(f"{type(exc).__name__} fetching {url}: {exc}") from exc
     finally:
+        _EGRESS.reset(egress_token)
         _DEADLINE.reset(token)
 
 
@@ -144,6 +158,7 @@ def _fetch(
     headers: Mapping[str, str],
     cookies: Mapping[str, str],
     fail_on_status: bool,
+    egress: Egress,
 ) -> Fetched:
     client = shared_client()
     jar = job_cookie_jar(url, cookies)
@@ -153,9 +168,13 @@ def _fetch(
         headers={**headers, "User-Agent": user_agent},
         extensions={PROXY_EXTENSION: proxy},
     )
+    job_url = request.url
     redirects = 0
     while True:
         _check_http(request.url)
+        if (reason := egress.url_refusal(request.url)) is not None:
+            raise EgressRefused(f"{reason} (fetching {_shown(request.url)})")
+        _job_headers_for(request, job_url, headers)
         request.extensions = {**request.extensions, "timeout": _left_timeout(deadline)}
         jar.set_cookie_header(request)
         response = client.send(request, stream=True)
@@ -190,6 +209,23 @@ def _fetch(
         request = next_request
 
 
+def _shown(url: httpx.URL) -> str:
+    return str(url.copy_with(query=None, fragment=None, username=None, password=None))[:200]
+
+
+def _job_headers_for(
+    request: httpx.Request, job_url: httpx.URL, headers: Mapping[str, str]
+) -> None:
+    """The job's own headers on a hop of its own site, and none of them anywhere else (httpx
+    keeps every header but Authorization across a redirect)."""
+    own = same_site(job_url, request.url)
+    for name, value in headers.items():
+        if own:
+            request.headers[name] = value
+        else:
+            request.headers.pop(name, None)
+
+
 def _check_http(url: httpx.URL) -> None:
     if url.scheme not in ("http", "https") or not url.host:
         raise RuntimeError(f"redirected to {str(url)[:200]!r}, not an http(s) URL")
@@ -203,15 +239,40 @@ def _left_timeout(deadline: float) -> dict[str, float | None]:
 
 
 def job_cookie_jar(url: str, cookies: Mapping[str, str]) -> httpx.Cookies:
-    """The request's own jar: the job's cookies for the URL's host (and its subdomains), and
-    whatever the redirect chain sets. Shared by no other request."""
-    jar = httpx.Cookies()
-    host = (urlsplit(url).hostname or "").lower()
+    """The request's own jar: the job's cookies for the URL's host only (not its subdomains;
+    Secure when the URL is https, so never sent in clear), and whatever the redirect chain sets
+    (a cookie without a Domain attribute host-only too, as browsers keep it). Shared by no
+    other request."""
+    policy = DefaultCookiePolicy(strict_ns_domain=DefaultCookiePolicy.DomainStrictNonDomain)
+    jar = httpx.Cookies(CookieJar(policy=policy))
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
     # The stdlib cookie jar names a dotless host "<host>.local" (its effective host name).
     domain = host if "." in host else f"{host}.local"
     for name, value in cookies.items():
-        jar.set(name, value, domain=domain)
+        jar.jar.set_cookie(_host_only_cookie(name, value, domain, parts.scheme == "https"))
     return jar
+
+
+def _host_only_cookie(name: str, value: str, domain: str, secure: bool) -> Cookie:
+    return Cookie(
+        version=0,
+        name=name,
+        value=value,
+        port=None,
+        port_specified=False,
+        domain=domain,
+        domain_specified=False,  # host-only: DomainStrictNonDomain sends it to this host alone
+        domain_initial_dot=False,
+        path="/",
+        path_specified=True,
+        secure=secure,
+        expires=None,
+        discard=True,
+        comment=None,
+        comment_url=None,
+        rest={},
+    )
 
 
 # -- the body -----------------------------------------------------------------------------------
@@ -411,14 +472,21 @@ def _request_deadline() -> float | None:
     return _DEADLINE.get()
 
 
-def _addresses(host: str, port: int) -> list[str]:
-    """The host's addresses, resolved within the request's deadline."""
+def _addresses(host: str, port: int, *, proxy: str | None) -> list[str]:
+    """The host's addresses, resolved within the request's deadline and checked by its egress
+    rule (``proxy``: the proxy this connection goes to, None for direct): the connection goes
+    to these and no others, so what was checked is what is reached."""
     try:
         found = resolve_within(system_addresses, host, port, _DEADLINE.get())
     except TimeoutError as exc:  # before OSError, which it is
         raise httpcore.ConnectTimeout(str(exc)) from None
     except (OSError, UnicodeError, ValueError) as exc:
         raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from None
+    egress = _EGRESS.get()
+    if egress is not None and (proxy is None or egress.checks_proxy(proxy)):
+        reason = egress.refusal(host, found)
+        if reason is not None:
+            raise EgressRefused(reason if proxy is None else f"{reason} (the job's proxy)")
     return [str(address) for address in found]
 
 
@@ -478,11 +546,12 @@ class PoolingTransport(httpx.BaseTransport):
 
     def __init__(self, ssl_context: ssl.SSLContext) -> None:
         self._ssl_context = ssl_context
-        self._backend = DeadlineBackend(_addresses, _request_deadline)
         self._pools: OrderedDict[str | None, _Pool] = OrderedDict()
         self._lock = threading.Lock()
 
     def _new_pool(self, proxy: str | None) -> _Pool:
+        # Its own backend: whether the address it connects to is checked depends on the proxy.
+        backend = DeadlineBackend(functools.partial(_addresses, proxy=proxy), _request_deadline)
         if proxy is None:
             return _Pool(
                 httpcore.ConnectionPool(
@@ -490,7 +559,7 @@ class PoolingTransport(httpx.BaseTransport):
                     max_connections=None,  # the consumer's threads bound the requests
                     max_keepalive_connections=KEEPALIVE_CONNECTIONS,
                     keepalive_expiry=KEEPALIVE_EXPIRY_S,
-                    network_backend=self._backend,
+                    network_backend=backend,
                 )
             )
         url, auth = split_proxy(proxy)
@@ -503,7 +572,7 @@ class PoolingTransport(httpx.BaseTransport):
                     max_connections=None,
                     max_keepalive_connections=KEEPALIVE_CONNECTIONS,
                     keepalive_expiry=KEEPALIVE_EXPIRY_S,
-                    network_backend=self._backend,
+                    network_backend=backend,
                 )
             )
         return _Pool(
@@ -516,7 +585,7 @@ class PoolingTransport(httpx.BaseTransport):
                 max_connections=None,
                 max_keepalive_connections=KEEPALIVE_CONNECTIONS,
                 keepalive_expiry=KEEPALIVE_EXPIRY_S,
-                network_backend=self._backend,
+                network_backend=backend,
             )
         )
 

@@ -18,6 +18,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 from protego import Protego
@@ -30,6 +31,9 @@ from scrapefleet.common.constants import (
     ROBOTS_TTL_S,
 )
 from scrapefleet.common.errors import ScrapefleetError
+
+if TYPE_CHECKING:
+    from scrapefleet.common.http_egress import Egress
 
 __all__ = [
     "ALLOW_ALL",
@@ -161,11 +165,14 @@ def site_rules(
     *,
     user_agent: str,
     proxy: str | None,
+    egress: Egress,
     read: Callable[[str], RobotsRules] | None = None,
 ) -> RobotsRules:
-    """The rules of ``page_url``'s site, from this consumer's cache or read over HTTP (with
-    ``read`` instead, if given): RobotsUnreachable when the site cannot say."""
+    """The rules of ``page_url``'s site, from this consumer's cache or read over HTTP under
+    ``egress`` (with ``read`` instead, if given): RobotsUnreachable when the site cannot say,
+    EgressRefused when the rule refuses it (the page would be refused too)."""
     from scrapefleet.common import http_client
+    from scrapefleet.common.http_egress import EgressRefused
 
     def fetch(url: str) -> RobotsRules:
         try:
@@ -175,7 +182,10 @@ def site_rules(
                 max_body_bytes=ROBOTS_MAX_BYTES,
                 user_agent=user_agent,
                 proxy=proxy,
+                egress=egress,
             )
+        except EgressRefused:
+            raise
         except (TimeoutError, RuntimeError) as exc:
             raise RobotsUnreachable(f"{url}: {exc}; its rules are unknown, the page waits") from exc
         return rules_from_answer(url, fetched.status, fetched.body)

@@ -391,6 +391,12 @@ class Settings(BaseSettings):
             "an `http_get` body is read up to this (decompressed); the rest is cut (`truncated`)"
         ),
     )
+    http_allow_networks: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="CIDRs http_get, crawl and robots.txt requests may reach although internal"
+        " (loopback, private, link-local, ...), also through a redirect; unset -> only public"
+        " addresses. An intranet fleet: 10.0.0.0/8,192.168.0.0/16; no rule: 0.0.0.0/0,::/0",
+    )
 
     # Retries.
     max_attempts: int = Field(
@@ -659,6 +665,7 @@ class Settings(BaseSettings):
     @field_validator(
         "actions",
         "webhook_allow_networks",
+        "http_allow_networks",
         "dashboard_hosts",
         "browser_block",
         "block_statuses",
@@ -679,7 +686,7 @@ class Settings(BaseSettings):
                 ) from None
         return [item.strip() for item in text.split(",") if item.strip()]
 
-    @field_validator("webhook_allow_networks")
+    @field_validator("webhook_allow_networks", "http_allow_networks")
     @classmethod
     def _networks(cls, value: list[str]) -> list[str]:
         for item in value:

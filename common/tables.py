@@ -101,6 +101,9 @@ jobs = sa.Table(
     # Of its releases, those its page caused (the browser died under it): only these are
     # bounded (migration 0016).
     sa.Column("page_releases", sa.Integer, nullable=False, server_default="0"),
+    # Migration 0024: the claim whose children spawn_children inserted; set, no later claim of
+    # the job spawns (a consumer's role cannot write it).
+    sa.Column("spawned_claim", sa.Integer),
     sa.CheckConstraint(_in("status", JOB_STATUSES), name="jobs_status_valid"),
     sa.CheckConstraint(_in("error_class", ERROR_CLASSES), name="jobs_error_class_valid"),
     sa.CheckConstraint("max_attempts >= 1", name="jobs_max_attempts_positive"),

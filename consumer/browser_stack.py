@@ -48,6 +48,7 @@ from scrapefleet.consumer.browser_user import (
     resolve_browser_user,
     stack_environment,
 )
+from scrapefleet.consumer.grid_auth import GridCredentials, write_private
 from scrapefleet.consumer.sessions import BrowserLaunch, quit_driver
 from scrapefleet.consumer.stack_processes import (
     TOKEN_ENV,
@@ -270,6 +271,7 @@ class BrowserStack:
         self._user = BrowserUser(os.geteuid(), os.getegid(), None)  # resolved at start
         self._xvfb: subprocess.Popen[bytes] | None = None
         self._grid: subprocess.Popen[bytes] | None = None
+        self._grid_auth: GridCredentials | None = None  # new at every start of the Grid
         self._archive: Path | None = None  # the host's class archive for the Grid's jar
         self._archive_mapped = False  # the Grid was started from it
         self._lock = threading.RLock()
@@ -281,6 +283,16 @@ class BrowserStack:
         if self.grid_port is None:
             raise StackError(f"browser stack of {self.host} is not started")
         return f"http://127.0.0.1:{self.grid_port}"
+
+    def grid_open(
+        self, path: str, method: str = "GET", timeout: float = STATUS_PROBE_TIMEOUT_S
+    ) -> Any:
+        """An HTTP request to the Grid's own API (``path`` from ``/``), with its credentials:
+        the response, to be closed by the caller (urllib's errors are the caller's)."""
+        request = urllib.request.Request(f"{self.grid_url}{path}", method=method)
+        if self._grid_auth is not None:
+            request.add_header("Authorization", self._grid_auth.authorization())
+        return _DIRECT.open(request, timeout=timeout)
 
     @property
     def grid_pid(self) -> int | None:
@@ -405,10 +417,13 @@ class BrowserStack:
         settings = self.settings
         # The HTTP timeout must outlast a page load, or the client gives up first.
         http_timeout = max(settings.session_create_timeout_s, settings.page_load_timeout_s + 30)
+        auth = self._grid_auth
         config = ClientConfig(
             remote_server_addr=self.grid_url,
             timeout=int(http_timeout),
             proxy=Proxy({"proxyType": ProxyType.DIRECT}),
+            username=auth.username if auth else None,
+            password=auth.password if auth else None,
         )
         connection = ChromiumRemoteConnection(
             self.grid_url, vendor_prefix="goog", browser_name="chrome", client_config=config
@@ -504,7 +519,7 @@ class BrowserStack:
             return {}
         return {"user": self._user.uid, "group": self._user.gid, "extra_groups": []}
 
-    def _write_grid_config(self, port: int) -> None:
+    def _write_grid_config(self, port: int, auth: GridCredentials) -> None:
         settings = self.settings
         stereotype = json.dumps(
             {
@@ -513,12 +528,12 @@ class BrowserStack:
                 "goog:chromeOptions": {"binary": str(settings.chromium_binary)},
             }
         )
-        self.config_path.write_text(
-            f"""# Written by scrapefleet for host {self.host}; rewritten at every start.
+        config = f"""# Written by scrapefleet for host {self.host}; rewritten at every start.
 [server]
 host = "127.0.0.1"
 port = {port}
 
+{auth.router_section()}
 [node]
 detect-drivers = false
 selenium-manager = false
@@ -536,11 +551,14 @@ webdriver-executable = "{settings.chromedriver_binary}"
 max-sessions = {self.capacity}
 stereotype = '{stereotype}'
 """
-        )
+        # Readable by the Grid's user alone: it holds the Grid's password.
+        owner = (self._user.uid, self._user.gid) if self._user.switches else None
+        write_private(self.config_path, config, owner)
 
     def _start_grid(self, jar: Path) -> None:
         self.grid_port = self._fixed_port if self._fixed_port is not None else free_port()
-        self._write_grid_config(self.grid_port)
+        self._grid_auth = GridCredentials.new()
+        self._write_grid_config(self.grid_port, self._grid_auth)
         env = stack_environment(
             self.home_dir,
             self.tmp_dir,
@@ -581,7 +599,7 @@ stereotype = '{stereotype}'
     def _grid_answers(self) -> bool:
         """Whether the Grid says it is ready; TimeoutError when it says nothing in time."""
         try:
-            with _DIRECT.open(f"{self.grid_url}/status", timeout=STATUS_PROBE_TIMEOUT_S) as resp:
+            with self.grid_open("/status") as resp:
                 return bool(json.load(resp)["value"]["ready"])
         except urllib.error.URLError as exc:
             if isinstance(exc.reason, TimeoutError):

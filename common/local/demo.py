@@ -32,6 +32,8 @@ DEMO_ENV = {
     "SCRAPEFLEET_HEARTBEAT_S": "1",
     "SCRAPEFLEET_BACKOFF_BASE_S": "0.5",
     "SCRAPEFLEET_LOCAL_STATE_STALE_S": "10",
+    # The demo's site is on loopback, which HTTP jobs may not reach unless allowed.
+    "SCRAPEFLEET_HTTP_ALLOW_NETWORKS": "127.0.0.1/32",
 }
 
 SQL_TOUR = """\

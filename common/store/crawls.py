@@ -9,6 +9,8 @@ its parent's priority, and only a kind its crawl allows (``crawl_runs.spawn_kind
 migration 0017). ``spawn_children`` here must therefore run BEFORE that completion, in the same
 transaction (attempts.complete_jobs does), once for all the transaction's parents: it takes its
 locks in one order (crawls, then jobs, each by id), which two calls in one transaction would not.
+A job's children go in once: the function marks the claim that spawned them
+(``jobs.spawned_claim``) and raises on any later spawn under that job (migration 0024).
 """
 
 from __future__ import annotations

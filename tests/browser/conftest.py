@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -122,11 +121,8 @@ def pool_stack(
         yield shared
 
 
-_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
 def grid_status(stack: BrowserStack) -> dict[str, Any]:
-    with _DIRECT.open(f"{stack.grid_url}/status", timeout=5) as response:
+    with stack.grid_open("/status", timeout=5) as response:
         status: dict[str, Any] = json.load(response)["value"]
     return status
 

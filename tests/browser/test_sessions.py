@@ -4,7 +4,6 @@ the cap on sessions, own sessions for isolation="session"."""
 from __future__ import annotations
 
 import threading
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,6 @@ from tests.waiting import scaled, wait_for
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
 
 MakePool = Callable[..., SessionPool]
-_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 @pytest.fixture
@@ -56,8 +54,7 @@ def fetch_cached(driver: Any) -> int:
 
 
 def delete_behind_the_pools_back(stack: BrowserStack, session_id: str) -> None:
-    request = urllib.request.Request(f"{stack.grid_url}/session/{session_id}", method="DELETE")
-    with _DIRECT.open(request, timeout=30) as response:
+    with stack.grid_open(f"/session/{session_id}", method="DELETE", timeout=30) as response:
         assert response.status == 200
 
 

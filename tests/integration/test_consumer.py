@@ -32,6 +32,7 @@ from scrapefleet.common.lifecycle import DaemonState
 from scrapefleet.common.settings import Settings, load_settings
 from scrapefleet.common.store import NewJob
 from scrapefleet.consumer.daemon import Consumer
+from tests.cli_helpers import scrubbed_env
 from tests.waiting import scaled, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
@@ -185,7 +186,7 @@ def _status_or_none(settings: Settings, host: str) -> Any:
 
 
 def consumer_env(settings: Settings) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SCRAPEFLEET_")}
+    env = scrubbed_env()
     env.update(
         {
             "SCRAPEFLEET_DATABASE_URL": str(settings.database_url),

@@ -114,3 +114,48 @@ def test_a_crawls_pages_spawn_only_its_kind(clean: Engine, own: Engine) -> None:
     with clean.connect() as conn:  # the refused child's key was not taken either
         seen = conn.execute(sa.text("SELECT dedupe_key FROM crawl_seen ORDER BY 1")).scalars()
         assert list(seen) == ["y"]
+
+
+def _count_children(engine: Engine, parent: int) -> int:
+    with engine.connect() as conn:
+        query = sa.text("SELECT count(*) FROM jobs WHERE parent_id = :p")
+        return int(conn.execute(query, {"p": parent}).scalar_one())
+
+
+def _spawn_refused(own: Engine, job: int, claim: int, children: list[Any]) -> str:  # noqa: F811
+    with pytest.raises(sa.exc.DBAPIError) as caught, own.begin() as conn:
+        store.spawn_children(conn, OWN, [(job, claim, children)])
+    return str(caught.value.orig)
+
+
+def test_an_attempt_spawns_once_however_often_it_calls(clean: Engine, own: Engine) -> None:  # noqa: F811
+    (job,) = queue(clean, OWN)
+    with own.begin() as conn:
+        store.claim_jobs(conn, OWN, 1)
+        assert store.spawn_children(conn, OWN, [(job, 1, CHILDREN)]) == {job: 2}
+    # No completion: the attempt is still in processing, and calls again with new keys.
+    again = [dict(c, dedupe_key=f"again-{c['dedupe_key']}") for c in CHILDREN]
+    assert "already spawned" in _spawn_refused(own, job, 1, again)
+    assert _count_children(clean, job) == 2
+
+
+def test_flipping_a_job_back_spawns_no_second_flood(clean: Engine, own: Engine) -> None:  # noqa: F811
+    """The repro: 1,000 children with the completion, then the consumer's role moves its own
+    job back to processing (a new claim) and spawns 1,000 more, then once more through queued
+    and a claim of its own."""
+    (job,) = queue(clean, OWN)
+    flood = [{"kind": "noop", "payload": {"n": n}, "needs_browser": False} for n in range(1000)]
+    with own.begin() as conn:
+        store.claim_jobs(conn, OWN, 1)
+        assert store.complete_jobs(conn, OWN, [(job, 1, {})], {job: flood}) == [job]
+    with own.begin() as conn:
+        conn.execute(sa.text("UPDATE jobs SET status = 'processing' WHERE id = :j"), {"j": job})
+    assert "already spawned" in _spawn_refused(own, job, 2, flood)
+    with own.begin() as conn:
+        conn.execute(sa.text("UPDATE jobs SET status = 'queued' WHERE id = :j"), {"j": job})
+        assert [j.claim for j in store.claim_jobs(conn, OWN, 1).jobs] == [3]
+    assert "already spawned" in _spawn_refused(own, job, 3, flood)
+    # Nor can its role clear the mark.
+    clear = f"UPDATE jobs SET spawned_claim = NULL WHERE id = {job}"
+    assert "permission denied" in refused(own, clear)
+    assert _count_children(clean, job) == 1000
