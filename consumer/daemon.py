@@ -27,6 +27,8 @@ every loop checks:
   not waited for; they end as a crash's would (released: back to pending, the attempt given
   back) and their late results are dropped, so none completes twice.
 Either way the host is left offline and the status document says ``daemon: stopped``.
+A side thread that dies (heartbeat, listener, recorder, janitor, the stack's thread) stops the
+consumer cold, and ``run`` returns 1 (consumer.side_threads, docs/consumer-threads.md).
 
 A job past its timeout is recorded as a failed attempt at once; its thread cannot be killed, so
 it is counted as stuck and keeps its pool slot until it returns. The status document has no
@@ -115,12 +117,12 @@ class Consumer:
 
     def run(self, until_idle: bool = False) -> int:
         """Serve until stopped (or, with ``until_idle``, until there is nothing left to do
-        here); returns the exit code, 0. Raises DatabaseUnavailable if the database cannot be
+        here); returns the exit code: 0, or 1 when a side thread died (consumer.side_threads:
+        it stopped the consumer cold). Raises DatabaseUnavailable if the database cannot be
         reached at start, SettingsError for a bad ``actions`` setting."""
         try:
             self._running = RunningConsumer.open(self.config, self.engine, self.lifecycle)
         except BaseException:
             self.lifecycle.stopped()
             raise
-        self._running.serve(until_idle)
-        return 0
+        return self._running.serve(until_idle)
