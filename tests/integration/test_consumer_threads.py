@@ -74,11 +74,12 @@ def test_a_dying_side_thread_stops_the_consumer_non_zero_and_names_it(
     try:
         wait_started(engine, settings)
         runner.join(scaled(15))
+        stopped_itself = not runner.is_alive()
     finally:
         consumer.request_cold_stop("test over")
         runner.join(scaled(15))
         consumer_engine.dispose()
-    assert not runner.is_alive(), "the consumer did not stop"
+    assert stopped_itself, "the consumer kept running without its thread"
     assert not errors, errors
     assert exit_codes == [1], "a consumer that lost a thread exits non-zero"
     died = [
@@ -86,6 +87,12 @@ def test_a_dying_side_thread_stops_the_consumer_non_zero_and_names_it(
     ]
     assert died == [f"thread {thread_name} died: RuntimeError: injected failure; stopping the"
                     " consumer"], died  # fmt: skip
+    stopped = [
+        r.getMessage()
+        for r in caplog.records
+        if r.getMessage().startswith(f"consumer {HOST} stopped")
+    ]
+    assert stopped[-1].startswith(f"consumer {HOST} stopped (thread {thread_name} died"), stopped
     wait_for(lambda: host_row(engine).state == "offline", what="the host left offline")
     document = read_status(settings.state_dir, HOST)
     assert document.daemon == "stopped"
