@@ -9,11 +9,13 @@ Threads, each with one job:
 - recorder (consumer.recorder): writes outcomes, a batch per transaction;
 - heartbeat: every ``heartbeat_s`` marks the running jobs and the host alive, learns the host
   state an operator may have changed (draining, disabled, active again), rewrites the status file;
-- listener: LISTEN for assignments (the poll covers a NOTIFY lost across a reconnect).
+- listener: LISTEN for assignments (the poll covers a NOTIFY lost across a reconnect);
+- stack (with ``settings.browser``): carries out the browser stack's actions, see below.
+docs/consumer-threads.md lists them with their names and owners.
 
 The browser stack (when ``settings.browser``) belongs to a consumer.stack_supervisor, which
 the main loop consults before and after each claim and lets do restarts and reboots between
-them; failure artifacts are captured per failed browser attempt and pruned hourly
+them, on the supervisor's own thread; failure artifacts are captured per failed browser attempt and pruned hourly
 (consumer.artifact_janitor).
 
 What a consumer is (consumer.config.ConsumerConfig) is fixed before it starts; what it holds
