@@ -15,8 +15,8 @@ docs/consumer-threads.md lists them with their names and owners.
 
 The browser stack (when ``settings.browser``) belongs to a consumer.stack_supervisor, which
 the main loop consults before and after each claim and lets do restarts and reboots between
-them, on the supervisor's own thread; failure artifacts are captured per failed browser attempt and pruned hourly
-(consumer.artifact_janitor).
+them, on the supervisor's own thread; failure artifacts are captured per failed browser
+attempt and pruned hourly (consumer.artifact_janitor).
 
 What a consumer is (consumer.config.ConsumerConfig) is fixed before it starts; what it holds
 while it runs (consumer.serving.RunningConsumer) is built in one place once its host is
