@@ -518,7 +518,8 @@ class StackSupervisor:
             return
         stack = self._make_stack(work_dir)
         # As many sessions as the running stack's jobs needed at once, no more.
-        in_use = self._pool.peak_leased if self._pool is not None else 1
+        pool = self._pool  # read once: a stop may clear it meanwhile
+        in_use = pool.peak_leased if pool is not None else 1
         started = self._started_stack(stack, warm=min(in_use, self.capacity) - 1)
         if isinstance(started, str):
             self._feed(NextStackFailed(started), wait=False)
