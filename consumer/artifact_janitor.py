@@ -14,6 +14,7 @@ from scrapefleet.common.clock import utcnow
 from scrapefleet.common.constants import ARTIFACT_PRUNE_INTERVAL_S
 from scrapefleet.common.settings import Settings
 from scrapefleet.consumer.artifacts import prune_artifacts
+from scrapefleet.consumer.side_threads import SideThreads
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +29,10 @@ class ArtifactJanitor:
         self.settings = settings
         self.interval_s = interval_s
         self._stop = stop
-        self.thread = threading.Thread(target=self._run, name="artifact-janitor", daemon=True)
 
-    def start(self) -> None:
-        self.thread.start()
+    def start(self, threads: SideThreads) -> None:
+        """Its thread, started and watched by ``threads``."""
+        threads.start("artifact-janitor", self._run)
 
     def prune_once(self) -> int:
         try:

@@ -9,12 +9,14 @@ Threads, each with one job:
 - recorder (consumer.recorder): writes outcomes, a batch per transaction;
 - heartbeat: every ``heartbeat_s`` marks the running jobs and the host alive, learns the host
   state an operator may have changed (draining, disabled, active again), rewrites the status file;
-- listener: LISTEN for assignments (the poll covers a NOTIFY lost across a reconnect).
+- listener: LISTEN for assignments (the poll covers a NOTIFY lost across a reconnect);
+- stack (with ``settings.browser``): carries out the browser stack's actions, see below.
+docs/consumer-threads.md lists them with their names and owners.
 
 The browser stack (when ``settings.browser``) belongs to a consumer.stack_supervisor, which
 the main loop consults before and after each claim and lets do restarts and reboots between
-them; failure artifacts are captured per failed browser attempt and pruned hourly
-(consumer.artifact_janitor).
+them, on the supervisor's own thread; failure artifacts are captured per failed browser
+attempt and pruned hourly (consumer.artifact_janitor).
 
 What a consumer is (consumer.config.ConsumerConfig) is fixed before it starts; what it holds
 while it runs (consumer.serving.RunningConsumer) is built in one place once its host is
@@ -27,6 +29,8 @@ every loop checks:
   not waited for; they end as a crash's would (released: back to pending, the attempt given
   back) and their late results are dropped, so none completes twice.
 Either way the host is left offline and the status document says ``daemon: stopped``.
+A side thread that dies (heartbeat, listener, recorder, janitor, the stack's thread) stops the
+consumer cold, and ``run`` returns 1 (consumer.side_threads, docs/consumer-threads.md).
 
 A job past its timeout is recorded as a failed attempt at once; its thread cannot be killed, so
 it is counted as stuck and keeps its pool slot until it returns. The status document has no
@@ -115,12 +119,12 @@ class Consumer:
 
     def run(self, until_idle: bool = False) -> int:
         """Serve until stopped (or, with ``until_idle``, until there is nothing left to do
-        here); returns the exit code, 0. Raises DatabaseUnavailable if the database cannot be
+        here); returns the exit code: 0, or 1 when a side thread died (consumer.side_threads:
+        it stopped the consumer cold). Raises DatabaseUnavailable if the database cannot be
         reached at start, SettingsError for a bad ``actions`` setting."""
         try:
             self._running = RunningConsumer.open(self.config, self.engine, self.lifecycle)
         except BaseException:
             self.lifecycle.stopped()
             raise
-        self._running.serve(until_idle)
-        return 0
+        return self._running.serve(until_idle)

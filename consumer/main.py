@@ -5,8 +5,8 @@
     scrapefleet-consumer status --json [--host NAME] [--config FILE]
 
 Exit codes: 0 done (a first SIGTERM/SIGINT drains, a second one stops cold; both exit 0), 1
-database unreachable at start, no status, or a host that was never added (without --register),
-2 invalid setting.
+database unreachable at start, no status, a host that was never added (without --register), or
+a thread of the daemon that died (logged by name), 2 invalid setting.
 """
 
 from __future__ import annotations

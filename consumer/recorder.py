@@ -35,6 +35,7 @@ from scrapefleet.common.retry import retry_at
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import ClaimedJob
 from scrapefleet.consumer.runner import Outcome
+from scrapefleet.consumer.side_threads import SideThreads
 
 log = logging.getLogger(__name__)
 
@@ -76,15 +77,16 @@ class OutcomeRecorder:
         self._queue: queue.Queue[list[Finished] | None] = queue.Queue()
         self._outstanding = 0  # submitted and not yet written (or given up on)
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name=f"recorder-{host}", daemon=True)
+        self._thread: threading.Thread | None = None
 
     @property
     def outstanding(self) -> int:
         with self._lock:
             return self._outstanding
 
-    def start(self) -> None:
-        self._thread.start()
+    def start(self, threads: SideThreads) -> None:
+        """Its thread, started and watched by ``threads``."""
+        self._thread = threads.start(f"recorder-{self.host}", self._run)
 
     def submit(self, job: ClaimedJob, outcome: Outcome) -> None:
         self.submit_many([(job, outcome)])
@@ -114,7 +116,8 @@ class OutcomeRecorder:
     def close(self, timeout_s: float) -> None:
         """Write what is queued (bounded by give_up), then stop the thread."""
         self._queue.put(None)
-        self._thread.join(timeout_s)
+        if self._thread is not None:
+            self._thread.join(timeout_s)
 
     # -- the thread ------------------------------------------------------------------
 

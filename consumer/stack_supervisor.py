@@ -5,8 +5,12 @@ The daemon (consumer.daemon) calls in from its main loop (``claim_budget``, ``af
 Each call becomes an event for the pure ``stack_step.step``, which decides everything
 (consumer.stack_states says what the states are and why); this class only carries out the
 actions it returns: the stack's start, stop and health check, the reboot command, the database
-records, the daemon's callbacks. Everything slow runs in the main loop's thread while no job
-runs, except the first start, which the jobs that asked for it wait for.
+records, the daemon's callbacks. The actions run on ONE thread, the supervisor's own
+(consumer.serial_thread, ``stack-<host>``): callers post their event to it and, but for a
+browser to kill and the helpers' answers, wait until it and the events its actions answered
+are done. So one start, stop or switch runs at a time and the running pool (``_pool``) has
+one writer. Everything slow runs while no job runs, except the first start, which the jobs
+that asked for it wait for.
 
 Time comes from an injected clock (timezone-aware), the database through StackRecords and the
 reboot through a callable, so that tests can drive all of it with fakes.
@@ -17,9 +21,10 @@ with the stack's start (whose check is the first lease: Grid, Chromium and BiDi 
 and closed before the stack stops. Sessions start as jobs need them; the next stack of an
 overlapped restart is warmed with as many as the running one's jobs used at once.
 
-Overlapped restarts: the next stack starts in a thread of its own (its own work directory, so
+Overlapped restarts: the next stack starts in a helper thread (its own work directory, so
 its own display, port, HOME and TMPDIR) while the running one serves; at the switch new leases
-go to it and the old one retires, stopped by another thread once its last job has returned.
+go to it and the old one retires, stopped by another helper once its last job has returned.
+The helpers post their answer as an event and do not wait for it.
 The pools of all stacks share ``capacity`` session permits, so the host never runs more
 browser sessions than its capacity, whatever the timing.
 """
@@ -47,7 +52,9 @@ from scrapefleet.common.store import ClaimedJob
 from scrapefleet.consumer import browser_load
 from scrapefleet.consumer.browser_load import BrowserLoad, HostSampler, LoadSample
 from scrapefleet.consumer.browser_stack import BrowserStack, StackHealth, StopReport
+from scrapefleet.consumer.serial_thread import SerialThread
 from scrapefleet.consumer.sessions import BrowserLaunch, SessionPermits, SessionPool
+from scrapefleet.consumer.side_threads import SideThreads
 from scrapefleet.consumer.stack_events import (
     Action,
     CheckHealth,
@@ -187,6 +194,7 @@ class StackSupervisor:
         make_stack: StackMaker | None = None,
         sample_load: Sampler | None = None,
         cores: int | None = None,
+        threads: SideThreads | None = None,
     ) -> None:
         self.settings = settings
         self.host = host
@@ -224,6 +232,9 @@ class StackSupervisor:
         self._load = BrowserLoad.starting(capacity, cores)
         self._sample_load: Sampler = sample_load or HostSampler().sample
         self._sampled_at: float | None = None
+        # Its helpers (next stack, retiring stacks, a session to end) and its own thread.
+        self._threads = threads or SideThreads()
+        self._own = SerialThread(f"stack-{host}", self._threads)
 
     # -- what the daemon reads --------------------------------------------------------------
 
@@ -329,11 +340,16 @@ class StackSupervisor:
     def step(self, busy: int, unwritten: int, browser_busy: int | None = None) -> None:
         """Main loop: notice faults, do the due maintenance once nothing runs here, try a
         failing stack again when its time has come and no browser job is in flight."""
-        if self._unwritten is not None:
-            self._set_host_state(self._unwritten)
-        browser_busy = busy if browser_busy is None else browser_busy
-        self._follow_load(browser_busy)
-        self._feed(Tick(busy, unwritten, browser_busy, self.retiring_busy, self.retiring_done))
+        browser_jobs = busy if browser_busy is None else browser_busy
+
+        def tick() -> None:
+            if self._unwritten is not None:
+                self._set_host_state(self._unwritten)
+            self._follow_load(browser_jobs)
+            retiring = self.retiring_busy, self.retiring_done
+            self._carry_out(Tick(busy, unwritten, browser_jobs, *retiring))
+
+        self._own.run(tick)
 
     @contextmanager
     def lease(
@@ -375,17 +391,29 @@ class StackSupervisor:
         self._feed(JobReturned(job_id, browser, released, slow=slow and released))
 
     def abandon(self, job_id: int, browser: bool) -> None:
-        """The job is past its timeout: kill its browser so that its thread returns."""
-        self._feed(JobAbandoned(job_id, browser))
+        """The job is past its timeout: kill its browser so that its thread returns (not
+        waited for: the heartbeat's thread calls this too, and must not wait for a start)."""
+        self._feed(JobAbandoned(job_id, browser), wait=False)
+
+    def start(self) -> None:
+        """From now on the actions run on the supervisor's own thread."""
+        self._own.start()
 
     def close(self) -> None:
         self._feed(Close())
+        self._own.stop(self.settings.consumer_poll_s + 1)
 
     # -- carrying out -----------------------------------------------------------------------
 
-    def _feed(self, event: Event) -> None:
-        """Step the state on ``event``, then do the actions, feeding back what they answer.
-        The lock covers the steps only: job threads are never held up by a start or a stop."""
+    def _feed(self, event: Event, *, wait: bool = True) -> None:
+        """``event`` to the supervisor's thread (consumer.serial_thread); ``wait``: until it
+        and what its actions answered are carried out."""
+        self._own.run(lambda: self._carry_out(event), wait=wait)
+
+    def _carry_out(self, event: Event) -> None:
+        """Step the state on ``event``, then do the actions, feeding back what they answer
+        (the supervisor's thread). The lock covers the steps only: a job thread reading the
+        state is never held up by a start or a stop."""
         events = [event]
         while events:
             with self._lock:
@@ -436,7 +464,8 @@ class StackSupervisor:
         started = self._started_stack(self.stack, warm=0)
         if isinstance(started, str):
             return StartFailed(started)
-        self._pool = started
+        with self._lock:
+            self._pool = started
         return StartSucceeded(self._measure() if measure else 0)
 
     def _started_stack(self, stack: BrowserStack, warm: int) -> SessionPool | str:
@@ -486,18 +515,19 @@ class StackSupervisor:
             taken = {self.stack.work_dir, *(stack.work_dir for stack, _ in self._retiring)}
         work_dir = next((d for d in self._work_dirs if d not in taken), None)
         if work_dir is None:  # the state machine counts them too: should never happen
-            self._feed(NextStackFailed("no free stack work directory"))
+            self._feed(NextStackFailed("no free stack work directory"), wait=False)
             return
         stack = self._make_stack(work_dir)
         # As many sessions as the running stack's jobs needed at once, no more.
-        in_use = self._pool.peak_leased if self._pool is not None else 1
+        pool = self._pool  # read once: a stop may clear it meanwhile
+        in_use = pool.peak_leased if pool is not None else 1
         started = self._started_stack(stack, warm=min(in_use, self.capacity) - 1)
         if isinstance(started, str):
-            self._feed(NextStackFailed(started))
+            self._feed(NextStackFailed(started), wait=False)
             return
         with self._lock:
             self._next = (stack, started)
-        self._feed(NextStackStarted(self._measure(), self._measure(stack)))
+        self._feed(NextStackStarted(self._measure(), self._measure(stack)), wait=False)
 
     def _switch(self) -> None:
         with self._lock:
@@ -524,7 +554,7 @@ class StackSupervisor:
         with self._lock:
             self._retiring = [entry for entry in self._retiring if entry not in done]
             remaining = len(self._retiring)
-        self._feed(OldStacksStopped(_combined(reports), remaining))
+        self._feed(OldStacksStopped(_combined(reports), remaining), wait=False)
 
     def _stop_everything(self) -> list[StopReport]:
         """The running stack, a next one and retired ones: every process ended."""
@@ -537,7 +567,8 @@ class StackSupervisor:
             if pool is not None:
                 pool.close(wait=False)  # the stop below ends its sessions' browsers
             reports.append(stack.stop())
-        self._pool = None
+        with self._lock:
+            self._pool = None
         # No session of those stacks is left: the next stack counts from zero.
         self._permits = SessionPermits(self.capacity)
         return reports
@@ -551,9 +582,8 @@ class StackSupervisor:
         return others
 
     def _in_background(self, name: str, target: Callable[[], None]) -> threading.Thread:
-        thread = threading.Thread(target=target, name=f"{name}-{self.host}", daemon=True)
-        thread.start()
-        return thread
+        """A helper thread: it does one slow thing and posts its answer."""
+        return self._threads.start(f"{name}-{self.host}", target, lasting=False)
 
     def _follow_load(self, browser_busy: int) -> None:
         """Sample the host's load when one is due and move the browser limit by its rules;
@@ -596,10 +626,10 @@ class StackSupervisor:
         with self._lock:
             driver = self._sessions.pop(job_id, None)
         if driver is not None:
-            threading.Thread(
-                target=self.stack.end_session, args=(driver,), name=f"end-session-{job_id}",
-                daemon=True,
-            ).start()  # fmt: skip
+            stack = self.stack
+            self._threads.start(
+                f"end-session-{job_id}", lambda: stack.end_session(driver), lasting=False
+            )
 
     def _set_host_state(self, change: SetHostState) -> None:
         moved = self.records.write(change)

@@ -121,8 +121,10 @@ class FakeStack:
         self.ended: list[Any] = []
         self.drivers = 0
         self.dying_browsers = 0  # the next sessions whose browser dies as it starts
+        self.threads: list[str] = []  # the threads that started and stopped it
 
     def start(self) -> None:
+        self.threads.append(threading.current_thread().name)
         self.starts += 1
         if self.failing_starts:
             self.failing_starts -= 1
@@ -130,6 +132,7 @@ class FakeStack:
         self.up = True
 
     def stop(self) -> StopReport:
+        self.threads.append(threading.current_thread().name)
         killed, self.up = (4 if self.up else 0), False
         return StopReport(duration_s=0.1, killed=killed, sigkilled=0, leftover_pids=())
 
@@ -226,6 +229,7 @@ class Host:
             cores=self.cores,
         )
         self.stack = self.stacks[0]
+        self.supervisor.start()  # its actions on its own thread, as in the daemon
 
     def _new_pool(self, make_driver: Callable[[], Any], size: int, *rest: Any) -> FakePool:
         pool = FakePool(make_driver, size, *rest)
@@ -299,6 +303,18 @@ class Host:
     def _job(self, browser: bool) -> ClaimedJob:
         kind = "fetch_page" if browser else "http_get"
         return ClaimedJob(next(self._ids), kind, {}, 1, 3, None, needs_browser=browser)
+
+
+def test_starts_and_stops_run_on_the_supervisors_own_thread_whoever_posts() -> None:
+    host = Host(restart_every=2, reboot_every=0)
+    host.claim(browser=2)  # the first start, for these jobs
+    returning = threading.Thread(target=host.finish, name="job-thread")  # a draining restart
+    returning.start()
+    returning.join(5)
+    host.run_browser_jobs(1)
+    host.supervisor.close()
+    assert host.stack.starts == 2 and not host.stack.up
+    assert set(host.stack.threads) == {"stack-h1"}, host.stack.threads
 
 
 def test_the_stack_starts_on_the_first_browser_job_only() -> None:

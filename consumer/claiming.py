@@ -1,0 +1,266 @@
+"""How a running consumer claims and runs its jobs: the claim (under the free slots, the stack's
+budgets and the poll schedule), light jobs in the claiming thread, the others in the pool, and
+their outcomes handed to the recorder.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+
+from scrapefleet.common import metrics, queries, store
+from scrapefleet.common.actions import get_action
+from scrapefleet.common.db import transaction
+from scrapefleet.common.errors import UnknownAction
+from scrapefleet.common.request_cancel import RequestCanceller, cancellable
+from scrapefleet.common.store import ClaimedJob
+from scrapefleet.common.store.statuses import HostState
+from scrapefleet.consumer.attempt_log import log_attempt
+from scrapefleet.consumer.browser_options import host_defaults
+from scrapefleet.consumer.profile_sessions import job_proxy, profile_lease, profiles_root
+from scrapefleet.consumer.runner import DriverLease, Outcome, leases_from, run_job
+from scrapefleet.consumer.running_base import RunningBase
+
+# One logger for every part of the running consumer: its lines keep the name they had.
+log = logging.getLogger("scrapefleet.consumer.serving")
+
+NOT_CLAIMING_STATES = (HostState.DRAINING, HostState.DISABLED)
+# A light job (common.actions) that took longer than this held up the claiming thread.
+LIGHT_SLOW_S = 0.1
+
+
+def _is_light(job: ClaimedJob) -> bool:
+    """Whether ``job`` runs in the claiming thread (common.actions, ``light``)."""
+    if job.needs_browser:
+        return False
+    try:
+        action = get_action(job.kind)
+    except UnknownAction:  # a worker thread reports it, as for any job
+        return False
+    return action.is_light(job.payload)
+
+
+def time_limit_s(job: ClaimedJob, host_default_s: float) -> float:
+    """How long one attempt of ``job`` may run: its action's ``timeout_s``, else the host's
+    ``job_timeout_s`` (an unknown kind fails at once in its worker: the host's)."""
+    try:
+        return get_action(job.kind).time_limit_s(host_default_s)
+    except UnknownAction:
+        return host_default_s
+
+
+def _built_in(kind: str) -> bool:
+    """A built-in action (noop, ...): its lightness is ours and tested never to wait, so a
+    light job of it that took long says the host was starved, not that the action waits."""
+    return get_action(kind).func.__module__.startswith("scrapefleet.")
+
+
+class Claiming(RunningBase):
+    def _claim_on_schedule(self) -> tuple[int, float]:
+        """Claim if the poll schedule says so; the jobs claimed and the seconds until its next
+        claim."""
+        assert self._poll is not None
+        with self._poll_lock:
+            started = time.monotonic()
+            due_in = self._poll.claim_due_in(started)
+            if due_in == 0:
+                self._poll.claim_started()
+        if due_in > 0:
+            return 0, due_in
+        try:
+            claimed = self._claim()
+        except BaseException:
+            with self._poll_lock:
+                self._poll.claim_now(time.monotonic())
+            raise
+        with self._poll_lock:
+            now = time.monotonic()
+            self._poll.claimed(started, now, claimed)
+            return claimed, self._poll.claim_due_in(now)
+
+    def _claim(self) -> int:
+        if self._db_state in NOT_CLAIMING_STATES or self._lease.lapsed(time.monotonic()):
+            return 0
+        # An outcome not yet written keeps its job 'processing' in the database: its slot is
+        # not free yet, or the database would count more than capacity on this host.
+        room = self.attempts.room(self.capacity, self.recorder.outstanding)
+        if room is None:
+            return 0
+        free = room.free
+        # Browser jobs only where a browser can run them: this host's stack (under its
+        # restart and reboot budgets), or a driver factory the caller gave.
+        browser_free = free if self.config.driver_factory is not None else 0
+        if self.supervisor is not None:
+            free, browser_free = self.supervisor.claim_budget(
+                free, room.since_restart, room.since_boot, room.browser_busy
+            )
+            if free <= 0:
+                return 0
+        claim = store.claim_jobs(
+            self._statements, self.host, free, browser_free, running_here=room.running_here
+        )
+        in_flight = self.attempts.claimed(
+            claim.jobs,
+            time.monotonic(),
+            self._time_limit_s,
+            since_restart=claim.jobs_since_restart,
+            since_boot=claim.jobs_since_boot,
+            more=claim.more,
+        )
+        # A claim without browser jobs changes none of the stack's budgets: not told.
+        if self.supervisor is not None and any(job.needs_browser for job in claim.jobs):
+            # May start the stack (first browser job), seconds in this thread: the jobs wait.
+            self.supervisor.after_claim(
+                claim.jobs, in_flight, claim.jobs_since_restart, claim.jobs_since_boot
+            )
+            # A job's time runs from when it can run: not while the stack was starting.
+            self.attempts.restamp(claim.jobs, time.monotonic())
+        light: list[ClaimedJob] = []
+        for job in claim.jobs:  # the others started first: they run beside the light ones
+            if _is_light(job):
+                light.append(job)
+            else:
+                self.executor.submit(self._work, job)
+        if light:
+            self._run_light(light)
+        return len(claim.jobs)
+
+    def _maintain(self) -> None:
+        """Let the supervisor restart or reboot once nothing runs here (stuck threads aside)."""
+        if self.supervisor is None:
+            return
+        busy, browser_busy = self.attempts.busy_and_browser()
+        self.supervisor.step(busy, self.recorder.outstanding, browser_busy)
+
+    def _looks_idle(self) -> bool:
+        if self.attempts.busy:
+            return False
+        if self.recorder.outstanding:
+            return False
+        with transaction(self.engine) as conn:
+            return queries.host_is_idle(conn, self.host)
+
+    def _time_limit_s(self, job: ClaimedJob) -> float:
+        return time_limit_s(job, self.settings.job_timeout_s)
+
+    # -- jobs -----------------------------------------------------------------------
+
+    def _work(self, job: ClaimedJob) -> None:
+        """In a pool thread."""
+        self._hand_over([(job, self._attempt(job))])
+
+    def _run_light(self, jobs: list[ClaimedJob]) -> None:
+        """In the claiming thread, one after the other: jobs of light actions (common.actions),
+        their completions written together from this thread."""
+        finished = []
+        for job in jobs:
+            started = time.monotonic()
+            finished.append((job, self._attempt(job)))
+            took_s = time.monotonic() - started
+            if (
+                took_s > LIGHT_SLOW_S
+                and job.kind not in self._slow_light_kinds
+                and not _built_in(job.kind)
+            ):
+                self._slow_light_kinds.add(job.kind)  # once per kind: it is the action's doing
+                log.warning(
+                    "job %d of light kind %r took %.2f s in the claiming thread, which claimed"
+                    " nothing meanwhile; an action that waits must not be light",
+                    job.id,
+                    job.kind,
+                    took_s,
+                )
+        self._hand_over(finished, here=True)  # no thread woken for them
+
+    def _attempt(self, job: ClaimedJob) -> Outcome:
+        canceller = RequestCanceller()
+        self.attempts.add_canceller(job.key, canceller)
+        try:
+            with cancellable(canceller):
+                return self._run_attempt(job)
+        finally:
+            self.attempts.drop_canceller(job.key)
+
+    def _run_attempt(self, job: ClaimedJob) -> Outcome:
+        lease: DriverLease | None = None
+        if self.supervisor is not None:
+            lease = functools.partial(self.supervisor.lease, job.id)
+            if job.profile:  # a browser of its own on the profile's directory
+                root = profiles_root(self.config.settings)
+                proxy = job_proxy(job, self.config.settings)
+                owner = self.config.settings.browser_user
+                lease = profile_lease(lease, root, job.profile, proxy, owner)
+        elif self.config.driver_factory is not None:
+            lease = leases_from(self.config.driver_factory)
+        started = time.monotonic()
+        outcome = run_job(
+            job,
+            lease=lease,
+            capture_failure=self.config.capture_failure,
+            browser_defaults=host_defaults(self.config.settings),
+            block_rules=self._block_rules,
+            host_starved=self._host_starved,
+        )
+        # Duration by kind and outcome; a retryable failure with attempts left is a retry (the
+        # recorder schedules it).
+        retried = (
+            outcome.status == "failed" and outcome.retryable and job.attempt < job.max_attempts
+        )
+        duration_s = time.monotonic() - started
+        metrics.observe_job(job.kind, outcome.status, duration_s, retried=retried)
+        log_attempt(job, self.host, outcome.status, retried, duration_s, outcome.error)
+        # A job without a browser changes nothing of the stack's state: not told.
+        if self.supervisor is not None and job.needs_browser:
+            released = outcome.status == "released"
+            self.supervisor.job_returned(
+                job.id, job.needs_browser, released=released, slow=outcome.slow
+            )
+        return outcome
+
+    def _host_starved(self) -> str | None:
+        return self.supervisor.starved() if self.supervisor is not None else None
+
+    def _hand_over(self, finished: list[tuple[ClaimedJob, Outcome]], *, here: bool = False) -> None:
+        """Outcomes to the recorder (``here``: written in this thread if it can), but for
+        attempts given up meanwhile (timed out, stopped, rescued): those are dropped, their
+        slots free again."""
+        outcomes = {job.key: outcome for job, outcome in finished}
+        still_ours, given_up = self.attempts.returned(job for job, _ in finished)
+        ours = [(job, outcomes[job.key]) for job in still_ours]
+        if ours and not here:
+            self.recorder.submit_many(ours)
+        elif ours and self.recorder.record_here(ours):
+            self._on_outcomes_written()
+        for job in given_up:
+            log.warning(
+                "job %d claim %d returned after it was given up (timeout, stop, rescue or cold"
+                " stop); outcome (%s) dropped",
+                job.id,
+                job.claim,
+                outcomes[job.key].status,
+            )
+        if given_up:
+            self._confirm_ended()  # its lock key is free again
+            self._publish_status()  # the stuck threads' slots are free again
+            self._claim_soon()
+
+    def _claim_soon(self) -> None:
+        """Let the main loop claim now: with LISTEN it claims on every wake; polling, the
+        schedule's next claim is brought forward."""
+        if self._poll is not None:
+            with self._poll_lock:
+                self._poll.claim_now(time.monotonic())
+        self._wake.set()
+
+    def _on_outcomes_written(self) -> None:
+        """After outcomes were written (by the recorder's thread, or by the claiming thread for
+        light jobs): slots are free now; claim if more may be queued, or, polling, once the
+        producer has had a moment to refill them."""
+        more_queued = self.attempts.more_queued
+        if self._poll is not None:
+            with self._poll_lock:
+                self._poll.slot_freed(time.monotonic(), more_queued=more_queued)
+            self._wake.set()
+        elif more_queued or self.lifecycle.stopping:
+            self._wake.set()
