@@ -143,6 +143,13 @@ class Settings(BaseSettings):
     probe_timeout_s: float = Field(default=C.PROBE_TIMEOUT_S, gt=0)
     probe_failures_offline: int = Field(default=C.PROBE_FAILURES_OFFLINE, ge=1)
     offline_grace_s: float = Field(default=C.OFFLINE_GRACE_S, ge=0)
+    probe_start_grace_s: float = Field(
+        default=C.PROBE_START_GRACE_S,
+        ge=0,
+        description="for this long after taking the lead, a producer does not count the failed"
+        " probes of a host that has not answered it yet (its consumer may still be starting);"
+        " 0 = count from the first probe",
+    )
     rescue_after_s: float = Field(default=C.RESCUE_AFTER_S, gt=0)
     lock_linger_s: float = Field(
         default=C.LOCK_LINGER_S,

@@ -64,6 +64,7 @@ from scrapefleet.producer.probe import Probe
 from scrapefleet.producer.probing import RoutingProbe, probe_target
 from scrapefleet.producer.profile_steps import bind_assigned_profiles, profile_placement
 from scrapefleet.producer.rate_steps import RateControl
+from scrapefleet.producer.start_grace import StartGrace
 from scrapefleet.producer.wakeup import WakeListener
 
 log = logging.getLogger(__name__)
@@ -140,6 +141,7 @@ class Producer:
         self._rates = RateControl(settings)
         self._assignments = AssignmentTally()  # said once a minute, not once a cycle
         self._monotonic = time.monotonic
+        self._start_grace = StartGrace(settings.probe_start_grace_s)
         self._systemd = Notifier()  # READY, WATCHDOG per full cycle, STOPPING: when systemd asks
         # Figures for tests, benchmarks and the debug log.
         self.last_cycle_duration_s = 0.0
@@ -268,6 +270,7 @@ class Producer:
                 self._leader.backend_pid,
             )
             self._standby_logged = False
+            self._start_grace.lead_taken(self._monotonic())
             return True
         if not self._standby_logged:
             log.info("another producer holds the leader lock: standing by")
@@ -293,6 +296,12 @@ class Producer:
         self, hosts: list[queries.HostRow], results: Mapping[str, HostStatus | ProbeError]
     ) -> tuple[tuple[str, str, str], ...]:
         threshold = self.settings.probe_failures_offline
+        results, held = self._start_grace.counted(results, self._monotonic())
+        if held:
+            log.debug("start-up grace: failed probes not counted yet hosts=%s", held)
+        for name in held:  # the metrics count every failed probe; only the host's record waits
+            metrics.PROBES.labels(host=name).inc()
+            metrics.PROBE_FAILURES.labels(host=name).inc()
         with self._leader.transaction() as conn:
             # Batched; a value the database refuses still costs that host alone.
             named = [(host.name, host.state) for host in hosts]
