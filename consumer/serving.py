@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common import metrics, queries, store
-from scrapefleet.common.actions import get_action, load_user_actions
+from scrapefleet.common.actions import action_kinds, get_action, load_user_actions
 from scrapefleet.common.channels import assigned_channel
 from scrapefleet.common.db import Listener, describe, sqlalchemy_url, transaction
 from scrapefleet.common.db_pooler import listen_url
@@ -167,7 +167,8 @@ class RunningConsumer:
         self._since_boot = registration.jobs_since_boot
         self._threads: list[threading.Thread] = []
         self._slow_light_kinds: set[str] = set()  # warned about (_run_light)
-        self.reporter = StatusReporter(settings.state_dir, self.host, boot_id)
+        # The kinds it can run, for the producer to place jobs only where their kind is.
+        self.reporter = StatusReporter(settings.state_dir, self.host, boot_id, action_kinds())
         self.executor = ThreadPoolExecutor(self.capacity, thread_name_prefix=f"job-{self.host}")
         self.supervisor: StackSupervisor | None = None
         if config.owns_browser_stack:

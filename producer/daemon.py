@@ -59,7 +59,12 @@ from scrapefleet.producer.assignment_report import AssignmentTally
 from scrapefleet.producer.host_health import record_fleet_health
 from scrapefleet.producer.leader import LeaderSession
 from scrapefleet.producer.operator_jobs import OperatorJobs
-from scrapefleet.producer.planner import host_slots, plan_assignments
+from scrapefleet.producer.planner import (
+    host_kinds,
+    host_slots,
+    plan_assignments,
+    runnable_kinds,
+)
 from scrapefleet.producer.probe import Probe
 from scrapefleet.producer.probing import RoutingProbe, probe_target
 from scrapefleet.producer.profile_steps import bind_assigned_profiles, profile_placement
@@ -127,6 +132,7 @@ class Producer:
         self._probe: Probe = probe if probe is not None else RoutingProbe(settings)
         self._leader = LeaderSession(engine.url, PRODUCER_ADVISORY_LOCK_KEY, settings=settings)
         self._probed: dict[str, Probed] = {}
+        self._kinds: dict[str, frozenset[str]] = {}  # what each host runs, as last probed
         self._cycle_lock = threading.Lock()
         self._stop_lock = threading.Lock()  # one stop() at a time; a second waits for the first
         self.lifecycle = Lifecycle("producer", drain_timeout_s=drain_timeout_s)
@@ -239,6 +245,7 @@ class Producer:
             self._probed = {
                 name: Probed(result, in_flight.get(name, 0)) for name, result in results.items()
             }
+            self._kinds = host_kinds(results)
             transitions = self._record_health(hosts, results)
             rescued, requeued = self._rescue()
             report = replace(report, transitions=transitions, rescued=rescued, requeued=requeued)
@@ -354,13 +361,14 @@ class Producer:
                 in_flight,
                 self.settings.min_memory_available_fraction,
                 snapshot.browser_in_flight,
+                self._kinds,
             )
             free = sum(s.free for s in slots)
             if free == 0:
                 return []
             browser_ok = any(s.free and s.takes_browser and s.browser_free != 0 for s in slots)
             pending, admission = self._rates.lock_pending(
-                conn, free, browser_ok=browser_ok, now=now
+                conn, free, browser_ok=browser_ok, now=now, only_kinds=runnable_kinds(slots)
             )
             if not pending:
                 return []
