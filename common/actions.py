@@ -46,6 +46,7 @@ transient failure, retried with backoff (common.error_classes).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import threading
@@ -321,15 +322,23 @@ def action_kinds() -> dict[str, str | None]:
     _load_builtins()
     with _LOCK:
         actions = dict(_REGISTRY)
-    providers = importlib.metadata.packages_distributions()
+    providers = _providers()
     versions: dict[str, str | None] = {}
     for kind, action in sorted(actions.items()):
         top = (getattr(action.func, "__module__", None) or "").partition(".")[0]
-        versions[kind] = _version_of(providers.get(top, ()))
+        versions[kind] = _version_of(tuple(providers.get(top, ())))
     return versions
 
 
-def _version_of(distributions: Iterable[str]) -> str | None:
+# Read once a process (a scan of every installed distribution, ~0.1 s): a consumer runs the
+# packages it started with; a rollout restarts it.
+@functools.cache
+def _providers() -> dict[str, list[str]]:
+    return dict(importlib.metadata.packages_distributions())
+
+
+@functools.cache
+def _version_of(distributions: tuple[str, ...]) -> str | None:
     for name in distributions:
         try:
             return importlib.metadata.version(name)
