@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from sqlalchemy.engine import Engine
 
 from tests.benchmarks.bench_log_lines import run
 from tests.waiting import scaled
@@ -19,7 +20,10 @@ JOBS, FAILING = 300, 10  # the failing ones fail twice: a retry, then failed for
 FEW = 10  # start, lead, stop: lines that come once a process, never per job or per cycle
 
 
-def test_log_lines_stay_bounded_over_hundreds_of_jobs(database_url: str, tmp_path: Path) -> None:
+def test_log_lines_stay_bounded_over_hundreds_of_jobs(
+    engine: Engine, database_url: str, tmp_path: Path
+) -> None:
+    """``engine``: the database emptied first (the counts are of every job and attempt)."""
     result = run(database_url, tmp_path, JOBS, FAILING, timeout_s=scaled(60), idle_s=1.0)
     assert result.attempts == JOBS + 2 * FAILING
 
