@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import os
+import re
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -100,6 +101,8 @@ def test_a_kind_only_one_host_runs_goes_there_and_waits_with_a_reason_while_it_i
         client = dashboard.test_client()
         assert WAITING in html.unescape(client.get(f"/jobs/{waiting}").get_data(as_text=True))
         assert WAITING in html.unescape(client.get("/").get_data(as_text=True))
+        host_page = client.get(f"/hosts/{SCRAPER}").get_data(as_text=True)
+        assert re.search(r'id="kinds">.*\bprices, screenshot', host_page), host_page
 
         with engine.begin() as conn:
             store.enable_host(conn, SCRAPER)

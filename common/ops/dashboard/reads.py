@@ -164,7 +164,7 @@ def host_page(conn: Connection, name: str, events: int) -> dict[str, Any] | None
     host = conn.execute(
         sa.text(
             "SELECT l.*, h.memory_available_bytes, h.last_seen_at, h.probe_failures,"
-            " h.last_probe_error, h.jobs_total, h.boot_id, h.state_changed_at"
+            " h.last_probe_error, h.jobs_total, h.boot_id, h.state_changed_at, h.kinds"
             " FROM host_load l JOIN hosts h ON h.name = l.host WHERE l.host = :name"
         ),
         {"name": name},
