@@ -46,6 +46,7 @@ transient failure, retried with backoff (common.error_classes).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import threading
@@ -312,3 +313,35 @@ def longest_time_limit_s(host_default_s: float) -> float:
 def action_names() -> list[str]:
     _load_builtins()
     return sorted(_REGISTRY)
+
+
+def action_kinds() -> dict[str, str | None]:
+    """Every registered kind, with the version of the installed distribution that provides its
+    function's module (None: a module not installed as a package, e.g. a path on sys.path):
+    what a consumer reports it can run (common.host_status ``kinds``)."""
+    _load_builtins()
+    with _LOCK:
+        actions = dict(_REGISTRY)
+    providers = _providers()
+    versions: dict[str, str | None] = {}
+    for kind, action in sorted(actions.items()):
+        top = (getattr(action.func, "__module__", None) or "").partition(".")[0]
+        versions[kind] = _version_of(tuple(providers.get(top, ())))
+    return versions
+
+
+# Read once a process (a scan of every installed distribution, ~0.1 s): a consumer runs the
+# packages it started with; a rollout restarts it.
+@functools.cache
+def _providers() -> dict[str, list[str]]:
+    return dict(importlib.metadata.packages_distributions())
+
+
+@functools.cache
+def _version_of(distributions: tuple[str, ...]) -> str | None:
+    for name in distributions:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None

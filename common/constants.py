@@ -24,6 +24,10 @@ PENDING_SCAN_FACTOR: Final = 4  # read this many pending rows per free slot (loc
 PROBE_TIMEOUT_S: Final = 3.0  # one host probe, connect + command
 PROBE_FAILURES_OFFLINE: Final = 3  # consecutive probe failures before a host is offline
 OFFLINE_GRACE_S: Final = 60.0  # offline this long -> its queued jobs go back to pending
+# A producer that has just taken the lead does not count the failed probes of a host that has
+# not answered it yet for this long: consumers started beside it are still starting, and their
+# failures would write a false "offline" into each host's history.
+PROBE_START_GRACE_S: Final = 30.0
 RESCUE_AFTER_S: Final = 60.0  # processing job with no heartbeat this long -> rescued
 # An attempt ended in the database while its host may still run it (a rescue, a stop, a
 # timeout): its job's lock key stays held until that host confirms the end, or this long.

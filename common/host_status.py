@@ -92,6 +92,9 @@ class HostStatus:
     # from an older consumer (the producer then counts on the capacity).
     browser_limit: int | None = None
     browser_limit_reason: str | None = None
+    # The action kinds this consumer can run, each with the version of the package providing
+    # it (None: not from an installed package). None from an older consumer: it runs any kind.
+    kinds: dict[str, str | None] | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -118,7 +121,11 @@ _OPTIONAL_FIELDS = (
     "stuck",
     "browser_limit",
     "browser_limit_reason",
+    "kinds",
 )
+MAX_KINDS = 1_000  # a fleet's actions are tens; more is garbage
+MAX_KIND_CHARS = 100
+MAX_VERSION_CHARS = 64
 MAX_STUCK = _INT_FIELDS["running"]
 # The kernel's boot id is a UUID; a test or a host without one sends a short token instead.
 BOOT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
@@ -169,6 +176,7 @@ def parse_status(text: str) -> HostStatus:
     if daemon is not None and (not isinstance(daemon, str) or daemon not in DAEMON_STATES):
         raise ProbeError(f"status field 'daemon' is {_clip(daemon)}, not a daemon state")
     _check_browser_fields(raw)
+    _check_kinds(raw.get("kinds"))
     stuck = raw.get("stuck")
     if stuck is not None and (
         not isinstance(stuck, int) or isinstance(stuck, bool) or not 0 <= stuck <= MAX_STUCK
@@ -209,6 +217,22 @@ def _check_browser_fields(raw: dict[str, Any]) -> None:
             f"status field 'browser_limit_reason' is not a string of at most"
             f" {MAX_REASON_CHARS} chars"
         )
+
+
+def _check_kinds(kinds: Any) -> None:
+    if kinds is None:
+        return
+    if not isinstance(kinds, dict) or len(kinds) > MAX_KINDS:
+        raise ProbeError(f"status field 'kinds' is not an object of at most {MAX_KINDS} kinds")
+    for kind, version in kinds.items():
+        if not (0 < len(kind) <= MAX_KIND_CHARS and kind.isprintable() and kind.strip() == kind):
+            raise ProbeError(f"status field 'kinds' holds {_clip(kind)}, not a kind name")
+        if version is not None and not (
+            isinstance(version, str) and len(version) <= MAX_VERSION_CHARS and version.isprintable()
+        ):
+            raise ProbeError(
+                f"status field 'kinds' gives {_clip(kind)} the version {_clip(version)}"
+            )
 
 
 def _is_finite_number(value: Any) -> bool:

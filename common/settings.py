@@ -210,6 +210,13 @@ class Settings(BaseSettings):
         ge=0,
         description="offline this long -> its queued jobs go back to pending",
     )
+    probe_start_grace_s: float = Field(
+        default=C.PROBE_START_GRACE_S,
+        ge=0,
+        description="for this long after taking the lead, a producer does not count the failed"
+        " probes of a host that has not answered it yet (its consumer may still be starting);"
+        " 0 = count from the first probe",
+    )
     rescue_after_s: float = Field(
         default=C.RESCUE_AFTER_S,
         gt=0,

@@ -230,11 +230,17 @@ hosts = sa.Table(
     # Browser jobs it takes at once now, and why fewer than its capacity (consumer.browser_load).
     sa.Column("browser_limit", sa.Integer),
     sa.Column("browser_limit_reason", sa.Text),
+    # The action kinds its consumer runs, kind -> version (common.host_status); NULL: any.
+    sa.Column("kinds", JSONB),
     sa.Column("last_seen_at", TS),
     sa.Column("heartbeat_at", TS),
     sa.Column("created_at", TS, nullable=False, server_default=sa.text("now()")),
     sa.CheckConstraint(_in("state", HOST_STATES), name="hosts_state_valid"),
     sa.CheckConstraint("capacity BETWEEN 1 AND 64", name="hosts_capacity_range"),
+    sa.CheckConstraint(
+        "kinds IS NULL OR (jsonb_typeof(kinds) = 'object' AND pg_column_size(kinds) <= 65536)",
+        name="hosts_kinds_object",
+    ),
     *(
         _sane_time("hosts", c)
         for c in ("state_changed_at", "last_seen_at", "heartbeat_at", "browser_retry_at")

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common import metrics, store
-from scrapefleet.common.actions import load_user_actions
+from scrapefleet.common.actions import action_kinds, load_user_actions
 from scrapefleet.common.db import transaction
 from scrapefleet.common.db_pooler import listen_url
 from scrapefleet.common.errors import ScrapefleetError
@@ -119,7 +119,8 @@ class RunningConsumer(Claiming, AttemptEndings, Heartbeat, Stopping):
         # Every side thread, watched: one that dies stops this consumer (cold), which then
         # exits non-zero.
         self.threads = SideThreads(self._on_thread_death, lambda: lifecycle.stopping)
-        self.reporter = StatusReporter(settings.state_dir, self.host, boot_id)
+        # The kinds it can run, for the producer to place jobs only where their kind is.
+        self.reporter = StatusReporter(settings.state_dir, self.host, boot_id, action_kinds())
         self.executor = ThreadPoolExecutor(self.capacity, thread_name_prefix=f"job-{self.host}")
         self.supervisor: StackSupervisor | None = None
         if config.owns_browser_stack:

@@ -56,10 +56,17 @@ class Snapshot:
 
 
 class StatusReporter:
-    def __init__(self, state_dir: Path, host: str, boot_id: str) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        host: str,
+        boot_id: str,
+        kinds: dict[str, str | None] | None = None,
+    ) -> None:
         self.state_dir = state_dir
         self.host = host
         self.boot_id = boot_id
+        self.kinds = kinds  # what this consumer's registry runs: fixed for its lifetime
         self._lock = threading.Lock()
         self._memory_available = 0
         self._memory_total = 0
@@ -97,6 +104,7 @@ class StatusReporter:
                 stuck=now.stuck,
                 browser_limit=now.browser_limit,
                 browser_limit_reason=now.browser_limit_reason,
+                kinds=self.kinds,
             )
             try:
                 write_status(self.state_dir, status)

@@ -59,11 +59,17 @@ from scrapefleet.producer.assignment_report import AssignmentTally
 from scrapefleet.producer.host_health import record_fleet_health
 from scrapefleet.producer.leader import LeaderSession
 from scrapefleet.producer.operator_jobs import OperatorJobs
-from scrapefleet.producer.planner import host_slots, plan_assignments
+from scrapefleet.producer.planner import (
+    host_kinds,
+    host_slots,
+    plan_assignments,
+    runnable_kinds,
+)
 from scrapefleet.producer.probe import Probe
 from scrapefleet.producer.probing import RoutingProbe, probe_target
 from scrapefleet.producer.profile_steps import bind_assigned_profiles, profile_placement
 from scrapefleet.producer.rate_steps import RateControl
+from scrapefleet.producer.start_grace import StartGrace
 from scrapefleet.producer.wakeup import WakeListener
 
 log = logging.getLogger(__name__)
@@ -126,6 +132,7 @@ class Producer:
         self._probe: Probe = probe if probe is not None else RoutingProbe(settings)
         self._leader = LeaderSession(engine.url, PRODUCER_ADVISORY_LOCK_KEY, settings=settings)
         self._probed: dict[str, Probed] = {}
+        self._kinds: dict[str, frozenset[str]] = {}  # what each host runs, as last probed
         self._cycle_lock = threading.Lock()
         self._stop_lock = threading.Lock()  # one stop() at a time; a second waits for the first
         self.lifecycle = Lifecycle("producer", drain_timeout_s=drain_timeout_s)
@@ -140,6 +147,7 @@ class Producer:
         self._rates = RateControl(settings)
         self._assignments = AssignmentTally()  # said once a minute, not once a cycle
         self._monotonic = time.monotonic
+        self._start_grace = StartGrace(settings.probe_start_grace_s)
         self._systemd = Notifier()  # READY, WATCHDOG per full cycle, STOPPING: when systemd asks
         # Figures for tests, benchmarks and the debug log.
         self.last_cycle_duration_s = 0.0
@@ -237,6 +245,7 @@ class Producer:
             self._probed = {
                 name: Probed(result, in_flight.get(name, 0)) for name, result in results.items()
             }
+            self._kinds = host_kinds(results)
             transitions = self._record_health(hosts, results)
             rescued, requeued = self._rescue()
             report = replace(report, transitions=transitions, rescued=rescued, requeued=requeued)
@@ -268,6 +277,7 @@ class Producer:
                 self._leader.backend_pid,
             )
             self._standby_logged = False
+            self._start_grace.lead_taken(self._monotonic())
             return True
         if not self._standby_logged:
             log.info("another producer holds the leader lock: standing by")
@@ -293,6 +303,12 @@ class Producer:
         self, hosts: list[queries.HostRow], results: Mapping[str, HostStatus | ProbeError]
     ) -> tuple[tuple[str, str, str], ...]:
         threshold = self.settings.probe_failures_offline
+        results, held = self._start_grace.counted(results, self._monotonic())
+        if held:
+            log.debug("start-up grace: failed probes not counted yet hosts=%s", held)
+        for name in held:  # the metrics count every failed probe; only the host's record waits
+            metrics.PROBES.labels(host=name).inc()
+            metrics.PROBE_FAILURES.labels(host=name).inc()
         with self._leader.transaction() as conn:
             # Batched; a value the database refuses still costs that host alone.
             named = [(host.name, host.state) for host in hosts]
@@ -345,13 +361,14 @@ class Producer:
                 in_flight,
                 self.settings.min_memory_available_fraction,
                 snapshot.browser_in_flight,
+                self._kinds,
             )
             free = sum(s.free for s in slots)
             if free == 0:
                 return []
             browser_ok = any(s.free and s.takes_browser and s.browser_free != 0 for s in slots)
             pending, admission = self._rates.lock_pending(
-                conn, free, browser_ok=browser_ok, now=now
+                conn, free, browser_ok=browser_ok, now=now, only_kinds=runnable_kinds(slots)
             )
             if not pending:
                 return []

@@ -27,6 +27,8 @@ class PlannedJob(Protocol):
     def lock_key(self) -> str | None: ...
     @property
     def needs_browser(self) -> bool: ...
+    @property
+    def kind(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,34 @@ class HostSlots:
     # Of ``free``, how many may need a browser: the host's browser limit (fewer than its
     # capacity while it is short of CPU or memory) less its browser jobs in flight. None: free.
     browser_free: int | None = None
+    # The action kinds its consumer runs; None: any (a consumer that does not say).
+    kinds: frozenset[str] | None = None
+
+
+def host_kinds(probes: Mapping[str, HostStatus | ProbeError]) -> dict[str, frozenset[str]]:
+    """Each reporting host's kinds as a set, one shared set per distinct report: computed once
+    a probe round, so that a cycle's union of them (runnable_kinds) costs a few sets, not one
+    per host."""
+    shared: dict[frozenset[str], frozenset[str]] = {}
+    kinds = {}
+    for name, probe in probes.items():
+        if isinstance(probe, HostStatus) and probe.kinds is not None:
+            reported = frozenset(probe.kinds)
+            kinds[name] = shared.setdefault(reported, reported)
+    return kinds
+
+
+def runnable_kinds(hosts: Sequence[HostSlots]) -> frozenset[str] | None:
+    """The kinds some host with a free slot runs; None: any kind (one of them does not say).
+    The pending read leaves the others out, so that a backlog of a kind no free host runs
+    never fills the batch read for the hosts that are free."""
+    reported: set[frozenset[str]] = set()
+    for host in hosts:
+        if host.free > 0:
+            if host.kinds is None:
+                return None
+            reported.add(host.kinds)
+    return frozenset().union(*reported)
 
 
 def host_slots(
@@ -75,6 +105,7 @@ def host_slots(
     in_flight: Mapping[str, int],
     min_memory_fraction: float,
     browser_in_flight: Mapping[str, int] | None = None,
+    kinds: Mapping[str, frozenset[str]] | None = None,
 ) -> list[HostSlots]:
     """Free slots per host: capacity - max(host's running count, database's queued+processing);
     of those, browser slots: the browser limit the host reports less its browser jobs in the
@@ -82,7 +113,8 @@ def host_slots(
 
     A host gets no slot unless the database says it is active AND its probe succeeded AND the
     consumer itself reports active AND it has at least ``min_memory_fraction`` of its memory
-    available: any doubt means no new work, never an overfilled host.
+    available: any doubt means no new work, never an overfilled host. ``kinds``: what each
+    host runs (host_kinds); a host not in it runs any kind.
     """
     slots = []
     for host in hosts:
@@ -102,7 +134,8 @@ def host_slots(
         if isinstance(probe, HostStatus) and probe.browser_limit is not None:
             busy = (browser_in_flight or {}).get(host.name, 0)
             browser_free = min(free, max(0, probe.browser_limit - busy))
-        slots.append(HostSlots(host.name, host.capacity, load, free, browser, browser_free))
+        runs = None if kinds is None else kinds.get(host.name)
+        slots.append(HostSlots(host.name, host.capacity, load, free, browser, browser_free, runs))
     return slots
 
 
@@ -126,7 +159,8 @@ def plan_assignments(
     plan, is skipped, and so is a browser job when no browser host has a slot left: it stays
     pending for a later cycle and never holds up the jobs behind it. ``placement`` may narrow
     a job's hosts (the least-loaded of those it allows) or hold it back; ``admission`` (the
-    rate limits) may hold it back, and hears of every job placed."""
+    rate limits) may hold it back, and hears of every job placed. A job goes only to a host
+    that runs its kind: with none among those with a slot, it stays pending."""
     free = [h.free for h in hosts]
     browser_free = [h.free if h.browser_free is None else h.browser_free for h in hosts]
     load = [h.in_flight for h in hosts]
@@ -155,6 +189,14 @@ def plan_assignments(
             push(i)
     taken_keys: set[str] = set()
     plan: list[tuple[int, str]] = []
+    runners: dict[str, frozenset[str] | None] = {}  # kind -> the hosts that run it; None: all
+
+    def hosts_running(kind: str) -> frozenset[str] | None:
+        if kind not in runners:
+            names = [h.name for h in hosts if h.kinds is None or kind in h.kinds]
+            runners[kind] = None if len(names) == len(hosts) else frozenset(names)
+        return runners[kind]
+
     for job in pending:
         heap = browser_heap if job.needs_browser else any_heap
         if not heap:
@@ -170,6 +212,12 @@ def plan_assignments(
         choice = ANY_HOST if placement is None else placement.hosts_for(job)
         if choice is None:
             continue
+        only = hosts_running(job.kind)
+        if only is not None:
+            allowed = only if choice.allowed is None else choice.allowed & only
+            if not allowed:
+                continue
+            choice = HostChoice(allowed, choice.avoid)
         chosen = (
             pop(heap)
             if choice == ANY_HOST

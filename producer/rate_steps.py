@@ -81,7 +81,13 @@ class RateControl:
         self._last_placed: dict[str, datetime] = {}
 
     def lock_pending(
-        self, conn: Connection, free_slots: int, *, browser_ok: bool, now: datetime
+        self,
+        conn: Connection,
+        free_slots: int,
+        *,
+        browser_ok: bool,
+        now: datetime,
+        only_kinds: frozenset[str] | None = None,
     ) -> tuple[list[PendingJob], Admission | None]:
         """The pending jobs to plan (PENDING_SCAN_FACTOR per free slot, and each tight key's
         budget), and the budget the planner must keep (None: no limit applies now)."""
@@ -91,6 +97,8 @@ class RateControl:
         live = store.live_controls(conn)
         self.rules = with_live_limits(self.configured, live)
         holds = live.holds()
+        if only_kinds is not None:  # kinds no free host runs are not read (planner.runnable_kinds)
+            holds = replace(holds, only_kinds=tuple(sorted(only_kinds)))
         paused = any(s.paused(now) for s in self.slowdowns.values())
         if not self.rules.any and not paused and not self.crawl_delays:
             return store.lock_pending_jobs(conn, limit, browser_ok=browser_ok, holds=holds), None

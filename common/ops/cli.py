@@ -52,7 +52,15 @@ from scrapefleet.common.ops.try_command import try_command
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
 
-    from scrapefleet.common import api, producer_status, progress, queries, settings, submit_file
+    from scrapefleet.common import (
+        api,
+        kind_waits,
+        producer_status,
+        progress,
+        queries,
+        settings,
+        submit_file,
+    )
     from scrapefleet.common import db as database
     from scrapefleet.common import results as job_results
     from scrapefleet.common.api import Client
@@ -65,6 +73,7 @@ else:
     api = lazy_module("scrapefleet.common.api")
     database = lazy_module("scrapefleet.common.db")
     producer_status = lazy_module("scrapefleet.common.producer_status")
+    kind_waits = lazy_module("scrapefleet.common.kind_waits")
     progress = lazy_module("scrapefleet.common.progress")
     queries = lazy_module("scrapefleet.common.queries")
     job_results = lazy_module("scrapefleet.common.results")
@@ -258,12 +267,15 @@ def jobs_show(ctx: _Context, job_id: int) -> None:
         secret_set = (
             producer_status.read_producer_status(conn).webhook_secret_set if webhooks else None
         )
+        waiting = kind_waits.job_wait_reason(conn, row)
     row = masking.mask_job_row(row)  # a proxy password or a cookie is never shown back
     error = row.pop("last_error")
     artifacts = row.pop("artifacts") or {}
     for key, value in row.items():
         shown = json.dumps(value, default=str) if isinstance(value, dict | list) else value
         click.echo(f"{key:>13}: {shown}")
+    if waiting:
+        click.echo(f"{'':>13}  {waiting}")
     click.echo("\nhistory:")
     for e in events:
         message = f"  ({masking.mask_text(e['message'])})" if e["message"] else ""

@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from scrapefleet.common import queries
+from scrapefleet.common.kind_waits import waiting_kinds
 from scrapefleet.common.ops.render import render_status
 from scrapefleet.common.producer_status import NO_SECRET, ProducerStatus, read_producer_status
 from scrapefleet.common.progress import progress_json, read_progress, render_progress
@@ -49,6 +50,8 @@ class FleetStatus:
     hosts: list[dict[str, Any]]
     pending_browser: int
     progress: dict[str, Any]
+    # Pending kinds no active host runs: kind, jobs, reason (common.kind_waits).
+    waiting_kinds: tuple[dict[str, Any], ...] = ()
 
     def document(self) -> dict[str, Any]:
         return {
@@ -58,6 +61,7 @@ class FleetStatus:
             "progress": progress_json(self.progress, self.producer.up),
             "hosts": self.hosts,
             "pending_browser_jobs": self.pending_browser,
+            "waiting_kinds": list(self.waiting_kinds),
             "webhooks": {
                 "unsent": self.producer.unsent_webhooks,
                 "not_sent_reason": NO_SECRET if self.producer.webhooks_blocked else None,
@@ -77,6 +81,7 @@ class FleetStatus:
                 *self.producer.lines(),
                 render_progress(self.progress, self.producer.up),
                 render_status(self.counts, self.hosts, self.pending_browser),
+                *(f"{w['jobs']} job(s) {w['reason']}" for w in self.waiting_kinds),
             ]
         )
 
@@ -95,4 +100,5 @@ def _read(conn: Connection) -> FleetStatus:
         hosts=queries.host_load(conn),
         pending_browser=queries.pending_browser_jobs(conn),
         progress=read_progress(conn),
+        waiting_kinds=tuple(waiting_kinds(conn)),
     )

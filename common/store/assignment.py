@@ -61,11 +61,13 @@ PENDING_COLUMNS = (
     "id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile, blocked_on_host,"
     " CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host"
 )
-# What an operator paused live (common.store.controls.Holds: empty arrays, nothing held).
+# What an operator paused live (common.store.controls.Holds: empty arrays, nothing held), and
+# the kinds no host with a free slot runs (only_kinds NULL: any kind).
 _NOT_HELD = (
     " AND (rate_key IS NULL OR rate_key <> ALL(CAST(:held_keys AS text[])))"
     " AND kind <> ALL(CAST(:held_kinds AS text[]))"
     " AND (crawl_id IS NULL OR crawl_id <> ALL(CAST(:held_crawls AS bigint[])))"
+    " AND (CAST(:only_kinds AS text[]) IS NULL OR kind = ANY(CAST(:only_kinds AS text[])))"
 )
 # What makes a pending job assignable now besides its status (common.store.rate_pending's
 # reads share it, and pass a Holds' params too).

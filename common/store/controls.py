@@ -69,17 +69,20 @@ class LiveControl:
 
 @dataclass(frozen=True)
 class Holds:
-    """What an operator paused: left out of every pending read (common.store.assignment)."""
+    """What an operator paused, and the kinds no host with a free slot runs: left out of every
+    pending read (common.store.assignment)."""
 
     keys: tuple[str, ...] = ()
     kinds: tuple[str, ...] = ()
     crawls: tuple[int, ...] = ()
+    only_kinds: tuple[str, ...] | None = None  # None: any kind may be read
 
-    def params(self) -> dict[str, list[str] | list[int]]:
+    def params(self) -> dict[str, list[str] | list[int] | None]:
         return {
             "held_keys": list(self.keys),
             "held_kinds": list(self.kinds),
             "held_crawls": list(self.crawls),
+            "only_kinds": None if self.only_kinds is None else list(self.only_kinds),
         }
 
 

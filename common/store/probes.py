@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,17 +23,19 @@ __all__ = [
 
 # Returns the values before the report, for the events that mark a change.
 PROBE_SUCCEEDED_SQL = sa.text(
-    "WITH old AS (SELECT name, probe_failures, last_probe_error, browser_state, browser_limit"
-    "   FROM hosts"
+    "WITH old AS (SELECT name, probe_failures, last_probe_error, browser_state, browser_limit,"
+    "   kinds FROM hosts"
     "   WHERE name = :name FOR NO KEY UPDATE SKIP LOCKED)"
     " UPDATE hosts h SET last_seen_at = now(), probe_failures = 0,"
     "   last_probe_error = NULL, reported_running = :running,"
     "   memory_available_bytes = :memory, boot_id = :boot_id,"
     "   browser_state = :browser, browser_reason = :browser_reason,"
     "   browser_retry_at = to_timestamp(CAST(:browser_retry_at AS double precision)),"
-    "   browser_limit = :browser_limit, browser_limit_reason = :browser_limit_reason"
+    "   browser_limit = :browser_limit, browser_limit_reason = :browser_limit_reason,"
+    "   kinds = CAST(:kinds AS jsonb)"
     " FROM old WHERE h.name = old.name"
-    " RETURNING old.probe_failures, old.last_probe_error, old.browser_state, old.browser_limit"
+    " RETURNING old.probe_failures, old.last_probe_error, old.browser_state, old.browser_limit,"
+    "   old.kinds"
 )
 # The same for many hosts in one statement: a producer of a thousand hosts would otherwise spend
 # most of its cycle on a round trip (and a savepoint) per host. Rows locked in name order, as
@@ -44,11 +47,12 @@ PROBES_SUCCEEDED_SQL = sa.text(
     "WITH report AS (SELECT * FROM unnest(CAST(:names AS text[]), CAST(:running AS int[]),"
     "     CAST(:memory AS bigint[]), CAST(:boot_ids AS text[]), CAST(:browser AS text[]),"
     "     CAST(:browser_reason AS text[]), CAST(:browser_retry_at AS double precision[]),"
-    "     CAST(:browser_limit AS int[]), CAST(:browser_limit_reason AS text[]))"
+    "     CAST(:browser_limit AS int[]), CAST(:browser_limit_reason AS text[]),"
+    "     CAST(:kinds AS text[]))"
     "   AS r(name, running, memory, boot_id, browser, browser_reason, browser_retry_at,"
-    "        browser_limit, browser_limit_reason)),"
+    "        browser_limit, browser_limit_reason, kinds)),"
     " old AS (SELECT h.name, h.probe_failures, h.last_probe_error, h.browser_state,"
-    "   h.browser_limit"
+    "   h.browser_limit, h.kinds"
     "   FROM hosts h JOIN report r ON r.name = h.name ORDER BY h.name"
     "   FOR NO KEY UPDATE OF h SKIP LOCKED)"
     " UPDATE hosts h SET last_seen_at = now(), probe_failures = 0,"
@@ -56,10 +60,11 @@ PROBES_SUCCEEDED_SQL = sa.text(
     "   memory_available_bytes = r.memory, boot_id = r.boot_id,"
     "   browser_state = r.browser, browser_reason = r.browser_reason,"
     "   browser_retry_at = to_timestamp(r.browser_retry_at),"
-    "   browser_limit = r.browser_limit, browser_limit_reason = r.browser_limit_reason"
+    "   browser_limit = r.browser_limit, browser_limit_reason = r.browser_limit_reason,"
+    "   kinds = CAST(r.kinds AS jsonb)"
     " FROM old JOIN report r ON r.name = old.name WHERE h.name = old.name"
     " RETURNING h.name, old.probe_failures, old.last_probe_error, old.browser_state,"
-    "   old.browser_limit"
+    "   old.browser_limit, old.kinds"
 )
 PROBE_FAILED_SQL = sa.text(
     "WITH free AS (SELECT name FROM hosts WHERE name = :name FOR NO KEY UPDATE SKIP LOCKED)"
@@ -84,6 +89,7 @@ def record_probe_success(conn: Connection, name: str, status: HostStatus) -> boo
             "browser_retry_at": status.browser_retry_at,
             "browser_limit": status.browser_limit,
             "browser_limit_reason": status.browser_limit_reason,
+            "kinds": _kinds_json(status),
         },
     ).first()
     if before is None:
@@ -109,12 +115,17 @@ def record_probe_successes(conn: Connection, reports: Mapping[str, HostStatus]) 
         "browser_retry_at": [reports[n].browser_retry_at for n in names],
         "browser_limit": [reports[n].browser_limit for n in names],
         "browser_limit_reason": [reports[n].browser_limit_reason for n in names],
+        "kinds": [_kinds_json(reports[n]) for n in names],
     }
     stored = []
     for before in conn.execute(PROBES_SUCCEEDED_SQL, columns).all():
         _success_events(conn, before.name, reports[before.name], before)
         stored.append(before.name)
     return stored
+
+
+def _kinds_json(status: HostStatus) -> str | None:
+    return None if status.kinds is None else json.dumps(status.kinds, sort_keys=True)
 
 
 def _success_events(conn: Connection, name: str, status: HostStatus, before: Any) -> None:
@@ -136,6 +147,15 @@ def _success_events(conn: Connection, name: str, status: HostStatus, before: Any
             or f"taking {status.browser_limit} browser jobs at once",
             details={"from": before.browser_limit, "to": status.browser_limit},
         )
+    if status.kinds is not None and before.kinds != status.kinds:
+        # The trail of a rollout: when a host began to run a kind, or another version of it.
+        record_host_event(
+            conn,
+            name,
+            "kinds",
+            message=_kinds_change(before.kinds or {}, status.kinds),
+            details={"from": before.kinds, "to": status.kinds},
+        )
     if status.browser is not None and before.browser_state != status.browser:
         record_host_event(
             conn,
@@ -145,6 +165,19 @@ def _success_events(conn: Connection, name: str, status: HostStatus, before: Any
             to_state=status.browser,
             message=status.browser_reason,
         )
+
+
+def _kinds_change(old: dict[str, Any], new: dict[str, str | None]) -> str:
+    """One line: the kinds added, removed and upgraded (the first few of each)."""
+    added = sorted(set(new) - set(old))
+    gone = sorted(set(old) - set(new))
+    moved = sorted(k for k in set(old) & set(new) if old[k] != new[k])
+    parts = [
+        f"{label} {', '.join(names[:5])}{' ...' if len(names) > 5 else ''}"
+        for label, names in (("runs", added), ("no longer runs", gone), ("new version of", moved))
+        if names
+    ]
+    return "; ".join(parts) or "kinds unchanged"
 
 
 def record_probe_failure(conn: Connection, name: str, reason: str) -> int | None:

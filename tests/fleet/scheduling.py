@@ -143,6 +143,8 @@ class SchedulingFleet:
             probe_timeout_s=5.0,
             local_state_stale_s=STALE_STATUS_S,
             probe_failures_offline=2,
+            # Hosts broken from the start go offline as fast as those broken later.
+            probe_start_grace_s=0,
             offline_grace_s=1.0,
             # Longer than a consumer's restart under load: the restarted consumer, not the
             # heartbeat rescue, must be what recovers the jobs of a killed one.

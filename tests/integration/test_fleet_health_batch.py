@@ -36,7 +36,7 @@ def test_batched_reports_write_events_moves_and_failures(
     results["b01"] = status_for("b01", browser="failing", browser_reason="grid down")
     results["b02"] = ProbeError("connection refused")
     producer = Producer(
-        producer_settings(database_url, tmp_path, probe_failures_offline=1),
+        producer_settings(database_url, tmp_path, probe_failures_offline=1, probe_start_grace_s=0),
         engine,
         FixedProbe(results),
     )

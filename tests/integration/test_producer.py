@@ -127,7 +127,8 @@ def test_three_failed_probes_make_a_host_offline_and_success_brings_it_back(
     engine: Engine, tmp_path: Path, make_producer: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     add_hosts(engine, {"h1": 6})
-    producer = make_producer(probe_failures_offline=3)  # no status file: probes fail
+    # No status file: probes fail, and count from the first (no start-up grace).
+    producer = make_producer(probe_failures_offline=3, probe_start_grace_s=0)
 
     assert producer.run_cycle().transitions == ()
     assert producer.run_cycle().transitions == ()
@@ -146,6 +147,35 @@ def test_three_failed_probes_make_a_host_offline_and_success_brings_it_back(
     with engine.connect() as conn:
         row = conn.execute(sa.text("SELECT probe_failures, last_seen_at FROM hosts")).one()
     assert row.probe_failures == 0 and row.last_seen_at is not None
+
+
+def test_a_fresh_producer_counts_no_failure_of_a_host_that_has_not_answered_it_yet(
+    engine: Engine, tmp_path: Path, make_producer: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Started beside its consumers, the producer probes them before their first status
+    document: within its start-up grace those failures are not recorded. A host that never
+    answers goes offline once the grace is over."""
+    add_hosts(engine, {"h1": 6, "h2": 6})
+    producer = make_producer(probe_failures_offline=1, probe_start_grace_s=30)
+    clock = [1000.0]
+    producer._monotonic = lambda: clock[0]
+    with caplog.at_level(logging.DEBUG, logger="scrapefleet.producer"):
+        for _ in range(3):  # neither consumer has written its document yet
+            assert producer.run_cycle().transitions == ()
+            clock[0] += 2
+        publish_status(tmp_path, "h1")  # h1's consumer is up
+        submit(engine, [NewJob("noop")])
+        assert producer.run_cycle().assigned == 1
+    assert not [r for r in caplog.records if r.levelno >= logging.INFO and "probe" in r.message]
+    with engine.connect() as conn:
+        events = conn.execute(sa.text("SELECT event, to_state FROM host_events")).all()
+        failures = conn.execute(sa.text("SELECT sum(probe_failures) FROM hosts")).scalar()
+    assert not [e for e in events if e.event.startswith("probe") or e.to_state == "offline"]
+    assert failures == 0
+    assert host_state(engine, "h1") == "active" and host_state(engine, "h2") == "active"
+
+    clock[0] += 30  # the grace is over: h2, which never answered, is counted
+    assert producer.run_cycle().transitions == (("h2", "active", "offline"),)
 
 
 # ---------------------------------------------------------------- rescue

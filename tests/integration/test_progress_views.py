@@ -4,6 +4,7 @@ failures, releases, rescues), and `scrapefleet status` saying the same in one li
 from __future__ import annotations
 
 import json
+import re
 import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -13,7 +14,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
+from scrapefleet.common.ops.dashboard.app import create_app
 from scrapefleet.common.progress import read_progress, read_rows, render_progress
+from scrapefleet.common.settings import load_settings
 from scrapefleet.common.store import HostSpec, NewJob
 from scrapefleet.common.store.fleet import ProducerIdentity
 from tests.cli_helpers import run_cli
@@ -293,6 +296,16 @@ def test_jobs_rescued_from_a_host_are_found_by_it(
     assert sorted(i for i, _ in fleet["bad"] + fleet["other"]) == [
         i for i in was_on_h2 if i != job_id
     ]
+
+    # The dashboard: the host page links its rescued jobs, the job search has the same filter.
+    client = create_app(load_settings(None, database_url=database_url), engine).test_client()
+    host_page = client.get("/hosts/h2").get_data(as_text=True)
+    assert 'class="rescued" href="/jobs?was_on=h2&amp;rescued=1"' in host_page
+    rescued = client.get("/jobs?was_on=h2&rescued=1").get_data(as_text=True)
+    assert re.findall(r'href="/jobs/(\d+)"', rescued) == [str(job_id)]
+    everything = client.get("/jobs?was_on=h2").get_data(as_text=True)
+    assert sorted(int(i) for i in re.findall(r'href="/jobs/(\d+)"', everything)) == was_on_h2
+    assert client.get("/jobs?rescued=1").status_code == 400
 
 
 def test_failures_command_lists_the_groups_with_an_example(

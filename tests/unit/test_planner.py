@@ -10,7 +10,13 @@ from hypothesis import strategies as st
 from scrapefleet.common.errors import ProbeError
 from scrapefleet.common.host_status import HostStatus
 from scrapefleet.common.queries import HostRow
-from scrapefleet.producer.planner import HostSlots, host_slots, plan_assignments
+from scrapefleet.producer.planner import (
+    HostSlots,
+    host_kinds,
+    host_slots,
+    plan_assignments,
+    runnable_kinds,
+)
 from tests.host_status_factory import status_for
 
 GIB = 1024**3
@@ -38,6 +44,7 @@ class Job:
     id: int
     lock_key: str | None
     needs_browser: bool = False
+    kind: str = "noop"
 
 
 def _jobs(*lock_keys: str | None) -> list[Job]:
@@ -240,3 +247,50 @@ def test_a_host_that_reports_no_browser_limit_takes_browser_jobs_up_to_its_free_
     assert slots.browser_free is None
     plan = plan_assignments([slots], [Job(i, None, needs_browser=True) for i in range(9)], set())
     assert len(plan) == 6
+
+
+# ---------------------------------------------------------------- kinds
+
+
+def test_a_job_goes_only_to_a_host_that_runs_its_kind() -> None:
+    hosts = [
+        HostSlots("busy-scraper", 6, 5, 1, kinds=frozenset({"noop", "prices"})),
+        HostSlots("idle", 6, 0, 6, kinds=frozenset({"noop"})),
+        HostSlots("old", 6, 0, 6),  # does not say: runs any kind
+    ]
+    jobs = [Job(1, None, kind="prices"), Job(2, None, kind="prices"), Job(3, None, kind="noop")]
+    only_one = [h for h in hosts if h.name != "old"]
+    # Job 2 finds no slot left with its kind: it stays pending.
+    assert plan_assignments(only_one, jobs, set()) == [(1, "busy-scraper"), (3, "idle")]
+    assert plan_assignments(hosts, jobs, set()) == [(1, "old"), (2, "old"), (3, "idle")]
+
+
+def test_a_kind_no_host_runs_waits_without_holding_up_the_jobs_behind_it() -> None:
+    hosts = [HostSlots("a", 2, 0, 2, kinds=frozenset({"noop"}))]
+    jobs = [Job(i, None, kind="prices") for i in range(1, 5)] + [Job(9, None)]
+    assert plan_assignments(hosts, jobs, set()) == [(9, "a")]
+
+
+def test_runnable_kinds_are_those_of_the_hosts_with_a_slot() -> None:
+    noop, prices = frozenset({"noop"}), frozenset({"noop", "prices"})
+    assert runnable_kinds(
+        [HostSlots("a", 6, 0, 6, kinds=noop), HostSlots("b", 6, 6, 0, kinds=prices)]
+    ) == frozenset({"noop"})
+    assert runnable_kinds(
+        [HostSlots("a", 6, 0, 6, kinds=noop), HostSlots("b", 6, 0, 6, kinds=prices)]
+    ) == frozenset({"noop", "prices"})
+    assert runnable_kinds([HostSlots("a", 6, 0, 6, kinds=noop), HostSlots("b", 6, 0, 6)]) is None
+    assert runnable_kinds([HostSlots("b", 6, 6, 0, kinds=prices)]) == frozenset()
+
+
+def test_host_kinds_shares_one_set_per_distinct_report() -> None:
+    probes: dict[str, HostStatus | ProbeError] = {
+        "a": status_for("a", kinds={"noop": "1", "prices": "2"}),
+        "b": status_for("b", kinds={"prices": "2", "noop": "1"}),
+        "c": status_for("c"),  # not reported: any kind
+        "d": ProbeError("down"),
+    }
+    kinds = host_kinds(probes)
+    assert set(kinds) == {"a", "b"} and kinds["a"] is kinds["b"]
+    slots = host_slots([_row("a"), _row("c")], probes, {}, 0.0, kinds=kinds)
+    assert [s.kinds for s in slots] == [frozenset({"noop", "prices"}), None]

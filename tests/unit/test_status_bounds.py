@@ -76,3 +76,16 @@ def test_the_browser_limit_and_its_reason_parse_and_are_bounded() -> None:
             parse_status(_document(browser_limit=limit))
     with pytest.raises(ProbeError, match="'browser_limit_reason'"):
         parse_status(_document(browser_limit=2, browser_limit_reason="x" * 501))
+
+
+def test_the_kinds_a_host_runs_parse_with_their_versions_and_are_bounded() -> None:
+    kinds = {"noop": "0.1.0", "prices": "2.3.1", "local_thing": None}
+    assert parse_status(_document(kinds=kinds)).kinds == kinds
+    assert parse_status(_document(kinds=None)).kinds is None  # an older consumer: any kind
+    many = {f"k{i}": None for i in range(1_001)}
+    for bad in (["noop"], "noop", many, {"": None}, {"a b ": None}, {"x" * 101: None}):
+        with pytest.raises(ProbeError, match="'kinds'"):
+            parse_status(_document(kinds=bad))
+    for version in (1, "v" * 65, "1.0\n", ["1"]):
+        with pytest.raises(ProbeError, match="'kinds' gives 'noop' the version"):
+            parse_status(_document(kinds={"noop": version}))

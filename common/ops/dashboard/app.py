@@ -35,6 +35,7 @@ from scrapefleet.common.constants import DASHBOARD_PAGE_ROWS
 from scrapefleet.common.db import describe, wrapped_errors
 from scrapefleet.common.error_classes import ERROR_CLASSES
 from scrapefleet.common.errors import DatabaseUnavailable, NotFound, SettingsError
+from scrapefleet.common.kind_waits import job_wait_reason, waiting_kinds
 from scrapefleet.common.ops.dashboard import charts, reads
 from scrapefleet.common.ops.dashboard.ages import relative_age
 from scrapefleet.common.ops.dashboard.artifacts import relative_artifact, send_artifact
@@ -155,6 +156,7 @@ def create_app(settings: Settings, engine: Engine, clock: Callable[[], datetime]
             hosts = reads.hosts_overview(conn)
             failures = reads.recent_failures(conn, DASHBOARD_PAGE_ROWS)
             progress = read_progress(conn)
+            waiting = waiting_kinds(conn)
             throughput = []
             for window in charts.WINDOWS:
                 since = charts.bucket_starts(window, now)[0]
@@ -173,6 +175,7 @@ def create_app(settings: Settings, engine: Engine, clock: Callable[[], datetime]
             failures=failures,
             throughput=throughput,
             progress_line=render_progress(progress, producer.up).removeprefix("progress: "),
+            waiting_kinds=waiting,
             refresh=refresh_s(),
             refresh_choices=REFRESH_CHOICES_S,
             now=now,
@@ -239,6 +242,7 @@ def create_app(settings: Settings, engine: Engine, clock: Callable[[], datetime]
         job = masking.mask_job_row(job)  # a proxy password or a cookie is never shown back
         events = [masking.mask_job_row(e) for e in read(queries.job_events, job_id)]
         webhooks = [masking.mask_job_row(w) for w in read(reads.webhook_deliveries, job_id)]
+        waiting = None if archived else read(job_wait_reason, job)
         # Only the producer knows whether it has a secret to sign with: its row says.
         secret_set = read(read_producer_status).webhook_secret_set if webhooks else None
         return render_template(
@@ -247,6 +251,7 @@ def create_app(settings: Settings, engine: Engine, clock: Callable[[], datetime]
             events=events,
             webhooks=webhooks,
             archived=archived,
+            waiting=waiting,
             blocked=lambda delivery: delivery_state(delivery, secret_set),
         ), 200
 

@@ -41,7 +41,8 @@ def _text_field(name: str, value: str | None) -> str | None:
 
 
 def parse_search(args: Mapping[str, str]) -> JobSearch:
-    """The search form's fields: id, kind, status, host, error_class, crawl, since (2h, 7d or a
+    """The search form's fields: id, kind, status, host, error_class, crawl, was_on (a host the
+    job ran on at any attempt) with rescued (only those rescued from it), since (2h, 7d or a
     time), the order (``sort``, a name in job_sorts.SORTS) and the page (``after``: the cursor
     of the last row of the page before); all optional."""
     raw_id = (args.get("id") or "").strip()
@@ -58,6 +59,10 @@ def parse_search(args: Mapping[str, str]) -> JobSearch:
     sort_name = (args.get("sort") or "").strip() or DEFAULT_SORT
     if sort_name not in SORTS:
         raise BadInput(f"sort must be one of {', '.join(SORTS)}, not {sort_name[:MAX_TEXT]!r}")
+    was_on = _text_field("was_on", args.get("was_on"))
+    rescued = (args.get("rescued") or "").strip() in ("1", "on", "true")
+    if rescued and was_on is None:
+        raise BadInput("rescued needs the host they were rescued from in was_on")
     raw_after = (args.get("after") or "").strip()[: MAX_TEXT + 1]
     try:
         since = parse_since(raw_since) if raw_since else None
@@ -73,6 +78,8 @@ def parse_search(args: Mapping[str, str]) -> JobSearch:
         host=_text_field("host", args.get("host")),
         error_class=error_class,
         crawl=parse_job_id(raw_crawl) if raw_crawl else None,
+        was_on=was_on,
+        rescued=rescued,
         since=since,
         sort=sort_name,
         after=after,

@@ -22,6 +22,10 @@ class JobSearch:
     host: str | None = None
     error_class: str | None = None  # of the job's last failed attempt
     crawl: int | None = None  # the pages of this crawl (its root job's id)
+    # Jobs that ran on this host at any attempt (``rescued``: that were rescued from it), as
+    # the CLI's ``--was-on``: jobs.host is only the last host, job_events has every one.
+    was_on: str | None = None
+    rescued: bool = False
     since: datetime | None = None  # finished (or, unfinished, created) at or after
     sort: str = DEFAULT_SORT  # a name in job_sorts.SORTS
     # The page: the rows after this cursor in the sort's order (job_sorts.parse_cursor's
@@ -67,6 +71,13 @@ def finished_counts(conn: Connection, since: datetime, step_s: int) -> dict[tupl
     return {(r.bucket, r.status): r.n for r in rows}
 
 
+# The rescue's audit row names the host the attempt was taken from (its message "rescued: ...",
+# as the host_outcomes view classifies it).
+WAS_ON = "(host = :was_on OR id IN (SELECT job_id FROM job_events WHERE host = :was_on))"
+RESCUED_FROM = (
+    "id IN (SELECT job_id FROM job_events WHERE host = :was_on"
+    " AND from_status = 'processing' AND message LIKE 'rescued:%')"
+)
 COUNT_CAP = 100_000  # a count past this says "100,000+" rather than scan the whole table
 
 
@@ -84,6 +95,9 @@ def _search_filter(search: JobSearch) -> tuple[list[str], dict[str, Any]]:
         if value is not None:
             where.append(f"{column} = :{column}")
             params[column] = value
+    if search.was_on is not None:
+        where.append(RESCUED_FROM if search.rescued else WAS_ON)
+        params["was_on"] = search.was_on
     if search.since is not None:
         where.append("coalesce(finished_at, created_at) >= :since")
         params["since"] = search.since
@@ -150,7 +164,7 @@ def host_page(conn: Connection, name: str, events: int) -> dict[str, Any] | None
     host = conn.execute(
         sa.text(
             "SELECT l.*, h.memory_available_bytes, h.last_seen_at, h.probe_failures,"
-            " h.last_probe_error, h.jobs_total, h.boot_id, h.state_changed_at"
+            " h.last_probe_error, h.jobs_total, h.boot_id, h.state_changed_at, h.kinds"
             " FROM host_load l JOIN hosts h ON h.name = l.host WHERE l.host = :name"
         ),
         {"name": name},
