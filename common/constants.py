@@ -34,7 +34,7 @@ PRODUCER_STALE_INTERVALS: Final = 3
 PRODUCER_STALE_MIN_S: Final = 10.0
 PRODUCER_ROWS_KEEP_S: Final = 7 * 86400.0  # producers rows unseen this long are deleted
 
-# Rate limits (common.rate_limits): per_minute counts attempts started in this trailing window.
+# Rate limits (common.jobs.rate_limits): per_minute counts attempts started in this trailing window.
 RATE_WINDOW_S: Final = 60.0
 # The window's use is read again this often; in between, the producer adds what it assigned.
 RATE_WINDOW_REFRESH_S: Final = 1.0
@@ -48,7 +48,7 @@ CONSUMER_POLL_S: Final = 1.0  # claim poll when no NOTIFY arrives
 HEARTBEAT_S: Final = 5.0  # host and running-job heartbeat period
 JOB_TIMEOUT_S: Final = 300.0  # hard limit of one job attempt
 
-# Browser stack maintenance (consumer/stack_supervisor.py).
+# Browser stack maintenance (consumer/browser/stack_supervisor.py).
 # A stack that failed to start is tried again by itself after this, doubling up to the max (the
 # half-open state of a circuit breaker); meanwhile its host runs every job but browser jobs.
 STACK_RETRY_BASE_S: Final = 60.0
@@ -65,7 +65,7 @@ BACKOFF_MAX_S: Final = 600.0
 BACKOFF_JITTER: Final = 0.2  # +/- this fraction of the delay, so retries do not stampede
 
 # NOTIFY channels.
-# A host's own channel is this, a digest of its name appended (common.channels); payload: the
+# A host's own channel is this, a digest of its name appended (common.db.channels); payload: the
 # host's name.
 CHANNEL_ASSIGNED: Final = "scrapefleet_assigned"
 CHANNEL_FINISHED: Final = "scrapefleet_finished"  # payload: host name that freed a slot
@@ -102,17 +102,17 @@ RETENTION_BATCH_ROWS: Final = 1000  # jobs moved per transaction (short locks on
 # Times a job may be handed back by failing hosts (crash, rescue, stack fault) before it fails:
 # a release never uses an attempt, but a job that takes every host down must end somewhere.
 MAX_RELEASES_PER_JOB: Final = 5
-# Error classes (common.error_classes): a blocked attempt is handed back the same way, at most
-# this many times; a Retry-After is honoured up to this long.
+# Error classes (common.actions.error_classes): a blocked attempt is handed back the same way, at
+# most this many times; a Retry-After is honoured up to this long.
 MAX_BLOCKS_PER_JOB: Final = 3
 RETRY_AFTER_MAX_S: Final = 3600.0
 RETRY_AFTER_LIMIT_S: Final = 7 * 86400.0  # the most retry_after_max_s may be set to
 
-# Profiles (common.profiles).
+# Profiles (common.browser.profile_names).
 PROFILE_BLOCK_COOLDOWN_S: Final = 1800.0  # a blocked profile rests this long before its next job
 PROFILE_DIR_FREE_WAIT_S: Final = 15.0  # for the last browser on a profile's directory to exit
 
-# Crawls (common.crawl_action, common.robots).
+# Crawls (common.crawl.action, common.crawl.robots).
 ROBOTS_TTL_S: Final = 3600.0  # a site's robots.txt is read again after this long
 ROBOTS_CACHE_SITES: Final = 1024  # sites whose robots.txt a consumer keeps at once
 # RFC 9309 asks crawlers to read at least 500 KiB of a robots.txt; the rest is ignored.
@@ -122,6 +122,7 @@ ROBOTS_TIMEOUT_S: Final = 10.0  # one robots.txt fetch, redirects included
 MAX_CRAWL_DELAY_S: Final = 60.0
 CRAWL_SITE_CONCURRENCY: Final = 2  # a crawled site's jobs queued or running at once, by default
 # A user's regular expression (crawl include/exclude, fields) runs at most this long on one
-# text, with the GIL released (common.bounded_regex); past it the attempt fails as permanent.
+# text, with the GIL released (common.actions.bounded_regex); past it the attempt fails as
+# permanent.
 REGEX_TIMEOUT_S: Final = 1.0
 REGEX_MAX_INPUT_CHARS: Final = 2 * 1024 * 1024  # a field's regex sees this much of the page

@@ -21,14 +21,14 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from pydantic_settings import SettingsError as EnvParseError
 
 from scrapefleet.common import constants as C
-from scrapefleet.common.browser_options import (
+from scrapefleet.common.browser.options import (
     validate_browser_proxy,
     validate_locale,
     validate_timezone,
 )
 from scrapefleet.common.errors import SettingsError
-from scrapefleet.common.http_params import validate_proxy_url, validate_user_agent
-from scrapefleet.common.rate_limits import RateLimit, check_rate_key
+from scrapefleet.common.http.params import validate_proxy_url, validate_user_agent
+from scrapefleet.common.jobs.rate_limits import RateLimit, check_rate_key
 
 CONFIG_ENV = "SCRAPEFLEET_CONFIG"
 ENV_PREFIX = "SCRAPEFLEET_"
@@ -87,7 +87,7 @@ class Settings(BaseSettings):
         " packages' 'scrapefleet.actions' entry points are loaded too",
     )
 
-    # Database connections: common/db.py adds these to every connection unless the URL names
+    # Database connections: common/db/engines.py adds these to every connection unless the URL names
     # them.
     db_keepalives_idle_s: int = Field(
         default=10, ge=1, description="TCP keepalive, both ends: first probe after this idle"
@@ -156,7 +156,7 @@ class Settings(BaseSettings):
         default=0.15, ge=0, le=1, description="a host with less memory free gets no new job"
     )
     wake_debounce_s: float = Field(default=C.PRODUCER_WAKE_DEBOUNCE_S, ge=0)
-    # Politeness (common.rate_limits), enforced fleet-wide by the producer.
+    # Politeness (common.jobs.rate_limits), enforced fleet-wide by the producer.
     rate_limits: dict[str, RateLimit] = Field(
         default_factory=dict,
         description="per rate key: {concurrency = N, per_minute = N}, e.g. example.org ="
@@ -185,14 +185,14 @@ class Settings(BaseSettings):
         " own timeout_s",
     )
 
-    # http_get (common/http_client.py): the host's defaults; a job's own params win.
+    # http_get (common/http/client.py): the host's defaults; a job's own params win.
     http_user_agent: str = Field(default="scrapefleet/0.1", description="User-Agent header")
     http_contact_url: str | None = Field(
         default=None,
         description="a page (or mailto:) where sites can reach whoever runs the fleet, added to"
         " the User-Agent as `scrapefleet/0.1 (+URL)`; unset -> none",
     )
-    # Crawls (common.crawl_action): what a crawl obeys unless told otherwise.
+    # Crawls (common.crawl.action): what a crawl obeys unless told otherwise.
     crawl_obey_robots: bool = Field(
         default=True, description="crawls read each site's robots.txt and skip what it disallows"
     )
@@ -207,7 +207,7 @@ class Settings(BaseSettings):
         description="http://, https:// or socks5:// URL (user:password@ allowed) every http_get"
         " goes through unless its job names a proxy; unset -> direct",
     )
-    # Browser jobs (common/browser_options.py): the host's defaults; a job's ``browser`` wins.
+    # Browser jobs (common/browser/options.py): the host's defaults; a job's ``browser`` wins.
     browser_user_agent: str | None = Field(
         default=None, description="browser jobs' User-Agent; unset -> Chromium's own"
     )
@@ -221,7 +221,8 @@ class Settings(BaseSettings):
     browser_block: Annotated[list[Literal["images", "fonts", "media"]], NoDecode] = Field(
         default_factory=list, description="resource types browser jobs do not load"
     )
-    # Profiles (common/profiles.py): persistent user-data-dirs, one per profile, on its host.
+    # Profiles (common/browser/profile_names.py): persistent user-data-dirs, one per profile, on its
+    # host.
     profiles_dir: Path | None = Field(
         default=None, description="where profiles' user-data-dirs live; unset -> state_dir/profiles"
     )
@@ -248,7 +249,7 @@ class Settings(BaseSettings):
     max_attempts: int = Field(default=C.DEFAULT_MAX_ATTEMPTS, ge=1, le=100)
     backoff_base_s: float = Field(default=C.BACKOFF_BASE_S, ge=0)
     backoff_max_s: float = Field(default=C.BACKOFF_MAX_S, ge=0)
-    # Error classes (common.error_classes).
+    # Error classes (common.actions.error_classes).
     retry_after_max_s: float = Field(
         default=C.RETRY_AFTER_MAX_S,
         ge=0,
@@ -262,8 +263,8 @@ class Settings(BaseSettings):
         description="a job blocked this many times fails (class blocked); each block before"
         " sends it back to pending without using an attempt",
     )
-    # How fetch_page and screenshot know a block page (consumer.block_detection); any one match
-    # is a block.
+    # How fetch_page and screenshot know a block page (consumer.browser.block_detection); any one
+    # match is a block.
     block_statuses: Annotated[list[int], NoDecode] = Field(
         default_factory=list, description="HTTP statuses of a block page, e.g. 403,429"
     )
@@ -360,7 +361,7 @@ class Settings(BaseSettings):
     ssh_reconnect_base_s: float = Field(default=1.0, ge=0, description="doubles per failure")
     ssh_reconnect_max_s: float = Field(default=30.0, ge=0)
 
-    # Browser stack: consumer/browser_stack.py, selenium_actions.py, artifacts.py.
+    # Browser stack: consumer/browser/stack.py, selenium_actions.py, artifacts.py.
     # Defaults are Debian's paths; the jar is searched in <repo>/.ci/node and /opt/scrapefleet.
     grid_jar: Path | None = Field(
         default=None, description="Selenium Server 4 jar; unset -> search the usual places"

@@ -11,14 +11,14 @@ Threads, each with one job:
   state an operator may have changed (draining, disabled, active again), rewrites the status file;
 - listener: LISTEN for assignments (the poll covers a NOTIFY lost across a reconnect).
 
-The browser stack (when ``settings.browser``) belongs to a consumer.stack_supervisor, which
+The browser stack (when ``settings.browser``) belongs to a consumer.browser.stack_supervisor, which
 the main loop consults before and after each claim and lets do restarts and reboots between
 them; failure artifacts are captured per failed browser attempt and pruned hourly
-(consumer.artifact_janitor).
+(consumer.browser.artifact_janitor).
 
 What a consumer is (consumer.config.ConsumerConfig) is fixed before it starts; what it holds
 while it runs (consumer.serving.RunningConsumer) is built in one place once its host is
-registered, so none of it is ever missing. Shutdown is its common.lifecycle.Lifecycle, which
+registered, so none of it is ever missing. Shutdown is its common.runtime.lifecycle.Lifecycle, which
 every loop checks:
 - warm (a first SIGTERM/SIGINT, ``request_stop``, idle): no new claims, queued jobs handed back,
   in-flight jobs finish, for at most ``drain_timeout_s`` (unless told, the longest an attempt
@@ -40,12 +40,12 @@ import logging
 
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common.lifecycle import Lifecycle
+from scrapefleet.common.runtime.lifecycle import Lifecycle
 from scrapefleet.common.settings import Settings
+from scrapefleet.consumer.browser.stack_supervisor import StackSupervisor
 from scrapefleet.consumer.config import ConsumerConfig
 from scrapefleet.consumer.runner import CaptureFailure, DriverFactory
 from scrapefleet.consumer.serving import RunningConsumer
-from scrapefleet.consumer.stack_supervisor import StackSupervisor
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class Consumer:
 
     def request_stop(self, reason: str = "stop requested") -> None:
         """Begin a warm drain; safe from any thread (not from a signal handler: see
-        common.lifecycle.StopSignals)."""
+        common.runtime.lifecycle.StopSignals)."""
         self.lifecycle.request_stop(reason)
 
     def request_cold_stop(self, reason: str = "cold stop requested") -> None:

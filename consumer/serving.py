@@ -13,32 +13,34 @@ from dataclasses import dataclass, replace
 
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common import metrics, queries, store
-from scrapefleet.common.actions import get_action, load_user_actions
-from scrapefleet.common.channels import assigned_channel
-from scrapefleet.common.db import Listener, describe, sqlalchemy_url, transaction
-from scrapefleet.common.db_pooler import listen_url
+from scrapefleet.common import store
+from scrapefleet.common.actions.registry import get_action, load_user_actions
+from scrapefleet.common.db.channels import assigned_channel
+from scrapefleet.common.db.engines import Listener, describe, sqlalchemy_url, transaction
+from scrapefleet.common.db.pooler import listen_url
+from scrapefleet.common.db.statement_connection import StatementConnection
 from scrapefleet.common.errors import DatabaseUnavailable, ScrapefleetError, UnknownAction
-from scrapefleet.common.host_status import HOST_STATES, BrowserState
-from scrapefleet.common.lifecycle import DaemonState, Lifecycle
-from scrapefleet.common.logging_setup import fields
-from scrapefleet.common.request_cancel import RequestCanceller, cancellable
-from scrapefleet.common.statement_connection import StatementConnection
+from scrapefleet.common.http.request_cancel import RequestCanceller, cancellable
+from scrapefleet.common.reads import queries
+from scrapefleet.common.runtime import metrics
+from scrapefleet.common.runtime.lifecycle import DaemonState, Lifecycle
+from scrapefleet.common.runtime.logging_setup import fields
+from scrapefleet.common.status.document import HOST_STATES, BrowserState
 from scrapefleet.common.store import ClaimedJob, Registration
 from scrapefleet.common.store.attempts import AttemptKey
 from scrapefleet.common.store.statuses import HostState
-from scrapefleet.consumer.artifact_janitor import ArtifactJanitor
 from scrapefleet.consumer.attempt_lease import AttemptLease
 from scrapefleet.consumer.attempt_log import log_attempt
-from scrapefleet.consumer.block_detection import BlockRules
-from scrapefleet.consumer.browser_options import host_defaults
+from scrapefleet.consumer.browser.artifact_janitor import ArtifactJanitor
+from scrapefleet.consumer.browser.block_detection import BlockRules
+from scrapefleet.consumer.browser.job_setup import host_defaults
+from scrapefleet.consumer.browser.profile_sessions import job_proxy, profile_lease, profiles_root
+from scrapefleet.consumer.browser.stack_supervisor import StackSupervisor
 from scrapefleet.consumer.config import ConsumerConfig
 from scrapefleet.consumer.poll_schedule import PollSchedule
-from scrapefleet.consumer.profile_sessions import job_proxy, profile_lease, profiles_root
 from scrapefleet.consumer.recorder import OutcomeRecorder
 from scrapefleet.consumer.runner import DriverLease, Outcome, leases_from, run_job
-from scrapefleet.consumer.stack_supervisor import StackSupervisor
-from scrapefleet.consumer.status_report import Snapshot, StatusReporter, read_boot_id
+from scrapefleet.consumer.status_writer import Snapshot, StatusReporter, read_boot_id
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +54,12 @@ IDLE_POLLS_TO_EXIT = 2  # run(until_idle=True): idle for this many polls -> exit
 # A cold stop still gives the outcomes already in hand this long to reach the database: a job
 # that did finish is worth a moment, a rerun costs more.
 COLD_WRITE_GRACE_S = 2.0
-# A light job (common.actions) that took longer than this held up the claiming thread.
+# A light job (common.actions.registry) that took longer than this held up the claiming thread.
 LIGHT_SLOW_S = 0.1
 
 
 def _is_light(job: ClaimedJob) -> bool:
-    """Whether ``job`` runs in the claiming thread (common.actions, ``light``)."""
+    """Whether ``job`` runs in the claiming thread (common.actions.registry, ``light``)."""
     if job.needs_browser:
         return False
     try:
@@ -524,8 +526,8 @@ class RunningConsumer:
         self._hand_over([(job, self._attempt(job))])
 
     def _run_light(self, jobs: list[ClaimedJob]) -> None:
-        """In the claiming thread, one after the other: jobs of light actions (common.actions),
-        their completions written together from this thread."""
+        """In the claiming thread, one after the other: jobs of light actions
+        (common.actions.registry), their completions written together from this thread."""
         finished = []
         for job in jobs:
             started = time.monotonic()

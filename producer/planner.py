@@ -1,6 +1,6 @@
 """Which pending job goes to which host: a pure function of plain values, no I/O.
 
-The daemon (producer.daemon) reads the hosts, their probe results, the database's in-flight
+The daemon (producer.assigner) reads the hosts, their probe results, the database's in-flight
 counts, the pending jobs and the busy lock keys, and hands them here; the plan it gets back is
 written by scrapefleet.common.store.assign_jobs in the same transaction.
 """
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from scrapefleet.common.errors import ProbeError
-from scrapefleet.common.host_status import HostStatus, takes_browser_jobs
-from scrapefleet.common.queries import HostRow
+from scrapefleet.common.reads.queries import HostRow
+from scrapefleet.common.status.document import HostStatus, takes_browser_jobs
 
 
 class PlannedJob(Protocol):

@@ -5,7 +5,7 @@ round trips and CPU on both sides, while a command on an open Transport is one c
 failure becomes a ProbeError whose one-line message is what an operator reads in SQL; nothing
 from paramiko or the socket layer escapes ``probe_all``.
 
-What a host answers (common.status_answer): its clock, then its status document, from a forced
+What a host answers (common.status.answer): its clock, then its status document, from a forced
 command that starts only sh, date and cat; the document's age is judged here on that clock.
 
 Security: key authentication only (no agent, no password, no keys found on disk by guessing),
@@ -29,9 +29,9 @@ import paramiko
 
 from scrapefleet.common.constants import LOCAL_STATE_STALE_S, PROBE_TIMEOUT_S
 from scrapefleet.common.errors import ProbeError
-from scrapefleet.common.host_status import HostStatus
 from scrapefleet.common.settings import Settings
-from scrapefleet.common.status_answer import MAX_ANSWER_BYTES, parse_status_answer, stale_reason
+from scrapefleet.common.status.answer import MAX_ANSWER_BYTES, parse_status_answer, stale_reason
+from scrapefleet.common.status.document import HostStatus
 from scrapefleet.producer.probe import HostTarget
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common.db import make_engine
+from scrapefleet.common.db.engines import make_engine
 from tests.throwaway_db import throwaway_database
 from tests.waiting import SLOWNESS, scaled
 

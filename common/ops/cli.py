@@ -26,11 +26,10 @@ from scrapefleet.common.errors import (
     SettingsError,
     SubmitError,
 )
-from scrapefleet.common.lazy_import import lazy_module
-from scrapefleet.common.logging_setup import configure_logging
 from scrapefleet.common.ops.controls_command import controls
 from scrapefleet.common.ops.crawl_command import crawl, crawls
 from scrapefleet.common.ops.db_grant_command import db_grant
+from scrapefleet.common.ops.lazy_import import lazy_module
 from scrapefleet.common.ops.one_line_errors import one_line_errors
 from scrapefleet.common.ops.profiles_command import profiles
 from scrapefleet.common.ops.rate_limits_command import rate_limits
@@ -47,33 +46,37 @@ from scrapefleet.common.ops.results_out import (
 )
 from scrapefleet.common.ops.schedules_command import schedules
 from scrapefleet.common.ops.try_command import try_command
+from scrapefleet.common.runtime.logging_setup import configure_logging
 
-# Loaded on first use: `scrapefleet --help` needs none of them (common.lazy_import).
+# Loaded on first use: `scrapefleet --help` needs none of them (common.ops.lazy_import).
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
 
-    from scrapefleet.common import api, producer_status, progress, queries, settings, submit_file
-    from scrapefleet.common import db as database
-    from scrapefleet.common import results as job_results
+    from scrapefleet.common import api, settings
     from scrapefleet.common.api import Client
-    from scrapefleet.common.ops import bulk, render, status_report
-    from scrapefleet.common.ops.dashboard import reads as dashboard_reads
-    from scrapefleet.common.results import ResultFilter
+    from scrapefleet.common.db import engines as database
+    from scrapefleet.common.jobs import submit_file
+    from scrapefleet.common.ops import bulk, render
+    from scrapefleet.common.ops import fleet_status as status_report
+    from scrapefleet.common.ops.dashboard import page_reads as dashboard_reads
+    from scrapefleet.common.reads import producer_status, progress, queries
+    from scrapefleet.common.reads import results as job_results
+    from scrapefleet.common.reads.results import ResultFilter
     from scrapefleet.common.settings import Settings
     from scrapefleet.common.store import JobFilter
 else:
     api = lazy_module("scrapefleet.common.api")
-    database = lazy_module("scrapefleet.common.db")
-    producer_status = lazy_module("scrapefleet.common.producer_status")
-    progress = lazy_module("scrapefleet.common.progress")
-    queries = lazy_module("scrapefleet.common.queries")
-    job_results = lazy_module("scrapefleet.common.results")
+    database = lazy_module("scrapefleet.common.db.engines")
+    producer_status = lazy_module("scrapefleet.common.reads.producer_status")
+    progress = lazy_module("scrapefleet.common.reads.progress")
+    queries = lazy_module("scrapefleet.common.reads.queries")
+    job_results = lazy_module("scrapefleet.common.reads.results")
     settings = lazy_module("scrapefleet.common.settings")
-    submit_file = lazy_module("scrapefleet.common.submit_file")
+    submit_file = lazy_module("scrapefleet.common.jobs.submit_file")
     bulk = lazy_module("scrapefleet.common.ops.bulk")
     render = lazy_module("scrapefleet.common.ops.render")
-    status_report = lazy_module("scrapefleet.common.ops.status_report")
-    dashboard_reads = lazy_module("scrapefleet.common.ops.dashboard.reads")
+    status_report = lazy_module("scrapefleet.common.ops.fleet_status")
+    dashboard_reads = lazy_module("scrapefleet.common.ops.dashboard.page_reads")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -161,7 +164,7 @@ cli.add_command(schedules)
 @pass_ctx
 def db_upgrade(ctx: _Context) -> None:
     """Create or migrate the schema to the latest version."""
-    from scrapefleet.common.migrate import current_revision, upgrade
+    from scrapefleet.common.db.migrate import current_revision, upgrade
 
     with _one_line_errors():
         url = ctx.database_url()

@@ -12,7 +12,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from scrapefleet.common.channels import assigned_channel
+from scrapefleet.common.db.channels import assigned_channel
 from scrapefleet.common.store.controls import NO_HOLDS, Holds
 from scrapefleet.common.store.records import PendingJob
 from scrapefleet.common.store.statuses import IN_FLIGHT, HostState, JobStatus, sql_list
@@ -96,7 +96,7 @@ LOCK_PENDING_SQL = sa.text(_PENDING.format(browser=""))
 LOCK_PENDING_NO_BROWSER_SQL = sa.text(_PENDING.format(browser=" AND NOT needs_browser"))
 
 # The move and the NOTIFY of every host that got work in one statement (one round trip of a
-# wake cycle's few): each host on its channel of its own (common.channels), the host's name as
+# wake cycle's few): each host on its channel of its own (common.db.channels), the host's name as
 # the payload, in the order the caller gives its channels. A row not pending any more (taken
 # back by an operator meanwhile) moves nowhere, and a host none of whose rows moved is not
 # told. The NOTIFYs are evaluated after the sort (PostgreSQL evaluates a volatile output

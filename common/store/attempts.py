@@ -21,8 +21,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from scrapefleet.common.constants import CHANNEL_FINISHED
+from scrapefleet.common.db.executes import Executes
 from scrapefleet.common.errors import NotFound
-from scrapefleet.common.executes import Executes
 from scrapefleet.common.store.crawls import spawn_children
 from scrapefleet.common.store.records import Claim, ClaimedJob, Heartbeat
 from scrapefleet.common.store.statuses import ATTEMPTS_EXHAUSTED_SQL, JobStatus
@@ -274,10 +274,10 @@ def fail_attempt(
     linger_s: float | None = None,
 ) -> str | None:
     """End a failed attempt: back to pending with ``not_before = retry_at``, or failed when
-    ``retry_at`` is None or the job is out of attempts. ``error_class`` (common.error_classes)
-    is kept on the job. ``linger_s``: the attempt's thread still runs (a timeout), so its job's
-    lock key stays held until this host confirms its end (attempts_ended) or for this long.
-    Returns the new status, or None if the attempt was no longer ours."""
+    ``retry_at`` is None or the job is out of attempts. ``error_class``
+    (common.actions.error_classes) is kept on the job. ``linger_s``: the attempt's thread still runs
+    (a timeout), so its job's lock key stays held until this host confirms its end (attempts_ended)
+    or for this long. Returns the new status, or None if the attempt was no longer ours."""
     params = {
         "id": job_id,
         "claim": claim,

@@ -9,7 +9,7 @@ postgresql-doc-15, served on 127.0.0.1 by tests.benchmarks.doc_site. One run, th
 each job ``fetch_page`` reading every link's href:
 
 a. the consumer as configured by default (restarts every 20), no ``isolation`` in the payload;
-b. one run per isolation level (common.browser_isolation.ISOLATION_VALUES, read at run time),
+b. one run per isolation level (common.browser.isolation.ISOLATION_VALUES, read at run time),
    restarts every 20; "session" (a browser per job) on the first --session-jobs pages only;
 c. the default with restarts off;
 d. a plain loop: one headless ChromeDriver session of our own, the pages one by one
@@ -49,13 +49,14 @@ from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common import browser_isolation, store
+from scrapefleet.common import store
+from scrapefleet.common.browser import isolation as browser_isolation
 from scrapefleet.common.constants import RESTART_EVERY_JOBS
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import NewJob
-from scrapefleet.consumer import browser_stack
+from scrapefleet.consumer.browser import stack as browser_stack
+from scrapefleet.consumer.browser.stack_processes import pss_bytes
 from scrapefleet.consumer.daemon import Consumer
-from scrapefleet.consumer.stack_processes import pss_bytes
 from tests.benchmarks.bench_browser import FIRST_JOBS, MB, Run, bench_database, settings_for
 from tests.benchmarks.bench_contexts import kind_of
 from tests.benchmarks.doc_site import DocSite

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from scrapefleet.consumer.sessions import SessionPool
+from scrapefleet.consumer.browser.sessions import SessionPool
 from tests.browser.evidence_site import PIXEL_TRACE, EvidenceSite, ray_of
 from tests.browser.job_browser_helpers import evidence_site, job_pool, run  # noqa: F401
 

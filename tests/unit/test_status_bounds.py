@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from scrapefleet.common.errors import ProbeError
-from scrapefleet.common.host_status import parse_status
+from scrapefleet.common.status.document import parse_status
 from tests.host_status_factory import status_for
 
 pytestmark = pytest.mark.timeout(10)

@@ -29,16 +29,18 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.middleware.proxy_fix import ProxyFix
 from werkzeug.wrappers import Response as Redirect
 
-from scrapefleet.common import masking, queries
+from scrapefleet.common import masking
+from scrapefleet.common.actions.error_classes import ERROR_CLASSES
 from scrapefleet.common.clock import utcnow
 from scrapefleet.common.constants import DASHBOARD_PAGE_ROWS
-from scrapefleet.common.db import describe, wrapped_errors
-from scrapefleet.common.error_classes import ERROR_CLASSES
+from scrapefleet.common.db.engines import describe, wrapped_errors
+from scrapefleet.common.db.tables import JOB_STATUSES
 from scrapefleet.common.errors import DatabaseUnavailable, NotFound, SettingsError
-from scrapefleet.common.ops.dashboard import charts, reads
+from scrapefleet.common.ops.dashboard import charts
+from scrapefleet.common.ops.dashboard import page_reads as reads
 from scrapefleet.common.ops.dashboard.ages import relative_age
-from scrapefleet.common.ops.dashboard.artifacts import relative_artifact, send_artifact
-from scrapefleet.common.ops.dashboard.controls import (
+from scrapefleet.common.ops.dashboard.artifact_files import relative_artifact, send_artifact
+from scrapefleet.common.ops.dashboard.control_forms import (
     UNLOCKED,
     controls,
     csrf_token,
@@ -53,13 +55,13 @@ from scrapefleet.common.ops.dashboard.inputs import (
     parse_search,
 )
 from scrapefleet.common.ops.dashboard.job_sorts import SORTS, cursor_of
+from scrapefleet.common.ops.dashboard.logins import MemorySessionInterface, SessionStore
 from scrapefleet.common.ops.dashboard.security import host_allowed, local_next
-from scrapefleet.common.ops.dashboard.sessions import MemorySessionInterface, SessionStore
-from scrapefleet.common.ops.status_report import read_fleet_status
-from scrapefleet.common.producer_status import delivery_state, read_producer_status
-from scrapefleet.common.progress import read_progress, read_rows, render_progress
+from scrapefleet.common.ops.fleet_status import read_fleet_status
+from scrapefleet.common.reads import queries
+from scrapefleet.common.reads.producer_status import delivery_state, read_producer_status
+from scrapefleet.common.reads.progress import read_progress, read_rows, render_progress
 from scrapefleet.common.settings import Settings
-from scrapefleet.common.tables import JOB_STATUSES
 
 log = logging.getLogger(__name__)
 
