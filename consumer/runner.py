@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from scrapefleet.common.actions.error_classes import ErrorClass, classify, reason_of, retry_after_of
-from scrapefleet.common.actions.registry import get_action
+from scrapefleet.common.actions.registry import Action, get_action
 from scrapefleet.common.actions.spawn import Child, Spawned, SpawnError, validate_spawn
 from scrapefleet.common.browser.isolation import Isolation, with_options
 from scrapefleet.common.browser.options import NO_OPTIONS, BrowserOptions
@@ -213,6 +213,21 @@ def _run_job(
             " (no driver factory configured)",
             retryable=False,
         )
+    return _run_browser_job(
+        job, action, params, lease, isolation, options, capture_failure, host_starved
+    )
+
+
+def _run_browser_job(
+    job: ClaimedJob,
+    action: Action,
+    params: Any,
+    lease: DriverLease,
+    isolation: Isolation,
+    options: BrowserOptions,
+    capture_failure: CaptureFailure | None,
+    host_starved: HostStarved,
+) -> Outcome:
     with ExitStack() as held:
         try:
             driver = held.enter_context(lease(isolation))

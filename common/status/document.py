@@ -129,6 +129,23 @@ MAX_UNIX_TIME = 2.0**33  # the year 2242: anything later is garbage (and past ti
 
 def parse_status(text: str) -> HostStatus:
     """Parse and validate a status document; any defect is a ProbeError naming it."""
+    raw = _load_object(text)
+    _check_core_fields(raw)
+    _check_browser_fields(raw)
+    stuck = raw.get("stuck")
+    if stuck is not None and (
+        not isinstance(stuck, int) or isinstance(stuck, bool) or not 0 <= stuck <= MAX_STUCK
+    ):
+        raise ProbeError(f"status field 'stuck' is not an integer from 0 to {MAX_STUCK}")
+    known: dict[str, Any] = {k: raw.get(k) for k in HostStatus.__dataclass_fields__}
+    known["load_1m"] = float(known["load_1m"])
+    known["updated_at"] = float(known["updated_at"])
+    if known["browser_retry_at"] is not None:
+        known["browser_retry_at"] = float(known["browser_retry_at"])
+    return HostStatus(**known)
+
+
+def _load_object(text: str) -> dict[str, Any]:
     if len(text) > MAX_STATUS_CHARS:
         raise ProbeError(f"status larger than {MAX_STATUS_CHARS} characters")
     if not text.strip():
@@ -143,6 +160,10 @@ def parse_status(text: str) -> HostStatus:
         raise ProbeError(f"status is not JSON: {_clip(str(exc), 80)}") from None
     if not isinstance(raw, dict):
         raise ProbeError("status is not a JSON object")
+    return raw
+
+
+def _check_core_fields(raw: dict[str, Any]) -> None:
     if raw.get("version") != STATUS_FORMAT_VERSION:
         raise ProbeError(
             f"status format version {raw.get('version')!r}, expected {STATUS_FORMAT_VERSION}"
@@ -168,18 +189,6 @@ def parse_status(text: str) -> HostStatus:
     daemon = raw.get("daemon")
     if daemon is not None and (not isinstance(daemon, str) or daemon not in DAEMON_STATES):
         raise ProbeError(f"status field 'daemon' is {_clip(daemon)}, not a daemon state")
-    _check_browser_fields(raw)
-    stuck = raw.get("stuck")
-    if stuck is not None and (
-        not isinstance(stuck, int) or isinstance(stuck, bool) or not 0 <= stuck <= MAX_STUCK
-    ):
-        raise ProbeError(f"status field 'stuck' is not an integer from 0 to {MAX_STUCK}")
-    known: dict[str, Any] = {k: raw.get(k) for k in HostStatus.__dataclass_fields__}
-    known["load_1m"] = float(known["load_1m"])
-    known["updated_at"] = float(known["updated_at"])
-    if known["browser_retry_at"] is not None:
-        known["browser_retry_at"] = float(known["browser_retry_at"])
-    return HostStatus(**known)
 
 
 def _check_browser_fields(raw: dict[str, Any]) -> None:

@@ -78,6 +78,17 @@ MB = 1024 * 1024
 
 def step(state: StackState, event: Event, now: datetime) -> tuple[StackState, Actions]:
     """The state after ``event`` arrived at ``now``, and what to do about it, in order."""
+    state, done = _whatever_the_phase(state, event, now)
+    if done is not None:
+        return state, done
+    return _by_phase(state, event, now)
+
+
+def _whatever_the_phase(
+    state: StackState, event: Event, now: datetime
+) -> tuple[StackState, Actions | None]:
+    """Events handled the same in every phase: their state and actions, or the state (a claim's
+    count taken) and None when the phase decides the rest."""
     match event:
         case JobReturned():
             return replace(state, faults=state.faults.returned(event)), ()
@@ -102,8 +113,10 @@ def step(state: StackState, event: Event, now: datetime) -> tuple[StackState, Ac
             retiring = replace(state.retiring, stopping=True)
             state, actions = step(replace(state, retiring=retiring), event, now)
             return state, (StopOldStacks(), *actions)
+    return state, None
 
-    policy = state.policy
+
+def _by_phase(state: StackState, event: Event, now: datetime) -> tuple[StackState, Actions]:
     match state.phase, event:
         case Idle(), Claimed(browser_jobs=jobs) if jobs > 0:
             starting = Starting(StartCause.FIRST, "first browser job", now, jobs=jobs)
@@ -130,6 +143,12 @@ def step(state: StackState, event: Event, now: datetime) -> tuple[StackState, Ac
         case Replacing() as replacing, NextStackFailed(error=error):
             reason = f"{replacing.reason}; the next stack failed to start: {_first_line(error)}"
             return _begin(state, Kind.RESTART, reason)
+    return _by_later_phase(state, event, now)
+
+
+def _by_later_phase(state: StackState, event: Event, now: datetime) -> tuple[StackState, Actions]:
+    policy = state.policy
+    match state.phase, event:
         case Ready(), Tick() as tick:
             return _look_at_stack(state, tick, now)
         case Ready(), HealthChecked(healthy=False):

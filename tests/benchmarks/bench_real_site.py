@@ -250,18 +250,15 @@ def run_hosts(
         for thread in threads:
             thread.start()
         try:
-            stopping = False
+            stopping: bool | None = False
             for tick in itertools.count():
                 if not wait_a_tick(threads):
                     break
-                if time.monotonic() - started > limit_s + 120:  # a cold stop takes seconds
-                    print(f"  {label}: consumers still running; left behind", flush=True)
+                stopping = _time_limit(
+                    time.monotonic() - started, limit_s, label, consumers, stopping
+                )
+                if stopping is None:
                     break
-                if time.monotonic() - started > limit_s and not stopping:
-                    print(f"  {label}: still running after {limit_s} s; stopping", flush=True)
-                    for consumer in consumers:
-                        consumer.request_cold_stop("benchmark time limit")
-                    stopping = True
                 live = [c.host for c, t in zip(consumers, threads, strict=True) if t.is_alive()]
                 done, memory = _producer_step(engine, live), ""
                 if pss_due(tick, done, len(urls)):
@@ -279,6 +276,21 @@ def run_hosts(
     run.bench_cpu_s, run.load = cpu.bench_cpu_s, os.getloadavg()[0]
     _read_outcome(engine, run)
     return run
+
+
+def _time_limit(
+    elapsed_s: float, limit_s: float, label: str, consumers: list[Consumer], stopping: bool | None
+) -> bool | None:
+    """Whether the consumers were asked to stop (past ``limit_s``), or None: give up on them."""
+    if elapsed_s > limit_s + 120:  # a cold stop takes seconds
+        print(f"  {label}: consumers still running; left behind", flush=True)
+        return None
+    if elapsed_s > limit_s and not stopping:
+        print(f"  {label}: still running after {limit_s} s; stopping", flush=True)
+        for consumer in consumers:
+            consumer.request_cold_stop("benchmark time limit")
+        return True
+    return stopping
 
 
 def wait_a_tick(threads: list[threading.Thread]) -> bool:

@@ -101,10 +101,6 @@ def create_app(settings: Settings, engine: Engine, clock: Callable[[], datetime]
     # The page's own address for a form's "next": the prefix a proxy mounts us under included.
     app.add_template_global(lambda: request.script_root + request.full_path, "here")
 
-    def read(func: Any, *args: Any) -> Any:
-        with wrapped_errors(), engine.connect() as conn:
-            return func(conn, *args)
-
     @app.context_processor
     def common_context() -> dict[str, Any]:
         return {
@@ -115,6 +111,28 @@ def create_app(settings: Settings, engine: Engine, clock: Callable[[], datetime]
             "artifact_link": lambda stored: relative_artifact(settings.artifacts_dir, stored),
         }
 
+    _install_checks(app, settings)
+    _install_pages(app, settings, engine, clock)
+    _install_job_pages(app, engine)
+    _install_object_pages(app, settings, engine)
+    _install_errors(app)
+    return app
+
+
+def _reader(engine: Engine) -> Callable[..., Any]:
+    def read(func: Any, *args: Any) -> Any:
+        with wrapped_errors(), engine.connect() as conn:
+            return func(conn, *args)
+
+    return read
+
+
+def _message(text: str, status: int) -> tuple[str, int]:
+    return render_template("message.html", message=text, status=status), status
+
+
+def _install_checks(app: Flask, settings: Settings) -> None:
+    """Before every request: the Host header, and the login when reading needs the token."""
     allowed_hosts = frozenset(settings.dashboard_hosts)
 
     @app.before_request
@@ -139,6 +157,12 @@ def create_app(settings: Settings, engine: Engine, clock: Callable[[], datetime]
             return None
         target = request.script_root + request.full_path
         return redirect(url_for("login", next=target.removesuffix("?")), code=303)
+
+
+def _install_pages(
+    app: Flask, settings: Settings, engine: Engine, clock: Callable[[], datetime]
+) -> None:
+    """The login, the overview, and the two answers for programs (status, health)."""
 
     @app.get("/login")
     def login() -> Redirect | tuple[str, int]:
@@ -203,6 +227,11 @@ def create_app(settings: Settings, engine: Engine, clock: Callable[[], datetime]
             return Response("database unreachable\n", 503, mimetype="text/plain")
         return Response("ok\n", 200, mimetype="text/plain")
 
+
+def _install_job_pages(app: Flask, engine: Engine) -> None:
+    """The job search, a job's page and a host's page."""
+    read = _reader(engine)
+
     @app.get("/jobs")
     def search() -> tuple[str, int]:
         try:
@@ -236,7 +265,7 @@ def create_app(settings: Settings, engine: Engine, clock: Callable[[], datetime]
         except NotFound:
             job = read(reads.archived_job, job_id)
             if job is None:
-                return message(f"no job with id {job_id}", 404)
+                return _message(f"no job with id {job_id}", 404)
             archived = True
         job = masking.mask_job_row(job)  # a proxy password or a cookie is never shown back
         events = [masking.mask_job_row(e) for e in read(queries.job_events, job_id)]
@@ -256,7 +285,7 @@ def create_app(settings: Settings, engine: Engine, clock: Callable[[], datetime]
     def host_page(name: str) -> tuple[str, int]:
         page = read(reads.host_page, name, DASHBOARD_PAGE_ROWS)
         if page is None:
-            return message(f"no host named {name!r}", 404)
+            return _message(f"no host named {name!r}", 404)
         return render_template(
             "host.html",
             h=page["host"],
@@ -265,7 +294,10 @@ def create_app(settings: Settings, engine: Engine, clock: Callable[[], datetime]
             failures=page["failures"],
         ), 200
 
-    # -- a page for every kind of object, linked from the header --------------------------------
+
+def _install_object_pages(app: Flask, settings: Settings, engine: Engine) -> None:
+    """A page for every kind of object, linked from the header."""
+    read = _reader(engine)
 
     def object_list(
         title: str,
@@ -333,10 +365,10 @@ def create_app(settings: Settings, engine: Engine, clock: Callable[[], datetime]
     def artifact(relative: str) -> Response:
         return send_artifact(settings.artifacts_dir, relative)
 
-    # -- errors: a message page, never a bare traceback ----------------------------------------
 
-    def message(text: str, status: int) -> tuple[str, int]:
-        return render_template("message.html", message=text, status=status), status
+def _install_errors(app: Flask) -> None:
+    """Errors: a message page, never a bare traceback; and every answer's security headers."""
+    message = _message
 
     @app.errorhandler(BadInput)
     def bad_input(exc: BadInput) -> tuple[str, int]:
@@ -364,5 +396,3 @@ def create_app(settings: Settings, engine: Engine, clock: Callable[[], datetime]
         # Pages carry the session's form token: no shared cache may keep them.
         response.headers.setdefault("Cache-Control", "no-store")
         return response
-
-    return app
