@@ -129,33 +129,45 @@ class Settings(BaseSettings):
     )
 
     # Fleet.
-    capacity: int = Field(default=C.DEFAULT_HOST_CAPACITY, ge=1, le=64)
-    restart_every: int = Field(default=C.RESTART_EVERY_JOBS, ge=0, description="0 = never")
+    # concurrent jobs per consumer host
+    capacity: int = Field(default=6, ge=1, le=64)
+    # browser stack (Grid + Xvfb) restarted after this many claims
+    restart_every: int = Field(default=20, ge=0, description="0 = never")
     overlap_restarts: bool = Field(
         default=True,
         description="start the next browser stack beside the running one before the restart"
         " budget and switch to it at the budget (false: drain, stop, then start)",
     )
-    reboot_every: int = Field(default=C.REBOOT_EVERY_JOBS, ge=0, description="0 = never")
+    # host rebooted after this many claims since boot
+    reboot_every: int = Field(default=80, ge=0, description="0 = never")
 
     # Producer.
-    producer_interval_s: float = Field(default=C.PRODUCER_INTERVAL_S, gt=0)
-    probe_timeout_s: float = Field(default=C.PROBE_TIMEOUT_S, gt=0)
-    probe_failures_offline: int = Field(default=C.PROBE_FAILURES_OFFLINE, ge=1)
-    offline_grace_s: float = Field(default=C.OFFLINE_GRACE_S, ge=0)
-    rescue_after_s: float = Field(default=C.RESCUE_AFTER_S, gt=0)
+    # assignment cycle period when nothing wakes it earlier
+    producer_interval_s: float = Field(default=2.0, gt=0)
+    # one host probe, connect + command
+    probe_timeout_s: float = Field(default=3.0, gt=0)
+    # consecutive probe failures before a host is offline
+    probe_failures_offline: int = Field(default=3, ge=1)
+    # offline this long -> its queued jobs go back to pending
+    offline_grace_s: float = Field(default=60.0, ge=0)
+    # processing job with no heartbeat this long -> rescued
+    rescue_after_s: float = Field(default=60.0, gt=0)
+    # An attempt ended in the database while its host may still run it (a rescue, a stop, a
+    # timeout): its job's lock key stays held until that host confirms the end, or this long.
     lock_linger_s: float = Field(
-        default=C.LOCK_LINGER_S,
+        default=60.0,
         ge=0,
         description="a rescued or stopped attempt's lock key stays held until its host confirms"
         " the attempt ended, or this long (docs/attempts-and-locks.md)",
     )
-    local_state_stale_s: float = Field(default=C.LOCAL_STATE_STALE_S, gt=0)
+    # a consumer state file older than this is a failed probe
+    local_state_stale_s: float = Field(default=15.0, gt=0)
 
     min_memory_available_fraction: float = Field(
         default=0.15, ge=0, le=1, description="a host with less memory free gets no new job"
     )
-    wake_debounce_s: float = Field(default=C.PRODUCER_WAKE_DEBOUNCE_S, ge=0)
+    # batch notifications this long (producer.wakeup)
+    wake_debounce_s: float = Field(default=0.005, ge=0)
     # Politeness (common.jobs.rate_limits), enforced fleet-wide by the producer.
     rate_limits: dict[str, RateLimit] = Field(
         default_factory=dict,
@@ -174,9 +186,12 @@ class Settings(BaseSettings):
         default=None, description="this consumer's host; unset -> hostname"
     )
     boot_id_file: Path = Field(default=Path("/proc/sys/kernel/random/boot_id"))
-    consumer_poll_s: float = Field(default=C.CONSUMER_POLL_S, gt=0)
-    heartbeat_s: float = Field(default=C.HEARTBEAT_S, gt=0)
-    job_timeout_s: float = Field(default=C.JOB_TIMEOUT_S, gt=0)
+    # claim poll when no NOTIFY arrives
+    consumer_poll_s: float = Field(default=1.0, gt=0)
+    # host and running-job heartbeat period
+    heartbeat_s: float = Field(default=5.0, gt=0)
+    # hard limit of one job attempt
+    job_timeout_s: float = Field(default=300.0, gt=0)
     drain_timeout_s: float | None = Field(
         default=None,
         gt=0,
@@ -196,8 +211,9 @@ class Settings(BaseSettings):
     crawl_obey_robots: bool = Field(
         default=True, description="crawls read each site's robots.txt and skip what it disallows"
     )
+    # a crawled site's jobs queued or running at once, by default
     crawl_site_concurrency: int | None = Field(
-        default=C.CRAWL_SITE_CONCURRENCY,
+        default=2,
         ge=1,
         description="a crawled site's jobs queued or running at once fleet-wide, when"
         " rate_limits and rate_limit_default name no limit for it; unset -> none",
@@ -226,8 +242,9 @@ class Settings(BaseSettings):
     profiles_dir: Path | None = Field(
         default=None, description="where profiles' user-data-dirs live; unset -> state_dir/profiles"
     )
+    # a blocked profile rests this long before its next job
     profile_block_cooldown_s: float = Field(
-        default=C.PROFILE_BLOCK_COOLDOWN_S,
+        default=1800.0,
         ge=0,
         le=30 * 86400,
         description="a profile whose job was blocked gets no job for this long",
@@ -246,18 +263,20 @@ class Settings(BaseSettings):
     )
 
     # Retries.
-    max_attempts: int = Field(default=C.DEFAULT_MAX_ATTEMPTS, ge=1, le=100)
-    backoff_base_s: float = Field(default=C.BACKOFF_BASE_S, ge=0)
-    backoff_max_s: float = Field(default=C.BACKOFF_MAX_S, ge=0)
+    max_attempts: int = Field(default=3, ge=1, le=100)
+    # delay before the 2nd attempt; doubles each attempt
+    backoff_base_s: float = Field(default=5.0, ge=0)
+    backoff_max_s: float = Field(default=600.0, ge=0)
     # Error classes (common.actions.error_classes).
     retry_after_max_s: float = Field(
-        default=C.RETRY_AFTER_MAX_S,
+        default=3600.0,
         ge=0,
         le=C.RETRY_AFTER_LIMIT_S,
         description="a rate-limited attempt's Retry-After is honoured up to this long",
     )
+    # A blocked attempt is handed back the same way (not failed), at most this many times.
     max_blocks_per_job: int = Field(
-        default=C.MAX_BLOCKS_PER_JOB,
+        default=3,
         ge=1,
         le=100,
         description="a job blocked this many times fails (class blocked); each block before"
@@ -282,14 +301,19 @@ class Settings(BaseSettings):
 
     # Metrics (Prometheus), one port per daemon.
     metrics_port: int = Field(default=0, ge=0, le=65535, description="0 = no metrics endpoint")
-    metrics_address: str = Field(default=C.METRICS_ADDRESS, min_length=1)
+    # Operator features: metrics, dashboard, webhooks, retention. metrics and dashboard listen on
+    # loopback unless told
+    metrics_address: str = Field(default="127.0.0.1", min_length=1)
+    # the producer's database-derived gauges, at most this often
     metrics_refresh_s: float = Field(
-        default=C.METRICS_REFRESH_S, gt=0, description="producer: job/host gauges from SQL"
+        default=10.0, gt=0, description="producer: job/host gauges from SQL"
     )
 
     # Dashboard (`scrapefleet dashboard`).
-    dashboard_address: str = Field(default=C.METRICS_ADDRESS, min_length=1)
-    dashboard_port: int = Field(default=C.DASHBOARD_PORT, ge=1, le=65535)
+    # Operator features: metrics, dashboard, webhooks, retention. metrics and dashboard listen on
+    # loopback unless told
+    dashboard_address: str = Field(default="127.0.0.1", min_length=1)
+    dashboard_port: int = Field(default=8080, ge=1, le=65535)
     dashboard_token: SecretStr | None = Field(
         default=None, description="required by every control; unset -> read-only dashboard"
     )
@@ -334,21 +358,28 @@ class Settings(BaseSettings):
         default_factory=list,
         description="CIDRs webhooks may reach although internal (loopback, private, ...)",
     )
-    webhook_max_attempts: int = Field(default=C.WEBHOOK_MAX_ATTEMPTS, ge=1, le=100)
-    webhook_interval_s: float = Field(default=C.WEBHOOK_INTERVAL_S, gt=0)
+    # then the delivery is given up (gave_up_at set)
+    webhook_max_attempts: int = Field(default=10, ge=1, le=100)
+    # the producer looks for due webhook deliveries this often
+    webhook_interval_s: float = Field(default=1.0, gt=0)
+    # one POST, connect + response
     webhook_timeout_s: float = Field(
-        default=C.WEBHOOK_TIMEOUT_S, gt=0, description="one POST, whole: DNS to the answer"
+        default=5.0, gt=0, description="one POST, whole: DNS to the answer"
     )
-    webhook_backoff_base_s: float = Field(default=C.WEBHOOK_BACKOFF_BASE_S, ge=0)
-    webhook_backoff_max_s: float = Field(default=C.WEBHOOK_BACKOFF_MAX_S, ge=0)
+    # delay before the 2nd POST; doubles each attempt
+    webhook_backoff_base_s: float = Field(default=5.0, ge=0)
+    webhook_backoff_max_s: float = Field(default=3600.0, ge=0)
 
     # Retention, run by the producer.
-    retention_days: float = Field(default=C.RETENTION_DAYS, gt=0)
-    retention_interval_s: float = Field(default=C.RETENTION_INTERVAL_S, gt=0)
-    retention_batch_rows: int = Field(default=C.RETENTION_BATCH_ROWS, ge=1, le=100_000)
+    # finished jobs older than this move to jobs_archive
+    retention_days: float = Field(default=30.0, gt=0)
+    # how often the producer runs retention
+    retention_interval_s: float = Field(default=3600.0, gt=0)
+    # jobs moved per transaction (short locks on the hot table)
+    retention_batch_rows: int = Field(default=1000, ge=1, le=100_000)
 
     # SSH probe: producer/ssh_probe.py. Fleet-wide defaults; a host's own row overrides
-    # user, key file and known_hosts. Literals (not common.constants) until the lead moves them.
+    # user, key file and known_hosts.
     ssh_user: str = Field(default="scrapefleet", description="service user on consumer hosts")
     ssh_key_file: Path | None = Field(default=None, description="producer's private key")
     ssh_known_hosts_file: Path | None = Field(
@@ -402,14 +433,16 @@ class Settings(BaseSettings):
         description="how this host asks for a reboot after reboot_every browser jobs (the"
         " Ansible role sets it); unset -> never reboot: the stack is restarted instead",
     )
+    # A stack that failed to start is tried again by itself after this, doubling up to the max (the
+    # half-open state of a circuit breaker); meanwhile its host runs every job but browser jobs.
     stack_retry_base_s: float = Field(
-        default=C.STACK_RETRY_BASE_S,
+        default=60.0,
         gt=0,
         description="a browser stack that failed to start is retried after this, doubling;"
         " meanwhile the host runs every other job",
     )
     stack_retry_max_s: float = Field(
-        default=C.STACK_RETRY_MAX_S, gt=0, description="the longest wait between stack retries"
+        default=1800.0, gt=0, description="the longest wait between stack retries"
     )
 
     @field_validator("database_url", "listen_database_url")
@@ -612,3 +645,9 @@ def _first_problem(exc: ValidationError) -> str:
         return f"unknown setting {name!r}"
     message = str(err["msg"]).removeprefix("Value error, ")  # pydantic's, for our own checks
     return f"invalid setting {name} ({env}): {message}"
+
+
+def setting_default(name: str) -> Any:
+    """A setting's default as its field declares it: code that needs it outside a Settings
+    (a function's default argument, a test's expectation) reads it here, never a copy."""
+    return Settings.model_fields[name].default

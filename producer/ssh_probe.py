@@ -27,9 +27,8 @@ from dataclasses import dataclass, field
 
 import paramiko
 
-from scrapefleet.common.constants import LOCAL_STATE_STALE_S, PROBE_TIMEOUT_S
 from scrapefleet.common.errors import ProbeError
-from scrapefleet.common.settings import Settings
+from scrapefleet.common.settings import Settings, setting_default
 from scrapefleet.common.status.answer import MAX_ANSWER_BYTES, parse_status_answer, stale_reason
 from scrapefleet.common.status.document import HostStatus
 from scrapefleet.producer.probe import HostTarget
@@ -38,8 +37,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_STATUS_COMMAND = "scrapefleet-consumer status --json"
 DEFAULT_MAX_WORKERS = 16
-RECONNECT_BASE_S = 1.0  # wait after the 2nd consecutive connect failure; doubles each time
-RECONNECT_MAX_S = 30.0  # a host that comes back is seen within this long
+# After the 2nd consecutive connect failure; doubles each time, up to the max: a host that comes
+# back is seen within that long.
+RECONNECT_BASE_S: float = setting_default("ssh_reconnect_base_s")
+RECONNECT_MAX_S: float = setting_default("ssh_reconnect_max_s")
 MAX_DETAIL_CHARS = 200  # of the status command's last stderr line, quoted in the reason
 ROUND_GRACE_S = 0.25  # how long past the deadline the round waits for workers to notice it
 
@@ -101,11 +102,11 @@ class SSHProbe:
 
     def __init__(
         self,
-        timeout_s: float = PROBE_TIMEOUT_S,
+        timeout_s: float = setting_default("probe_timeout_s"),
         max_workers: int = DEFAULT_MAX_WORKERS,
         command: str = DEFAULT_STATUS_COMMAND,
         *,
-        stale_after_s: float = LOCAL_STATE_STALE_S,
+        stale_after_s: float = setting_default("local_state_stale_s"),
         fresh: bool = False,
         reconnect_base_s: float = RECONNECT_BASE_S,
         reconnect_max_s: float = RECONNECT_MAX_S,

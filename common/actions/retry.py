@@ -6,14 +6,15 @@ import random
 from datetime import datetime, timedelta
 
 from scrapefleet.common import constants as C
+from scrapefleet.common.settings import setting_default
 from scrapefleet.common.store.statuses import attempts_exhausted
 
 
 def backoff_delay_s(
     attempt: int,
     *,
-    base_s: float = C.BACKOFF_BASE_S,
-    max_s: float = C.BACKOFF_MAX_S,
+    base_s: float = setting_default("backoff_base_s"),
+    max_s: float = setting_default("backoff_max_s"),
     jitter: float = C.BACKOFF_JITTER,
     rng: random.Random | None = None,
 ) -> float:
@@ -31,8 +32,8 @@ def retry_at(
     max_attempts: int,
     now: datetime,
     *,
-    base_s: float = C.BACKOFF_BASE_S,
-    max_s: float = C.BACKOFF_MAX_S,
+    base_s: float = setting_default("backoff_base_s"),
+    max_s: float = setting_default("backoff_max_s"),
     rng: random.Random | None = None,
 ) -> datetime | None:
     """When to run the job again after failed attempt ``attempt``; None = attempts exhausted."""

@@ -55,9 +55,6 @@ else:
     settings = lazy_module("scrapefleet.common.settings")
 
 
-_one_line_errors = one_line_errors  # common.ops.one_line_errors: one line, exit 1 or 2
-
-
 @click.group()
 @click.option("--config", type=click.Path(path_type=Path), help="TOML settings file")
 @click.version_option(package_name="scrapefleet", prog_name="scrapefleet")
@@ -91,7 +88,7 @@ def db_upgrade(ctx: CliContext) -> None:
     """Create or migrate the schema to the latest version."""
     from scrapefleet.common.db.migrate import current_revision, upgrade
 
-    with _one_line_errors():
+    with one_line_errors():
         url = ctx.database_url()
         upgrade(url)
         click.echo(f"database at revision {current_revision(url)}")
@@ -114,7 +111,7 @@ def submit(ctx: CliContext, file: Any, fmt: str | None, host: str | None) -> Non
     A bad line stops everything: its number and field are printed, exit 2, nothing inserted.
     With --host the job ids are printed too (`jobs show ID` follows one).
     """
-    with _one_line_errors():
+    with one_line_errors():
         client = ctx.client  # settings and user actions first: they validate the lines
         name = getattr(file, "name", None)
         fmt = submit_file.detect_format(name if isinstance(name, str) else None, fmt)
@@ -141,7 +138,7 @@ def status(ctx: CliContext, as_json: bool) -> None:
 
     Exits 0 when the fleet can make progress, 3 when the producer is down, 4 when work is
     pending and no host is active."""
-    with _one_line_errors(), database.wrapped_errors(), ctx.read_engine().connect() as conn:
+    with one_line_errors(), database.wrapped_errors(), ctx.read_engine().connect() as conn:
         fleet_status = status_report.read_fleet_status(conn)
     click.echo(fleet_status.json() if as_json else fleet_status.text())
     # Exit codes (status_report.StatusVerdict): 0 healthy, 3 producer down, 4 work pending and
@@ -156,7 +153,7 @@ def status(ctx: CliContext, as_json: bool) -> None:
 def failures(ctx: CliContext, limit: int, as_json: bool) -> None:
     """Failed jobs of 7 days grouped by cause (kind, error class, error with URLs and numbers
     masked, status codes kept), largest first, each with an example job. None is exit 1."""
-    with _one_line_errors(), database.wrapped_errors(), ctx.read_engine().connect() as conn:
+    with one_line_errors(), database.wrapped_errors(), ctx.read_engine().connect() as conn:
         groups = progress.read_rows(conn, "failure_groups", limit)
     # The example is the error's last line as raised: a proxy URL's password may be in it.
     groups = [{**g, "example_error": masking.mask_text(g["example_error"])} for g in groups]
@@ -191,7 +188,7 @@ def hosts_add(
     ctx: CliContext, name: str, capacity: int | None, ssh_user: str | None, **ssh: Any
 ) -> None:
     """Add a host (or update its settings)."""
-    with _one_line_errors():
+    with one_line_errors():
         _check_host_name(name)
         user = ssh_user or ctx.settings.ssh_user
         spec = store.HostSpec(
@@ -224,7 +221,7 @@ def hosts_check(ctx: CliContext, name: str) -> None:
     # The probe logs a failure as a warning; here the reason is printed once, below.
     for noisy in ("scrapefleet.producer", "paramiko"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
-    with _one_line_errors():
+    with one_line_errors():
         with database.wrapped_errors(), ctx.client.engine.connect() as conn:
             target = probe_target(queries.host(conn, name), ctx.settings)
         probe = RoutingProbe(ctx.settings)
@@ -243,7 +240,7 @@ def hosts_check(ctx: CliContext, name: str) -> None:
 @pass_ctx
 def hosts_list(ctx: CliContext) -> None:
     """Every host with its state and load."""
-    with _one_line_errors(), database.wrapped_errors(), ctx.client.engine.connect() as conn:
+    with one_line_errors(), database.wrapped_errors(), ctx.client.engine.connect() as conn:
         rows = queries.host_load(conn)
     click.echo(render.render_status({}, rows).split("\n", 1)[1])
 
@@ -253,7 +250,7 @@ def hosts_list(ctx: CliContext) -> None:
 @pass_ctx
 def hosts_drain(ctx: CliContext, name: str) -> None:
     """Stop giving NAME work; its queued jobs go to other hosts, running ones finish."""
-    with _one_line_errors(), database.transaction(ctx.client.engine) as conn:
+    with one_line_errors(), database.transaction(ctx.client.engine) as conn:
         requeued = store.drain_host(conn, name)
     click.echo(f"host {name} draining; {len(requeued)} queued job(s) handed back")
 
@@ -263,7 +260,7 @@ def hosts_drain(ctx: CliContext, name: str) -> None:
 @pass_ctx
 def hosts_enable(ctx: CliContext, name: str) -> None:
     """Let NAME take work again."""
-    with _one_line_errors(), database.transaction(ctx.client.engine) as conn:
+    with one_line_errors(), database.transaction(ctx.client.engine) as conn:
         changed = store.enable_host(conn, name)
     if not changed:
         fail(f"host {name} is already active: nothing changed", 1)
@@ -275,7 +272,7 @@ def hosts_enable(ctx: CliContext, name: str) -> None:
 @pass_ctx
 def hosts_remove(ctx: CliContext, name: str) -> None:
     """Remove NAME (it must run nothing: drain it first)."""
-    with _one_line_errors(), database.transaction(ctx.client.engine) as conn:
+    with one_line_errors(), database.transaction(ctx.client.engine) as conn:
         store.remove_host(conn, name)
     click.echo(f"host {name} removed")
 
@@ -305,7 +302,7 @@ def dashboard(ctx: CliContext, port: int | None, address: str | None, allow_remo
     from scrapefleet.common.ops.dashboard.app import create_app
     from scrapefleet.common.ops.dashboard.server import DashboardServer, is_loopback_address
 
-    with _one_line_errors():
+    with one_line_errors():
         settings = ctx.settings
         address = address or settings.dashboard_address
         if not (allow_remote or settings.dashboard_allow_remote or is_loopback_address(address)):
@@ -339,7 +336,7 @@ def fleet() -> None:
 @pass_ctx
 def fleet_pause(ctx: CliContext, reason: str | None) -> None:
     """Stop assigning new jobs anywhere (running ones finish); the producer sees it next cycle."""
-    with _one_line_errors(), database.transaction(ctx.client.engine) as conn:
+    with one_line_errors(), database.transaction(ctx.client.engine) as conn:
         changed = store.set_assignment_paused(conn, True, "cli", reason)
     if not changed:
         fail(
@@ -353,7 +350,7 @@ def fleet_pause(ctx: CliContext, reason: str | None) -> None:
 @pass_ctx
 def fleet_resume(ctx: CliContext) -> None:
     """Assign jobs again."""
-    with _one_line_errors(), database.transaction(ctx.client.engine) as conn:
+    with one_line_errors(), database.transaction(ctx.client.engine) as conn:
         changed = store.set_assignment_paused(conn, False, "cli", None)
     if not changed:
         fail("assignment is not paused: nothing to resume", 1)
@@ -377,7 +374,7 @@ def demo(ctx: CliContext, job_count: int, host_count: int, keep_db: bool) -> Non
     """
     from scrapefleet.common.local.demo import run_demo
 
-    with _one_line_errors():
+    with one_line_errors():
         sys.exit(
             run_demo(ctx.settings, job_count=job_count, host_count=host_count, keep_db=keep_db)
         )

@@ -52,8 +52,6 @@ else:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-_one_line_errors = one_line_errors  # common.ops.one_line_errors: one line, exit 1 or 2
-
 # ---------------------------------------------------------------- jobs
 
 
@@ -67,7 +65,7 @@ def jobs() -> None:
 @pass_ctx
 def jobs_show(ctx: CliContext, job_id: int) -> None:
     """A job's row, its audit trail and its failure artifacts."""
-    with _one_line_errors(), database.wrapped_errors(), ctx.client.engine.connect() as conn:
+    with one_line_errors(), database.wrapped_errors(), ctx.client.engine.connect() as conn:
         row = queries.job(conn, job_id)
         events = queries.job_events(conn, job_id)
         webhooks = dashboard_reads.webhook_deliveries(conn, job_id)
@@ -141,7 +139,7 @@ def _bulk(
 ) -> None:
     """Count, confirm when many, act, and say why whatever did not move did not (exit 1)."""
     past = bulk.PAST[action]
-    with _one_line_errors():
+    with one_line_errors():
         which.params()  # no filter at all is refused before anything is read
         engine = ctx.client.engine
         statuses = bulk.movable(action, include_cancelled)
@@ -227,7 +225,7 @@ def jobs_cancel(
 def jobs_stop(ctx: CliContext, ids: tuple[int, ...]) -> None:
     """Running jobs -> cancelled: each host ends its attempt at its next heartbeat (its browser
     session ended, its result dropped). A named job that is not running is an error (exit 1)."""
-    with _one_line_errors(), database.transaction(ctx.client.engine) as conn:
+    with one_line_errors(), database.transaction(ctx.client.engine) as conn:
         stopped = store.stop_jobs(conn, list(ids))
         left = [i for i in ids if i not in set(stopped)]
         found = queries.job_statuses(conn, left) if left else {}
@@ -274,7 +272,7 @@ def _result_filter(
 def jobs_list(ctx: CliContext, limit: int, as_json: bool, **filters: Any) -> None:
     """The newest jobs matching the filters: a table, or JSON lines with --json. Matching
     nothing is an error (exit 1)."""
-    with _one_line_errors(), database.wrapped_errors():
+    with one_line_errors(), database.wrapped_errors():
         which = _result_filter(limit=limit, **filters)
         rows = [masking.mask_job_row(r) for r in job_results.iter_results(ctx.client.engine, which)]
     if not rows:
@@ -316,7 +314,7 @@ def results_export(
     (payload and result as JSON, or with --flatten a column per result key), the format taken
     from the file's extension (.jsonl, .json, .csv) unless --format says; secrets masked unless
     --show-secrets. A progress bar on a terminal. Matching nothing is an error (exit 1)."""
-    with _one_line_errors(), database.wrapped_errors():
+    with one_line_errors(), database.wrapped_errors():
         fmt = export_format(str(output) if output else None, fmt)
         if flatten and fmt != "csv":
             fail(f"--flatten: only for CSV, not {fmt}", 2)

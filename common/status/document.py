@@ -22,15 +22,17 @@ from __future__ import annotations
 
 import errno
 import json
-import math
 import os
 import re
 import stat
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from scrapefleet.common.constants import STATUS_FORMAT_VERSION
 from scrapefleet.common.errors import ProbeError
@@ -100,49 +102,83 @@ class HostStatus:
 # Upper bounds as well as lower: a value the database cannot store (a bigint overflow) would
 # abort the producer's health write for every host, not just this one.
 INT32_MAX = 2**31 - 1
-_INT_FIELDS = {
-    "running": 100_000,
-    "capacity": 100_000,
-    "jobs_since_restart": INT32_MAX,
-    "jobs_since_boot": INT32_MAX,
-    "memory_available_bytes": 2**60,
-    "memory_total_bytes": 2**60,
-    "pid": INT32_MAX,
-    "version": 1_000,
-}
-_OPTIONAL_FIELDS = (
-    "daemon",
-    "browser",
-    "browser_reason",
-    "browser_retry_at",
-    "stuck",
-    "browser_limit",
-    "browser_limit_reason",
-)
-MAX_STUCK = _INT_FIELDS["running"]
-# The kernel's boot id is a UUID; a test or a host without one sends a short token instead.
-BOOT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
+MAX_COUNT = 100_000  # running, capacity, stuck, browser_limit: no host runs more
+MAX_BYTES = 2**60
 MAX_HOST_CHARS = 255
 MAX_LOAD = 1e6
 MAX_UNIX_TIME = 2.0**33  # the year 2242: anything later is garbage (and past timestamptz)
+# The kernel's boot id is a UUID; a test or a host without one sends a short token instead.
+BOOT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
+
+
+def _one_of(allowed: tuple[str, ...], what: str) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if value not in allowed:
+            raise ValueError(f"{_clip(value)} is not {what}")
+        return value
+
+    return check
+
+
+def _boot_id(value: str) -> str:
+    if not BOOT_ID.fullmatch(value):
+        raise ValueError(f"{_clip(value)} is not a boot id")
+    return value
+
+
+Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+Total = Annotated[int, Field(ge=0, le=INT32_MAX)]
+Bytes = Annotated[int, Field(ge=0, le=MAX_BYTES)]
+UnixTime = Annotated[float, Field(ge=0, le=MAX_UNIX_TIME, allow_inf_nan=False)]
+Reason = Annotated[str, Field(max_length=MAX_REASON_CHARS)]
+
+
+class StatusDocument(BaseModel):
+    """The document as a host sends it, every field typed and bounded: JSON's types only
+    (strict: no "2" for 2, no true for 1), unknown fields ignored (a newer consumer's)."""
+
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+
+    host: Annotated[str, Field(min_length=1, max_length=MAX_HOST_CHARS)]
+    running: Count
+    capacity: Count
+    state: Annotated[str, AfterValidator(_one_of(HOST_STATES, "a host state"))]
+    boot_id: Annotated[str, AfterValidator(_boot_id)]
+    jobs_since_restart: Total
+    jobs_since_boot: Total
+    memory_available_bytes: Bytes
+    memory_total_bytes: Bytes
+    load_1m: Annotated[float, Field(ge=0, le=MAX_LOAD, allow_inf_nan=False)]
+    pid: Total
+    updated_at: UnixTime
+    version: Annotated[int, Field(ge=0, le=1_000)]
+    daemon: Annotated[str, AfterValidator(_one_of(DAEMON_STATES, "a daemon state"))] | None = None
+    browser: Annotated[str, AfterValidator(_one_of(BROWSER_STATES, "a browser state"))] | None = (
+        None
+    )
+    browser_reason: Reason | None = None
+    browser_retry_at: UnixTime | None = None
+    stuck: Count | None = None
+    browser_limit: Count | None = None
+    browser_limit_reason: Reason | None = None
 
 
 def parse_status(text: str) -> HostStatus:
     """Parse and validate a status document; any defect is a ProbeError naming it."""
     raw = _load_object(text)
-    _check_core_fields(raw)
-    _check_browser_fields(raw)
-    stuck = raw.get("stuck")
-    if stuck is not None and (
-        not isinstance(stuck, int) or isinstance(stuck, bool) or not 0 <= stuck <= MAX_STUCK
-    ):
-        raise ProbeError(f"status field 'stuck' is not an integer from 0 to {MAX_STUCK}")
-    known: dict[str, Any] = {k: raw.get(k) for k in HostStatus.__dataclass_fields__}
-    known["load_1m"] = float(known["load_1m"])
-    known["updated_at"] = float(known["updated_at"])
-    if known["browser_retry_at"] is not None:
-        known["browser_retry_at"] = float(known["browser_retry_at"])
-    return HostStatus(**known)
+    # Another version's fields may mean other things: no field of it is read.
+    if raw.get("version") != STATUS_FORMAT_VERSION:
+        raise ProbeError(
+            f"status format version {_clip(raw.get('version'))}, expected {STATUS_FORMAT_VERSION}"
+        )
+    try:
+        document = StatusDocument.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False, include_input=False)[0]
+        field = ".".join(str(part) for part in first["loc"]) or "?"
+        message = first["msg"].removeprefix("Value error, ")
+        raise ProbeError(f"status field {field!r}: {message}") from None
+    return HostStatus(**document.model_dump())
 
 
 def _load_object(text: str) -> dict[str, Any]:
@@ -161,67 +197,6 @@ def _load_object(text: str) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise ProbeError("status is not a JSON object")
     return raw
-
-
-def _check_core_fields(raw: dict[str, Any]) -> None:
-    if raw.get("version") != STATUS_FORMAT_VERSION:
-        raise ProbeError(
-            f"status format version {raw.get('version')!r}, expected {STATUS_FORMAT_VERSION}"
-        )
-    missing = [
-        f for f in HostStatus.__dataclass_fields__ if f not in raw and f not in _OPTIONAL_FIELDS
-    ]
-    if missing:
-        raise ProbeError(f"status lacks field(s): {', '.join(missing)}")
-    for name, most in _INT_FIELDS.items():
-        value = raw[name]
-        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= most:
-            raise ProbeError(f"status field {name!r} is not an integer from 0 to {most}")
-    for name, top in (("load_1m", MAX_LOAD), ("updated_at", MAX_UNIX_TIME)):
-        if not _is_finite_number(raw[name]) or not 0 <= raw[name] <= top:
-            raise ProbeError(f"status field {name!r} is not a number from 0 to {top:g}")
-    if raw["state"] not in HOST_STATES:
-        raise ProbeError(f"status field 'state' is {_clip(raw['state'])}, not a host state")
-    if not isinstance(raw["host"], str) or not 0 < len(raw["host"]) <= MAX_HOST_CHARS:
-        raise ProbeError(f"status field 'host' is not a string of 1 to {MAX_HOST_CHARS} chars")
-    if not isinstance(raw["boot_id"], str) or not BOOT_ID.fullmatch(raw["boot_id"]):
-        raise ProbeError(f"status field 'boot_id' is {_clip(raw['boot_id'])}, not a boot id")
-    daemon = raw.get("daemon")
-    if daemon is not None and (not isinstance(daemon, str) or daemon not in DAEMON_STATES):
-        raise ProbeError(f"status field 'daemon' is {_clip(daemon)}, not a daemon state")
-
-
-def _check_browser_fields(raw: dict[str, Any]) -> None:
-    browser, reason, retry_at = (
-        raw.get("browser"),
-        raw.get("browser_reason"),
-        raw.get("browser_retry_at"),
-    )
-    if browser is not None and (not isinstance(browser, str) or browser not in BROWSER_STATES):
-        raise ProbeError(f"status field 'browser' is {_clip(browser)}, not a browser state")
-    if reason is not None and (not isinstance(reason, str) or len(reason) > MAX_REASON_CHARS):
-        raise ProbeError(
-            f"status field 'browser_reason' is not a string of at most {MAX_REASON_CHARS} chars"
-        )
-    if retry_at is not None and not (
-        _is_finite_number(retry_at) and 0 <= retry_at <= MAX_UNIX_TIME
-    ):
-        raise ProbeError("status field 'browser_retry_at' is not a unix time")
-    limit, why = raw.get("browser_limit"), raw.get("browser_limit_reason")
-    most = _INT_FIELDS["capacity"]
-    if limit is not None and (
-        not isinstance(limit, int) or isinstance(limit, bool) or not 0 <= limit <= most
-    ):
-        raise ProbeError(f"status field 'browser_limit' is not an integer from 0 to {most}")
-    if why is not None and (not isinstance(why, str) or len(why) > MAX_REASON_CHARS):
-        raise ProbeError(
-            f"status field 'browser_limit_reason' is not a string of at most"
-            f" {MAX_REASON_CHARS} chars"
-        )
-
-
-def _is_finite_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _clip(value: Any, limit: int = 40) -> str:

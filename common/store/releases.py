@@ -13,7 +13,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from scrapefleet.common.constants import LOCK_LINGER_S, MAX_RELEASES_PER_JOB
+from scrapefleet.common.constants import MAX_RELEASES_PER_JOB
+from scrapefleet.common.settings import setting_default
 from scrapefleet.common.store.events import set_audit_message
 from scrapefleet.common.store.statuses import (
     PAGE_RELEASES_EXHAUSTED_SQL,
@@ -161,7 +162,7 @@ def recover_host_jobs(conn: Connection, host: str) -> list[int]:
 
 
 def rescue_stale_processing(
-    conn: Connection, stale_after_s: float, linger_s: float = LOCK_LINGER_S
+    conn: Connection, stale_after_s: float, linger_s: float = setting_default("lock_linger_s")
 ) -> list[int]:
     """Jobs processing with no heartbeat for ``stale_after_s``: their consumer is gone (or
     frozen, or cut off). Each is released (back to pending, the attempt given back), its lock

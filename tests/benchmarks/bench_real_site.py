@@ -51,8 +51,7 @@ from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
 from scrapefleet.common.browser import isolation as browser_isolation
-from scrapefleet.common.constants import RESTART_EVERY_JOBS
-from scrapefleet.common.settings import Settings
+from scrapefleet.common.settings import Settings, setting_default
 from scrapefleet.common.store import NewJob
 from scrapefleet.consumer.browser import stack as browser_stack
 from scrapefleet.consumer.browser.stack_processes import pss_bytes
@@ -60,6 +59,8 @@ from scrapefleet.consumer.daemon import Consumer
 from tests.benchmarks.bench_browser import FIRST_JOBS, MB, Run, bench_database, settings_for
 from tests.benchmarks.bench_contexts import kind_of
 from tests.benchmarks.doc_site import DocSite
+
+RESTART_EVERY: int = setting_default("restart_every")
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 PLOT = DOCS / "browser_bench_real_site.png"
@@ -354,13 +355,11 @@ def _read_outcome(engine: Engine, run: RealRun) -> None:
 
 def consumer_runs(args: argparse.Namespace, urls: list[str], work: Path) -> list[RealRun]:
     runs = []
-    default = f"consumer default (restarts every {RESTART_EVERY_JOBS})"
-    plans: list[tuple[str, int, int, dict[str, str]]] = [
-        (default, RESTART_EVERY_JOBS, args.jobs, {})
-    ]
+    default = f"consumer default (restarts every {RESTART_EVERY})"
+    plans: list[tuple[str, int, int, dict[str, str]]] = [(default, RESTART_EVERY, args.jobs, {})]
     for level in browser_isolation.ISOLATION_VALUES:  # "cleared" is on its way: whatever is there
         count = min(args.session_jobs, args.jobs) if level == "session" else args.jobs
-        plans.append((f'isolation "{level}"', RESTART_EVERY_JOBS, count, {"isolation": level}))
+        plans.append((f'isolation "{level}"', RESTART_EVERY, count, {"isolation": level}))
     plans.append(("consumer default, restarts off", 0, args.jobs, {}))
     with bench_database() as (url, engine):
         for label, every, count, payload in plans:
@@ -494,7 +493,7 @@ def overload_runs(args: argparse.Namespace, urls: list[str], work: Path) -> list
         for hog in (False, True):
             label = f"two hosts, beside {hog_count} CPU hogs" if hog else "two hosts"
             hosts = {
-                host: settings_for(url, work, args.capacity, RESTART_EVERY_JOBS, f"{label}-{host}")
+                host: settings_for(url, work, args.capacity, RESTART_EVERY, f"{label}-{host}")
                 for host in OVERLOAD_HOSTS
             }
             print(f"{label}: {len(urls)} jobs, capacity {args.capacity} each", flush=True)

@@ -12,7 +12,8 @@ from typing import TypeVar
 
 import pytest
 
-from scrapefleet.common.constants import HUNG_SESSION_GRACE_S, STACK_RETRY_BASE_S, STACK_RETRY_MAX_S
+from scrapefleet.common.constants import HUNG_SESSION_GRACE_S
+from scrapefleet.common.settings import setting_default
 from scrapefleet.common.status.document import BrowserState
 from scrapefleet.consumer.browser.stack_events import (
     SET_ACTIVE,
@@ -77,6 +78,9 @@ from scrapefleet.consumer.browser.stack_states import (
 from scrapefleet.consumer.browser.stack_step import step
 
 pytestmark = pytest.mark.timeout(10)
+
+STACK_RETRY_BASE_S = setting_default("stack_retry_base_s")
+STACK_RETRY_MAX_S = setting_default("stack_retry_max_s")
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 POLICY = Policy(
