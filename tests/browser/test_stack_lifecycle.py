@@ -17,7 +17,8 @@ from scrapefleet.common.settings import Settings
 from scrapefleet.consumer.browser import grid_jvm
 from scrapefleet.consumer.browser.selenium_actions import FetchPageParams, fetch_page
 from scrapefleet.consumer.browser.sessions import SessionPool
-from scrapefleet.consumer.browser.stack import BrowserStack, find_grid_jar
+from scrapefleet.consumer.browser.stack import BrowserStack
+from scrapefleet.consumer.browser.stack_host import find_grid_jar
 from scrapefleet.consumer.browser.stack_processes import is_gone
 from tests.browser.site import LocalSite
 from tests.waiting import wait_for
