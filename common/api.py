@@ -30,11 +30,13 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any
 
-from scrapefleet.common import queries, store
-from scrapefleet.common.actions import FreeParams, Lightness, load_user_actions, register
-from scrapefleet.common.browser_isolation import Isolation
-from scrapefleet.common.db import make_engine, transaction, wrapped_errors
-from scrapefleet.common.error_classes import Blocked, Permanent, RateLimited
+from scrapefleet.common import store
+from scrapefleet.common.actions.error_classes import Blocked, Permanent, RateLimited
+from scrapefleet.common.actions.registry import FreeParams, Lightness, load_user_actions, register
+from scrapefleet.common.actions.spawn import Child, Spawned
+from scrapefleet.common.browser.isolation import Isolation
+from scrapefleet.common.browser.profile_names import payload_profile_pool
+from scrapefleet.common.db.engines import make_engine, transaction, wrapped_errors
 from scrapefleet.common.errors import (
     JobFailed,
     ScrapefleetError,
@@ -42,13 +44,12 @@ from scrapefleet.common.errors import (
     SubmitError,
     UnknownAction,
 )
-from scrapefleet.common.profiles import payload_profile_pool
-from scrapefleet.common.results import ResultFilter, iter_results, results_of
+from scrapefleet.common.jobs.submit_file import validate_job
+from scrapefleet.common.reads import queries
+from scrapefleet.common.reads.results import ResultFilter, iter_results, results_of
 from scrapefleet.common.settings import Settings, load_settings
-from scrapefleet.common.spawn import Child, Spawned
 from scrapefleet.common.store import InsertResult, NewJob
 from scrapefleet.common.store.statuses import FINISHED
-from scrapefleet.common.submit_file import validate_job
 
 # FINISHED: the statuses wait() ends on (the tools use it too).
 __all__ = [

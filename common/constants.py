@@ -1,49 +1,25 @@
-"""Every tunable default of scrapefleet in one place, each with its unit in its name.
+"""scrapefleet's fixed numbers (those no setting changes), each with its unit in its name.
 
-Settings (common.settings) take their defaults from here; code that needs a fixed number
-imports it from here rather than writing a literal.
+A setting's default is written once, on its field in common.settings (``setting_default(name)``
+reads it); code that needs a fixed number imports it from here rather than writing a literal.
 """
 
 from typing import Final
 
-# Fleet shape.
-DEFAULT_HOST_CAPACITY: Final = 6  # concurrent jobs per consumer host
-# What leaks is the browser: each WebDriver session is quit and replaced after this many of
-# its own jobs, inside the running Grid. The whole stack (Grid + Xvfb + every browser) is
-# restarted far less often: a JVM and every browser started again cost ~7 s of CPU, as much as
-# the 20 pages before it (docs/browser-benchmark.md).
-BROWSER_RETIRE_EVERY_JOBS: Final = 20
-RESTART_EVERY_JOBS: Final = 80  # browser stack (Grid + Xvfb) restarted after this many claims
-REBOOT_EVERY_JOBS: Final = 80  # host rebooted after this many claims since boot
-
 # Producer.
-PRODUCER_INTERVAL_S: Final = 2.0  # assignment cycle period when nothing wakes it earlier
-PRODUCER_WAKE_DEBOUNCE_S: Final = 0.005  # batch notifications this long (producer.wakeup)
 PRODUCER_ADVISORY_LOCK_KEY: Final = 0x5C_4A_9E_F1  # pg_advisory_lock key of the active producer
 PENDING_SCAN_FACTOR: Final = 4  # read this many pending rows per free slot (lock keys skip some)
-PROBE_TIMEOUT_S: Final = 3.0  # one host probe, connect + command
-PROBE_FAILURES_OFFLINE: Final = 3  # consecutive probe failures before a host is offline
-OFFLINE_GRACE_S: Final = 60.0  # offline this long -> its queued jobs go back to pending
-# A producer that has just taken the lead does not count the failed probes of a host that has
-# not answered it yet for this long: consumers started beside it are still starting, and their
-# failures would write a false "offline" into each host's history.
-PROBE_START_GRACE_S: Final = 30.0
-RESCUE_AFTER_S: Final = 60.0  # processing job with no heartbeat this long -> rescued
-# An attempt ended in the database while its host may still run it (a rescue, a stop, a
-# timeout): its job's lock key stays held until that host confirms the end, or this long.
-LOCK_LINGER_S: Final = 60.0
 # A consumer whose heartbeat has not reached the database for this fraction of rescue_after_s
 # ends its attempts itself and claims nothing until a heartbeat gets through: a host cut off
 # from the database has stopped before the producer's rescue hands its jobs on.
 SELF_FENCE_FRACTION: Final = 0.75
-LOCAL_STATE_STALE_S: Final = 15.0  # a consumer state file older than this is a failed probe
 # A producer with no cycle (a standby: no try) for max(this many of its intervals, the floor)
 # is down: a slow probe round or a GC pause must not read as an outage.
 PRODUCER_STALE_INTERVALS: Final = 3
 PRODUCER_STALE_MIN_S: Final = 10.0
 PRODUCER_ROWS_KEEP_S: Final = 7 * 86400.0  # producers rows unseen this long are deleted
 
-# Rate limits (common.rate_limits): per_minute counts attempts started in this trailing window.
+# Rate limits (common.jobs.rate_limits): per_minute counts attempts started in this trailing window.
 RATE_WINDOW_S: Final = 60.0
 # The window's use is read again this often; in between, the producer adds what it assigned.
 RATE_WINDOW_REFRESH_S: Final = 1.0
@@ -52,29 +28,18 @@ RATE_TIGHT_MAX: Final = 100
 RATE_FACTOR_MIN: Final = 1 / 16  # a key pushed back on is slowed to at most this of its limits
 RATE_FACTOR_RECOVERY: Final = 1.25  # each completion on a slowed key scales its factor back up
 
-# Consumer.
-CONSUMER_POLL_S: Final = 1.0  # claim poll when no NOTIFY arrives
-HEARTBEAT_S: Final = 5.0  # host and running-job heartbeat period
-JOB_TIMEOUT_S: Final = 300.0  # hard limit of one job attempt
 
-# Browser stack maintenance (consumer/stack_supervisor.py).
-# A stack that failed to start is tried again by itself after this, doubling up to the max (the
-# half-open state of a circuit breaker); meanwhile its host runs every job but browser jobs.
-STACK_RETRY_BASE_S: Final = 60.0
-STACK_RETRY_MAX_S: Final = 1800.0
+# Browser stack maintenance (consumer/browser/stack_supervisor.py).
 HUNG_SESSION_GRACE_S: Final = 15.0  # a timed-out job's thread still busy this long after its
 #                                     session was killed -> the whole stack is restarted
 REBOOT_WAIT_S: Final = 600.0  # reboot command ran but the host still runs -> restart instead
 ARTIFACT_PRUNE_INTERVAL_S: Final = 3600.0  # failure artifacts past retention removed this often
 
 # Retries.
-DEFAULT_MAX_ATTEMPTS: Final = 3
-BACKOFF_BASE_S: Final = 5.0  # delay before the 2nd attempt; doubles each attempt
-BACKOFF_MAX_S: Final = 600.0
 BACKOFF_JITTER: Final = 0.2  # +/- this fraction of the delay, so retries do not stampede
 
 # NOTIFY channels.
-# A host's own channel is this, a digest of its name appended (common.channels); payload: the
+# A host's own channel is this, a digest of its name appended (common.db.channels); payload: the
 # host's name.
 CHANNEL_ASSIGNED: Final = "scrapefleet_assigned"
 CHANNEL_FINISHED: Final = "scrapefleet_finished"  # payload: host name that freed a slot
@@ -84,19 +49,10 @@ CHANNEL_WEBHOOKS_DUE: Final = "scrapefleet_webhooks_due"  # by trigger, a delive
 # The consumer status document (local state file, `scrapefleet-consumer status --json`).
 STATUS_FORMAT_VERSION: Final = 1
 
-# Operator features: metrics, dashboard, webhooks, retention.
-METRICS_ADDRESS: Final = "127.0.0.1"  # metrics and dashboard listen on loopback unless told
-METRICS_REFRESH_S: Final = 10.0  # the producer's database-derived gauges, at most this often
-DASHBOARD_PORT: Final = 8080
 DASHBOARD_PAGE_ROWS: Final = 50  # rows per dashboard list (failures, search results)
 # A retry or cancel of more jobs than this asks first (CLI: a prompt or --yes; dashboard: a
 # confirm step): one filter too broad must not cancel or revive a whole queue.
 BULK_CONFIRM_OVER_JOBS: Final = 100
-WEBHOOK_INTERVAL_S: Final = 1.0  # the producer looks for due webhook deliveries this often
-WEBHOOK_TIMEOUT_S: Final = 5.0  # one POST, connect + response
-WEBHOOK_MAX_ATTEMPTS: Final = 10  # then the delivery is given up (gave_up_at set)
-WEBHOOK_BACKOFF_BASE_S: Final = 5.0  # delay before the 2nd POST; doubles each attempt
-WEBHOOK_BACKOFF_MAX_S: Final = 3600.0
 WEBHOOK_BATCH: Final = 50  # deliveries taken per statement (more statements while slots are free)
 # POSTs in flight at once, in all and to one receiver (scheme://host:port): a fast receiver
 # waits behind slow ones only while WEBHOOK_WORKERS / WEBHOOK_PER_RECEIVER of them are all slow.
@@ -104,24 +60,16 @@ WEBHOOK_WORKERS: Final = 100
 WEBHOOK_PER_RECEIVER: Final = 2
 WEBHOOK_SCAN_ROWS: Final = 500  # due rows looked at per statement for receivers with room
 WEBHOOK_WAKE_DEBOUNCE_S: Final = 0.02  # batch delivery notifications this long (producer.wakeup)
-RETENTION_DAYS: Final = 30.0  # finished jobs older than this move to jobs_archive
-RETENTION_INTERVAL_S: Final = 3600.0  # how often the producer runs retention
-RETENTION_BATCH_ROWS: Final = 1000  # jobs moved per transaction (short locks on the hot table)
 
 # Times a job may be handed back by failing hosts (crash, rescue, stack fault) before it fails:
 # a release never uses an attempt, but a job that takes every host down must end somewhere.
 MAX_RELEASES_PER_JOB: Final = 5
-# Error classes (common.error_classes): a blocked attempt is handed back the same way, at most
-# this many times; a Retry-After is honoured up to this long.
-MAX_BLOCKS_PER_JOB: Final = 3
-RETRY_AFTER_MAX_S: Final = 3600.0
 RETRY_AFTER_LIMIT_S: Final = 7 * 86400.0  # the most retry_after_max_s may be set to
 
-# Profiles (common.profiles).
-PROFILE_BLOCK_COOLDOWN_S: Final = 1800.0  # a blocked profile rests this long before its next job
+# Profiles (common.browser.profile_names).
 PROFILE_DIR_FREE_WAIT_S: Final = 15.0  # for the last browser on a profile's directory to exit
 
-# Crawls (common.crawl_action, common.robots).
+# Crawls (common.crawl.action, common.crawl.robots).
 ROBOTS_TTL_S: Final = 3600.0  # a site's robots.txt is read again after this long
 ROBOTS_CACHE_SITES: Final = 1024  # sites whose robots.txt a consumer keeps at once
 # RFC 9309 asks crawlers to read at least 500 KiB of a robots.txt; the rest is ignored.
@@ -129,8 +77,8 @@ ROBOTS_MAX_BYTES: Final = 512 * 1024
 ROBOTS_TIMEOUT_S: Final = 10.0  # one robots.txt fetch, redirects included
 # A robots.txt's Crawl-delay is obeyed up to this long (a site asking for more gets this).
 MAX_CRAWL_DELAY_S: Final = 60.0
-CRAWL_SITE_CONCURRENCY: Final = 2  # a crawled site's jobs queued or running at once, by default
 # A user's regular expression (crawl include/exclude, fields) runs at most this long on one
-# text, with the GIL released (common.bounded_regex); past it the attempt fails as permanent.
+# text, with the GIL released (common.actions.bounded_regex); past it the attempt fails as
+# permanent.
 REGEX_TIMEOUT_S: Final = 1.0
 REGEX_MAX_INPUT_CHARS: Final = 2 * 1024 * 1024  # a field's regex sees this much of the page

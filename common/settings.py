@@ -21,14 +21,14 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from pydantic_settings import SettingsError as EnvParseError
 
 from scrapefleet.common import constants as C
-from scrapefleet.common.browser_options import (
+from scrapefleet.common.browser.options import (
     validate_browser_proxy,
     validate_locale,
     validate_timezone,
 )
 from scrapefleet.common.errors import SettingsError
-from scrapefleet.common.http_params import validate_proxy_url, validate_user_agent
-from scrapefleet.common.rate_limits import RateLimit, check_rate_key
+from scrapefleet.common.http.params import validate_proxy_url, validate_user_agent
+from scrapefleet.common.jobs.rate_limits import RateLimit, check_rate_key
 
 CONFIG_ENV = "SCRAPEFLEET_CONFIG"
 ENV_PREFIX = "SCRAPEFLEET_"
@@ -108,7 +108,7 @@ class Settings(BaseSettings):
         " packages' 'scrapefleet.actions' entry points are loaded too",
     )
 
-    # Database connections: common/db.py adds these to every connection unless the URL names
+    # Database connections: common/db/engines.py adds these to every connection unless the URL names
     # them.
     db_keepalives_idle_s: int = Field(
         default=10,
@@ -167,19 +167,23 @@ class Settings(BaseSettings):
 
     # Fleet.
     capacity: int = Field(
-        default=C.DEFAULT_HOST_CAPACITY,
+        default=6,
         ge=1,
         le=64,
         description="jobs a host runs at once (hosts added without --capacity)",
     )
+    # What leaks is the browser: each WebDriver session is replaced after browser_retire_every
+    # of its own jobs, inside the running Grid. The whole stack is restarted far less often: a
+    # JVM and every browser started again cost ~7 s of CPU, as much as the 20 pages before it
+    # (docs/browser-benchmark.md).
     restart_every: int = Field(
-        default=C.RESTART_EVERY_JOBS,
+        default=80,
         ge=0,
         description="the whole browser stack (Grid, Xvfb and every browser) is restarted after"
         " this many browser jobs; 0 = never",
     )
     browser_retire_every: int = Field(
-        default=C.BROWSER_RETIRE_EVERY_JOBS,
+        default=20,
         ge=0,
         description="each browser session is quit and replaced after this many of its own"
         " jobs, in the running Grid (browsers are what leaks); 0 = only with the stack",
@@ -189,41 +193,40 @@ class Settings(BaseSettings):
         description="start the next browser stack beside the running one before the restart"
         " budget and switch to it at the budget (false: drain, stop, then start)",
     )
-    reboot_every: int = Field(default=C.REBOOT_EVERY_JOBS, ge=0, description="0 = never")
+    # host rebooted after this many claims since boot
+    reboot_every: int = Field(default=80, ge=0, description="0 = never")
 
     # Producer.
     producer_interval_s: float = Field(
-        default=C.PRODUCER_INTERVAL_S,
+        default=2.0,
         gt=0,
         description="full producer cycle (probe, health, rescue, assign)",
     )
-    probe_timeout_s: float = Field(
-        default=C.PROBE_TIMEOUT_S, gt=0, description="one probe round, per host"
-    )
+    probe_timeout_s: float = Field(default=3.0, gt=0, description="one probe round, per host")
     probe_failures_offline: int = Field(
-        default=C.PROBE_FAILURES_OFFLINE,
+        default=3,
         ge=1,
         description="probe failures in a row before a host is offline",
     )
     offline_grace_s: float = Field(
-        default=C.OFFLINE_GRACE_S,
+        default=60.0,
         ge=0,
         description="offline this long -> its queued jobs go back to pending",
     )
     probe_start_grace_s: float = Field(
-        default=C.PROBE_START_GRACE_S,
+        default=30.0,
         ge=0,
         description="for this long after taking the lead, a producer does not count the failed"
         " probes of a host that has not answered it yet (its consumer may still be starting);"
         " 0 = count from the first probe",
     )
     rescue_after_s: float = Field(
-        default=C.RESCUE_AFTER_S,
+        default=60.0,
         gt=0,
         description="processing job without heartbeat this long -> back to pending",
     )
     lock_linger_s: float = Field(
-        default=C.LOCK_LINGER_S,
+        default=60.0,
         ge=0,
         description=(
             "a rescued, stopped or timed-out attempt holds its lock key until its "
@@ -231,7 +234,7 @@ class Settings(BaseSettings):
         ),
     )
     local_state_stale_s: float = Field(
-        default=C.LOCAL_STATE_STALE_S,
+        default=15.0,
         gt=0,
         description="a status document older than this (on its host's clock) is a dead consumer",
     )
@@ -240,7 +243,7 @@ class Settings(BaseSettings):
         default=0.15, ge=0, le=1, description="a host with less memory free gets no new job"
     )
     wake_debounce_s: float = Field(
-        default=C.PRODUCER_WAKE_DEBOUNCE_S,
+        default=0.005,
         ge=0,
         description=(
             "a finished-job or submit NOTIFY waits this long before a wake cycle, "
@@ -248,7 +251,7 @@ class Settings(BaseSettings):
             "next wakes the producer at once"
         ),
     )
-    # Politeness (common.rate_limits), enforced fleet-wide by the producer.
+    # Politeness (common.jobs.rate_limits), enforced fleet-wide by the producer.
     rate_limits: dict[str, RateLimit] = Field(
         default_factory=dict,
         description=(
@@ -281,14 +284,12 @@ class Settings(BaseSettings):
         description="a new boot id resets jobs_since_boot",
     )
     consumer_poll_s: float = Field(
-        default=C.CONSUMER_POLL_S, gt=0, description="claim poll when no NOTIFY arrives"
+        default=1.0, gt=0, description="claim poll when no NOTIFY arrives"
     )
     heartbeat_s: float = Field(
-        default=C.HEARTBEAT_S, gt=0, description="job and host heartbeat, status file rewrite"
+        default=5.0, gt=0, description="job and host heartbeat, status file rewrite"
     )
-    job_timeout_s: float = Field(
-        default=C.JOB_TIMEOUT_S, gt=0, description="hard limit of one attempt"
-    )
+    job_timeout_s: float = Field(default=300.0, gt=0, description="hard limit of one attempt")
     drain_timeout_s: float | None = Field(
         default=None,
         gt=0,
@@ -297,7 +298,7 @@ class Settings(BaseSettings):
         " own timeout_s",
     )
 
-    # http_get (common/http_client.py): the host's defaults; a job's own params win.
+    # http_get (common/http/client.py): the host's defaults; a job's own params win.
     http_user_agent: str = Field(
         default="scrapefleet/0.1",
         description="`http_get`'s User-Agent unless the job sets `user_agent`",
@@ -309,15 +310,16 @@ class Settings(BaseSettings):
             "the User-Agent (`scrapefleet/0.1 (+URL)`); unset -> none"
         ),
     )
-    # Crawls (common.crawl_action): what a crawl obeys unless told otherwise.
+    # Crawls (common.crawl.action): what a crawl obeys unless told otherwise.
     crawl_obey_robots: bool = Field(
         default=True,
         description=(
             "crawls read each site's robots.txt and skip what it disallows (docs/crawling.md)"
         ),
     )
+    # a crawled site's jobs queued or running at once, by default
     crawl_site_concurrency: int | None = Field(
-        default=C.CRAWL_SITE_CONCURRENCY,
+        default=2,
         ge=1,
         description=(
             "a crawled site's jobs queued or running at once, fleet-wide, unless "
@@ -332,7 +334,7 @@ class Settings(BaseSettings):
             "direct"
         ),
     )
-    # Browser jobs (common/browser_options.py): the host's defaults; a job's ``browser`` wins.
+    # Browser jobs (common/browser/options.py): the host's defaults; a job's ``browser`` wins.
     browser_user_agent: str | None = Field(
         default=None,
         description=(
@@ -367,7 +369,8 @@ class Settings(BaseSettings):
             " it"
         ),
     )
-    # Profiles (common/profiles.py): persistent user-data-dirs, one per profile, on its host.
+    # Profiles (common/browser/profile_names.py): persistent user-data-dirs, one per profile, on its
+    # host.
     profiles_dir: Path | None = Field(
         default=None,
         description=(
@@ -375,8 +378,9 @@ class Settings(BaseSettings):
             "it, `<profiles_dir>/<name>` (docs/how-to/profiles.md)"
         ),
     )
+    # a blocked profile rests this long before its next job
     profile_block_cooldown_s: float = Field(
-        default=C.PROFILE_BLOCK_COOLDOWN_S,
+        default=1800.0,
         ge=0,
         le=30 * 86400,
         description="a profile whose job was blocked gets no job for this long (0-30 days)",
@@ -407,20 +411,20 @@ class Settings(BaseSettings):
 
     # Retries.
     max_attempts: int = Field(
-        default=C.DEFAULT_MAX_ATTEMPTS,
+        default=3,
         ge=1,
         le=100,
         description="attempts per job unless the job says otherwise",
     )
     backoff_base_s: float = Field(
-        default=C.BACKOFF_BASE_S,
+        default=5.0,
         ge=0,
         description="delay after the 1st failed attempt; doubles, +/-20% jitter",
     )
-    backoff_max_s: float = Field(default=C.BACKOFF_MAX_S, ge=0, description="longest retry delay")
-    # Error classes (common.error_classes).
+    backoff_max_s: float = Field(default=600.0, ge=0, description="longest retry delay")
+    # Error classes (common.actions.error_classes).
     retry_after_max_s: float = Field(
-        default=C.RETRY_AFTER_MAX_S,
+        default=3600.0,
         ge=0,
         le=C.RETRY_AFTER_LIMIT_S,
         description=(
@@ -428,8 +432,9 @@ class Settings(BaseSettings):
             "(docs/how-to/error-classes.md)"
         ),
     )
+    # A blocked attempt is handed back the same way (not failed), at most this many times.
     max_blocks_per_job: int = Field(
-        default=C.MAX_BLOCKS_PER_JOB,
+        default=3,
         ge=1,
         le=100,
         description=(
@@ -437,8 +442,8 @@ class Settings(BaseSettings):
             "before sends it back to pending without using an attempt"
         ),
     )
-    # How fetch_page and screenshot know a block page (consumer.block_detection); any one match
-    # is a block.
+    # How fetch_page and screenshot know a block page (consumer.browser.block_detection); any one
+    # match is a block.
     block_statuses: Annotated[list[int], NoDecode] = Field(
         default_factory=list,
         description=(
@@ -469,22 +474,20 @@ class Settings(BaseSettings):
     # Metrics (Prometheus), one port per daemon.
     metrics_port: int = Field(default=0, ge=0, le=65535, description="0 = no metrics endpoint")
     metrics_address: str = Field(
-        default=C.METRICS_ADDRESS, min_length=1, description="where /metrics listens"
+        default="127.0.0.1", min_length=1, description="where /metrics listens"
     )
     metrics_refresh_s: float = Field(
-        default=C.METRICS_REFRESH_S, gt=0, description="producer: job/host gauges from SQL"
+        default=10.0, gt=0, description="producer: job/host gauges from SQL"
     )
 
     # Dashboard (`scrapefleet dashboard`).
     dashboard_address: str = Field(
-        default=C.METRICS_ADDRESS,
+        default="127.0.0.1",
         min_length=1,
         description="where `scrapefleet dashboard` listens (a non-loopback address needs"
         " dashboard_allow_remote)",
     )
-    dashboard_port: int = Field(
-        default=C.DASHBOARD_PORT, ge=1, le=65535, description="the dashboard's port"
-    )
+    dashboard_port: int = Field(default=8080, ge=1, le=65535, description="the dashboard's port")
     dashboard_token: SecretStr | None = Field(
         default=None, description="required by every control; unset -> read-only dashboard"
     )
@@ -533,42 +536,38 @@ class Settings(BaseSettings):
         ),
     )
     webhook_max_attempts: int = Field(
-        default=C.WEBHOOK_MAX_ATTEMPTS, ge=1, le=100, description="then the delivery is given up"
+        default=10, ge=1, le=100, description="then the delivery is given up"
     )
-    webhook_interval_s: float = Field(
-        default=C.WEBHOOK_INTERVAL_S, gt=0, description="delivery loop period"
-    )
+    webhook_interval_s: float = Field(default=1.0, gt=0, description="delivery loop period")
     webhook_timeout_s: float = Field(
-        default=C.WEBHOOK_TIMEOUT_S,
+        default=5.0,
         gt=0,
         description="one POST, whole: DNS, connect, TLS, send, the answer's headers",
     )
-    webhook_backoff_base_s: float = Field(
-        default=C.WEBHOOK_BACKOFF_BASE_S, ge=0, description="doubles per failure"
-    )
+    webhook_backoff_base_s: float = Field(default=5.0, ge=0, description="doubles per failure")
     webhook_backoff_max_s: float = Field(
-        default=C.WEBHOOK_BACKOFF_MAX_S,
+        default=3600.0,
         ge=0,
         description="the longest wait between delivery attempts",
     )
 
     # Retention, run by the producer.
     retention_days: float = Field(
-        default=C.RETENTION_DAYS,
+        default=30.0,
         gt=0,
         description="finished jobs older than this move to jobs_archive",
     )
     retention_interval_s: float = Field(
-        default=C.RETENTION_INTERVAL_S,
+        default=3600.0,
         gt=0,
         description="how often the producer moves finished jobs to jobs_archive",
     )
     retention_batch_rows: int = Field(
-        default=C.RETENTION_BATCH_ROWS, ge=1, le=100_000, description="rows moved per transaction"
+        default=1000, ge=1, le=100_000, description="rows moved per transaction"
     )
 
     # SSH probe: producer/ssh_probe.py. Fleet-wide defaults; a host's own row overrides
-    # user, key file and known_hosts. Literals (not common.constants) until the lead moves them.
+    # user, key file and known_hosts.
     ssh_user: str = Field(default="scrapefleet", description="service user on consumer hosts")
     ssh_key_file: Path | None = Field(default=None, description="producer's private key")
     ssh_known_hosts_file: Path | None = Field(
@@ -586,7 +585,7 @@ class Settings(BaseSettings):
         default=30.0, ge=0, description="the longest wait before reconnecting to a host"
     )
 
-    # Browser stack: consumer/browser_stack.py, selenium_actions.py, artifacts.py.
+    # Browser stack: consumer/browser/stack.py, selenium_actions.py, artifacts.py.
     # Defaults are Debian's paths; the jar is searched in <repo>/.ci/node and /opt/scrapefleet.
     grid_jar: Path | None = Field(
         default=None, description="Selenium Server 4 jar; unset -> search the usual places"
@@ -642,14 +641,16 @@ class Settings(BaseSettings):
         description="how this host asks for a reboot after reboot_every browser jobs (the"
         " Ansible role sets it); unset -> never reboot: the stack is restarted instead",
     )
+    # A stack that failed to start is tried again by itself after this, doubling up to the max (the
+    # half-open state of a circuit breaker); meanwhile its host runs every job but browser jobs.
     stack_retry_base_s: float = Field(
-        default=C.STACK_RETRY_BASE_S,
+        default=60.0,
         gt=0,
         description="a browser stack that failed to start is retried after this, doubling;"
         " meanwhile the host runs every other job",
     )
     stack_retry_max_s: float = Field(
-        default=C.STACK_RETRY_MAX_S, gt=0, description="the longest wait between stack retries"
+        default=1800.0, gt=0, description="the longest wait between stack retries"
     )
 
     @field_validator("database_url", "listen_database_url")
@@ -853,3 +854,9 @@ def _first_problem(exc: ValidationError) -> str:
         return f"unknown setting {name!r}"
     message = str(err["msg"]).removeprefix("Value error, ")  # pydantic's, for our own checks
     return f"invalid setting {name} ({env}): {message}"
+
+
+def setting_default(name: str) -> Any:
+    """A setting's default as its field declares it: code that needs it outside a Settings
+    (a function's default argument, a test's expectation) reads it here, never a copy."""
+    return Settings.model_fields[name].default

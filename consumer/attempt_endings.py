@@ -12,8 +12,8 @@ import time
 from dataclasses import replace
 
 from scrapefleet.common import store
-from scrapefleet.common.db import describe, transaction
-from scrapefleet.common.logging_setup import fields
+from scrapefleet.common.db.engines import describe, transaction
+from scrapefleet.common.runtime.logging_setup import fields
 from scrapefleet.common.store import ClaimedJob
 from scrapefleet.common.store.attempts import AttemptKey
 from scrapefleet.consumer.runner import Outcome

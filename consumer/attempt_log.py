@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 
-from scrapefleet.common.logging_setup import fields
+from scrapefleet.common.runtime.logging_setup import fields
 from scrapefleet.common.store import ClaimedJob
 
 # A reason is the last line of a traceback or a release's message; a page can put anything in an

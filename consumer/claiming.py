@@ -9,16 +9,18 @@ import functools
 import logging
 import time
 
-from scrapefleet.common import metrics, queries, store
-from scrapefleet.common.actions import get_action
-from scrapefleet.common.db import transaction
+from scrapefleet.common import store
+from scrapefleet.common.actions.registry import get_action
+from scrapefleet.common.db.engines import transaction
 from scrapefleet.common.errors import UnknownAction
-from scrapefleet.common.request_cancel import RequestCanceller, cancellable
+from scrapefleet.common.http.request_cancel import RequestCanceller, cancellable
+from scrapefleet.common.reads import queries
+from scrapefleet.common.runtime import metrics
 from scrapefleet.common.store import ClaimedJob
 from scrapefleet.common.store.statuses import HostState
 from scrapefleet.consumer.attempt_log import log_attempt
-from scrapefleet.consumer.browser_options import host_defaults
-from scrapefleet.consumer.profile_sessions import job_proxy, profile_lease, profiles_root
+from scrapefleet.consumer.browser.job_setup import host_defaults
+from scrapefleet.consumer.browser.profile_sessions import job_proxy, profile_lease, profiles_root
 from scrapefleet.consumer.runner import DriverLease, Outcome, leases_from, run_job
 from scrapefleet.consumer.running_base import RunningBase
 
@@ -26,12 +28,12 @@ from scrapefleet.consumer.running_base import RunningBase
 log = logging.getLogger("scrapefleet.consumer.serving")
 
 NOT_CLAIMING_STATES = (HostState.DRAINING, HostState.DISABLED)
-# A light job (common.actions) that took longer than this held up the claiming thread.
+# A light job (common.actions.registry) that took longer than this held up the claiming thread.
 LIGHT_SLOW_S = 0.1
 
 
 def _is_light(job: ClaimedJob) -> bool:
-    """Whether ``job`` runs in the claiming thread (common.actions, ``light``)."""
+    """Whether ``job`` runs in the claiming thread (common.actions.registry, ``light``)."""
     if job.needs_browser:
         return False
     try:
@@ -151,8 +153,8 @@ class Claiming(RunningBase):
         self._hand_over([(job, self._attempt(job))])
 
     def _run_light(self, jobs: list[ClaimedJob]) -> None:
-        """In the claiming thread, one after the other: jobs of light actions (common.actions),
-        their completions written together from this thread."""
+        """In the claiming thread, one after the other: jobs of light actions
+        (common.actions.registry), their completions written together from this thread."""
         finished = []
         for job in jobs:
             started = time.monotonic()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scrapefleet.common.actions import load_user_actions, longest_time_limit_s
+from scrapefleet.common.actions.registry import load_user_actions, longest_time_limit_s
 from scrapefleet.common.settings import Settings
-from scrapefleet.consumer import artifacts
+from scrapefleet.consumer.browser import artifacts
 from scrapefleet.consumer.runner import CaptureFailure, DriverFactory
 
 

@@ -13,14 +13,14 @@ Threads, each with one job:
 - stack (with ``settings.browser``): carries out the browser stack's actions, see below.
 docs/consumer-threads.md lists them with their names and owners.
 
-The browser stack (when ``settings.browser``) belongs to a consumer.stack_supervisor, which
+The browser stack (when ``settings.browser``) belongs to a consumer.browser.stack_supervisor, which
 the main loop consults before and after each claim and lets do restarts and reboots between
 them, on the supervisor's own thread; failure artifacts are captured per failed browser
-attempt and pruned hourly (consumer.artifact_janitor).
+attempt and pruned hourly (consumer.browser.artifact_janitor).
 
 What a consumer is (consumer.config.ConsumerConfig) is fixed before it starts; what it holds
 while it runs (consumer.serving.RunningConsumer) is built in one place once its host is
-registered, so none of it is ever missing. Shutdown is its common.lifecycle.Lifecycle, which
+registered, so none of it is ever missing. Shutdown is its common.runtime.lifecycle.Lifecycle, which
 every loop checks:
 - warm (a first SIGTERM/SIGINT, ``request_stop``, idle): no new claims, queued jobs handed back,
   in-flight jobs finish, for at most ``drain_timeout_s`` (unless told, the longest an attempt
@@ -30,7 +30,7 @@ every loop checks:
   back) and their late results are dropped, so none completes twice.
 Either way the host is left offline and the status document says ``daemon: stopped``.
 A side thread that dies (heartbeat, listener, recorder, janitor, the stack's thread) stops the
-consumer cold, and ``run`` returns 1 (consumer.side_threads, docs/consumer-threads.md).
+consumer cold, and ``run`` returns 1 (common.runtime.side_threads, docs/consumer-threads.md).
 
 A job past its timeout is recorded as a failed attempt at once; its thread cannot be killed, so
 it is counted as stuck and keeps its pool slot until it returns. The status document has no
@@ -44,12 +44,12 @@ import logging
 
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common.lifecycle import Lifecycle
+from scrapefleet.common.runtime.lifecycle import Lifecycle
 from scrapefleet.common.settings import Settings
+from scrapefleet.consumer.browser.stack_supervisor import StackSupervisor
 from scrapefleet.consumer.config import ConsumerConfig
 from scrapefleet.consumer.runner import CaptureFailure, DriverFactory
 from scrapefleet.consumer.serving import RunningConsumer
-from scrapefleet.consumer.stack_supervisor import StackSupervisor
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class Consumer:
 
     def request_stop(self, reason: str = "stop requested") -> None:
         """Begin a warm drain; safe from any thread (not from a signal handler: see
-        common.lifecycle.StopSignals)."""
+        common.runtime.lifecycle.StopSignals)."""
         self.lifecycle.request_stop(reason)
 
     def request_cold_stop(self, reason: str = "cold stop requested") -> None:
@@ -119,7 +119,7 @@ class Consumer:
 
     def run(self, until_idle: bool = False) -> int:
         """Serve until stopped (or, with ``until_idle``, until there is nothing left to do
-        here); returns the exit code: 0, or 1 when a side thread died (consumer.side_threads:
+        here); returns the exit code: 0, or 1 when a side thread died (common.runtime.side_threads:
         it stopped the consumer cold). Raises DatabaseUnavailable if the database cannot be
         reached at start, SettingsError for a bad ``actions`` setting."""
         try:

@@ -9,14 +9,14 @@ import logging
 import time
 
 from scrapefleet.common import store
-from scrapefleet.common.channels import assigned_channel
-from scrapefleet.common.db import Listener, describe, sqlalchemy_url, transaction
-from scrapefleet.common.db_pooler import listen_url
+from scrapefleet.common.db.channels import assigned_channel
+from scrapefleet.common.db.engines import Listener, describe, sqlalchemy_url, transaction
+from scrapefleet.common.db.pooler import listen_url
 from scrapefleet.common.errors import DatabaseUnavailable
-from scrapefleet.common.host_status import BrowserState
+from scrapefleet.common.status.document import BrowserState
 from scrapefleet.common.store.statuses import HostState
 from scrapefleet.consumer.running_base import RunningBase
-from scrapefleet.consumer.status_report import Snapshot
+from scrapefleet.consumer.status_writer import Snapshot
 
 # One logger for every part of the running consumer: its lines keep the name they had.
 log = logging.getLogger("scrapefleet.consumer.serving")

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from scrapefleet.common.request_cancel import RequestCanceller
+from scrapefleet.common.http.request_cancel import RequestCanceller
 from scrapefleet.common.store import ClaimedJob
 from scrapefleet.common.store.attempts import AttemptKey
 

@@ -26,16 +26,16 @@ from typing import Any
 from sqlalchemy.engine import Connection, Engine
 
 from scrapefleet.common import store
+from scrapefleet.common.actions.error_classes import ErrorClass, next_try_at
+from scrapefleet.common.actions.retry import retry_at
 from scrapefleet.common.clock import utcnow
-from scrapefleet.common.db import describe, transaction
-from scrapefleet.common.error_classes import ErrorClass, next_try_at
+from scrapefleet.common.db.engines import describe, transaction
+from scrapefleet.common.db.executes import Executes
 from scrapefleet.common.errors import DatabaseUnavailable
-from scrapefleet.common.executes import Executes
-from scrapefleet.common.retry import retry_at
+from scrapefleet.common.runtime.side_threads import SideThreads
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import ClaimedJob
 from scrapefleet.consumer.runner import Outcome
-from scrapefleet.consumer.side_threads import SideThreads
 
 log = logging.getLogger(__name__)
 

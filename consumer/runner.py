@@ -4,7 +4,8 @@ No database, no threads, no status files: the daemon (consumer.daemon) does the 
 so every way a job can end is unit-testable here.
 
 - ``completed``: the action returned a JSON-serialisable dict (the job's result), or a
-  ``Spawned`` (common.spawn: a result and follow-up jobs, every entry valid, else ``failed``);
+  ``Spawned`` (common.actions.spawn: a result and follow-up jobs, every entry valid, else
+  ``failed``);
 - ``failed``: the action raised (``error`` is the full traceback) or the job cannot run here
   (unknown kind, params that do not validate: ``retryable`` False, trying again cannot help);
 - ``released``: the host, not the job, failed (a browser stack with no session to give, a
@@ -12,15 +13,15 @@ so every way a job can end is unit-testable here.
 - ``blocked``: the site refused this scraper (the action raised ``Blocked``): back to pending
   without using an attempt, bounded (store.release_blocked).
 
-A failure carries its class (common.error_classes.classify of what the action raised): a
+A failure carries its class (common.actions.error_classes.classify of what the action raised): a
 ``permanent`` one is not retried, a ``rate_limited`` one carries the wait its site asked for.
 
 Browser actions get their driver from ``lease(isolation)``, a context manager (the browser
-stack's session pool plugs its own in: consumer.sessions) held for the action and the failure
-capture; ``driver_factory`` (a new driver per job, quit after it) is the simpler form tests use.
-Inside the lease the job's browser options (its payload's ``browser`` over the host's
-``browser_defaults``) are applied and its requests logged (consumer.browser_options) before
-the action runs; a failure capture finds that log (consumer.network_log).
+stack's session pool plugs its own in: consumer.browser.sessions) held for the action and the
+failure capture; ``driver_factory`` (a new driver per job, quit after it) is the simpler form tests
+use. Inside the lease the job's browser options (its payload's ``browser`` over the host's
+``browser_defaults``) are applied and its requests logged (consumer.browser.job_setup) before
+the action runs; a failure capture finds that log (consumer.browser.network_log).
 ``capture_failure`` (optional) saves screenshots and HTML of a failed browser attempt and
 returns their paths.
 """
@@ -35,19 +36,19 @@ from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from scrapefleet.common.actions import get_action
-from scrapefleet.common.browser_isolation import Isolation, with_options
-from scrapefleet.common.browser_options import NO_OPTIONS, BrowserOptions
-from scrapefleet.common.error_classes import ErrorClass, classify, reason_of, retry_after_of
+from scrapefleet.common.actions.error_classes import ErrorClass, classify, reason_of, retry_after_of
+from scrapefleet.common.actions.registry import Action, get_action
+from scrapefleet.common.actions.spawn import Child, Spawned, SpawnError, validate_spawn
+from scrapefleet.common.browser.isolation import Isolation, with_options
+from scrapefleet.common.browser.options import NO_OPTIONS, BrowserOptions
 from scrapefleet.common.errors import StackError, SubmitError, UnknownAction, timed_out
-from scrapefleet.common.spawn import Child, Spawned, SpawnError, validate_spawn
 from scrapefleet.common.store import ClaimedJob
-from scrapefleet.consumer import (  # noqa: F401  (they register the browser actions)
+from scrapefleet.consumer.browser import (  # noqa: F401  (they register the browser actions)
     crawl_browser,
     selenium_actions,
 )
-from scrapefleet.consumer.block_detection import NO_RULES, BlockRules, blocking_rules
-from scrapefleet.consumer.browser_options import job_browser
+from scrapefleet.consumer.browser.block_detection import NO_RULES, BlockRules, blocking_rules
+from scrapefleet.consumer.browser.job_setup import job_browser
 
 DriverFactory = Callable[[], Any]
 # isolation -> a context manager giving the job's driver; entering it raises when the host has
@@ -212,6 +213,21 @@ def _run_job(
             " (no driver factory configured)",
             retryable=False,
         )
+    return _run_browser_job(
+        job, action, params, lease, isolation, options, capture_failure, host_starved
+    )
+
+
+def _run_browser_job(
+    job: ClaimedJob,
+    action: Action,
+    params: Any,
+    lease: DriverLease,
+    isolation: Isolation,
+    options: BrowserOptions,
+    capture_failure: CaptureFailure | None,
+    host_starved: HostStarved,
+) -> Outcome:
     with ExitStack() as held:
         try:
             driver = held.enter_context(lease(isolation))

@@ -13,20 +13,20 @@ from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common.lifecycle import Lifecycle
+from scrapefleet.common.db.statement_connection import StatementConnection
+from scrapefleet.common.runtime.lifecycle import Lifecycle
+from scrapefleet.common.runtime.side_threads import SideThreads
 from scrapefleet.common.settings import Settings
-from scrapefleet.common.statement_connection import StatementConnection
 from scrapefleet.common.store import ClaimedJob
 from scrapefleet.common.store.attempts import AttemptKey
 from scrapefleet.consumer.attempt_lease import AttemptLease
-from scrapefleet.consumer.block_detection import BlockRules
+from scrapefleet.consumer.browser.block_detection import BlockRules
+from scrapefleet.consumer.browser.stack_supervisor import StackSupervisor
 from scrapefleet.consumer.config import ConsumerConfig
 from scrapefleet.consumer.in_flight import InFlightAttempts
 from scrapefleet.consumer.poll_schedule import PollSchedule
 from scrapefleet.consumer.recorder import OutcomeRecorder
-from scrapefleet.consumer.side_threads import SideThreads
-from scrapefleet.consumer.stack_supervisor import StackSupervisor
-from scrapefleet.consumer.status_report import StatusReporter
+from scrapefleet.consumer.status_writer import StatusReporter
 
 
 class RunningBase:

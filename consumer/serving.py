@@ -5,7 +5,7 @@ RunningConsumer is put together from parts named for their job: consumer.claimin
 jobs and their outcomes), consumer.attempt_endings (timeouts, attempts given up, what the
 database is owed), consumer.heartbeat (heartbeat, LISTEN, status document), consumer.stopping
 (the drain and the stop). What is in flight is consumer.in_flight's, under its own lock; the
-side threads are started and watched by consumer.side_threads.
+side threads are started and watched by common.runtime.side_threads.
 """
 
 from __future__ import annotations
@@ -17,20 +17,23 @@ from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common import metrics, store
-from scrapefleet.common.actions import action_kinds, load_user_actions
-from scrapefleet.common.db import transaction
-from scrapefleet.common.db_pooler import listen_url
+from scrapefleet.common import store
+from scrapefleet.common.actions.registry import action_kinds, load_user_actions
+from scrapefleet.common.db.engines import transaction
+from scrapefleet.common.db.pooler import listen_url
+from scrapefleet.common.db.statement_connection import StatementConnection
 from scrapefleet.common.errors import ScrapefleetError
-from scrapefleet.common.host_status import HOST_STATES
-from scrapefleet.common.lifecycle import DaemonState, Lifecycle
-from scrapefleet.common.statement_connection import StatementConnection
+from scrapefleet.common.runtime import metrics
+from scrapefleet.common.runtime.lifecycle import DaemonState, Lifecycle
+from scrapefleet.common.runtime.side_threads import SideThreads, ThreadDied
+from scrapefleet.common.status.document import HOST_STATES
 from scrapefleet.common.store import Registration
 from scrapefleet.common.store.statuses import HostState
-from scrapefleet.consumer.artifact_janitor import ArtifactJanitor
 from scrapefleet.consumer.attempt_endings import AttemptEndings
 from scrapefleet.consumer.attempt_lease import AttemptLease
-from scrapefleet.consumer.block_detection import BlockRules
+from scrapefleet.consumer.browser.artifact_janitor import ArtifactJanitor
+from scrapefleet.consumer.browser.block_detection import BlockRules
+from scrapefleet.consumer.browser.stack_supervisor import StackSupervisor
 from scrapefleet.consumer.claiming import (
     NOT_CLAIMING_STATES,
     Claiming,
@@ -42,9 +45,7 @@ from scrapefleet.consumer.heartbeat import DB_RETRY_MAX_S, Heartbeat
 from scrapefleet.consumer.in_flight import InFlightAttempts
 from scrapefleet.consumer.poll_schedule import PollSchedule
 from scrapefleet.consumer.recorder import OutcomeRecorder
-from scrapefleet.consumer.side_threads import SideThreads, ThreadDied
-from scrapefleet.consumer.stack_supervisor import StackSupervisor
-from scrapefleet.consumer.status_report import StatusReporter, read_boot_id
+from scrapefleet.consumer.status_writer import StatusReporter, read_boot_id
 from scrapefleet.consumer.stopping import OWN_DRAIN_REASON, Stopping
 
 __all__ = ["OWN_DRAIN_REASON", "RunningConsumer", "_built_in", "time_limit_s"]
@@ -197,7 +198,7 @@ class RunningConsumer(Claiming, AttemptEndings, Heartbeat, Stopping):
 
     def serve(self, until_idle: bool) -> int:
         """Serve until stopped; the exit code: 0, or EXIT_THREAD_DIED when a side thread
-        died (consumer.side_threads)."""
+        died (common.runtime.side_threads)."""
         try:
             if self.lifecycle.started():  # the document says so (_on_lifecycle_change)
                 self._main_loop(until_idle)
@@ -210,7 +211,7 @@ class RunningConsumer(Claiming, AttemptEndings, Heartbeat, Stopping):
         return EXIT_THREAD_DIED if self.threads.died is not None else 0
 
     def _on_thread_death(self, died: ThreadDied) -> None:
-        """A side thread died (consumer.side_threads logged it): a consumer without its
+        """A side thread died (common.runtime.side_threads logged it): a consumer without its
         heartbeat, recorder or stack thread cannot finish a drain, so it stops cold."""
         self.lifecycle.request_cold_stop(f"thread {died.name} died: {died.error}")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 
 from scrapefleet.common import store
-from scrapefleet.common.db import describe, transaction
+from scrapefleet.common.db.engines import describe, transaction
 from scrapefleet.common.errors import DatabaseUnavailable
 from scrapefleet.common.store.statuses import HostState
 from scrapefleet.consumer.heartbeat import DB_RETRY_MAX_S

@@ -1,19 +1,19 @@
-"""Alembic environment: runs online against the URL that common.migrate puts in the config."""
+"""Alembic environment: runs online against the URL that common.db.migrate puts in the config."""
 
 from __future__ import annotations
 
 from alembic import context
 from sqlalchemy import pool
 
-from scrapefleet.common.db import assume_owner_role, make_engine
-from scrapefleet.common.tables import metadata
+from scrapefleet.common.db.engines import assume_owner_role, make_engine
+from scrapefleet.common.db.tables import metadata
 
 config = context.config
 
 
 def run_migrations_online() -> None:
     url = config.get_main_option("sqlalchemy.url")
-    assert url, "common.migrate sets sqlalchemy.url"
+    assert url, "common.db.migrate sets sqlalchemy.url"
     engine = make_engine(url, application_name="scrapefleet-migrate")
     engine.pool = pool.NullPool(engine.pool._creator)  # one-shot: no pooled leftovers
     with engine.connect() as connection:

@@ -1,5 +1,5 @@
 """Which addresses a webhook may be sent to: the fleet's address policy
-(common/address_policy.py) under the producer's ``webhook_allow_networks``.
+(common/http/address_policy.py) under the producer's ``webhook_allow_networks``.
 
 A job's submitter picks its callback_url, so without a policy the producer would POST wherever
 it is told. Every address a delivery's host resolves to is checked, and the POST then goes to
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from scrapefleet.common.address_policy import (
+from scrapefleet.common.http.address_policy import (
     IPAddress,
     Network,
     classify,
@@ -19,8 +19,8 @@ from scrapefleet.common.address_policy import (
     is_allowed,
     parse_networks,
 )
-from scrapefleet.common.address_policy import first_refusal as _first_refusal
-from scrapefleet.common.address_policy import refusal as _refusal
+from scrapefleet.common.http.address_policy import first_refusal as _first_refusal
+from scrapefleet.common.http.address_policy import refusal as _refusal
 
 __all__ = [
     "ALLOW_SETTING",

@@ -7,9 +7,11 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common import queries
-from scrapefleet.common.db import wrapped_errors
-from scrapefleet.common.metrics import (
+from scrapefleet.common.db.engines import wrapped_errors
+from scrapefleet.common.reads import queries
+from scrapefleet.common.reads.producer_status import read_producer_status
+from scrapefleet.common.reads.progress import read_progress
+from scrapefleet.common.runtime.metrics import (
     FleetSnapshot,
     HostFigures,
     ProducerFigures,
@@ -17,8 +19,6 @@ from scrapefleet.common.metrics import (
     ScheduleFigures,
     publish_fleet_snapshot,
 )
-from scrapefleet.common.producer_status import read_producer_status
-from scrapefleet.common.progress import read_progress
 
 # Series per rate key: the keys held to a limit, slowed or paused, the most pressing first; a
 # fleet with a default limit on 100,000 sites would otherwise export 400,000 series.

@@ -1,7 +1,7 @@
 """Write the hosts' probe results: the reports in one statement, anything else host by host.
 
 The producer writes every host's health in one transaction. A host's report is bounded when
-parsed (common.host_status), but a value the database still refuses (out of range, a check
+parsed (common.status.document), but a value the database still refuses (out of range, a check
 constraint, a trigger) must not abort the others' writes with it. So the reports go first in one
 statement inside a savepoint (a round trip per host would be most of a cycle at a thousand
 hosts); if the database refuses that, it is rolled back and each host's write runs in a
@@ -19,11 +19,12 @@ from collections.abc import Mapping, Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from scrapefleet.common import metrics, store
-from scrapefleet.common.db import describe, is_connection_error
+from scrapefleet.common import store
+from scrapefleet.common.db.engines import describe, is_connection_error
 from scrapefleet.common.errors import ProbeError
-from scrapefleet.common.host_status import HostStatus
-from scrapefleet.common.logging_setup import fields
+from scrapefleet.common.runtime import metrics
+from scrapefleet.common.runtime.logging_setup import fields
+from scrapefleet.common.status.document import HostStatus
 from scrapefleet.common.store.statuses import HostState
 from scrapefleet.producer.health import next_host_state
 

@@ -12,7 +12,7 @@ A connection can also die without dropping: the producer's host vanishes, or a l
 with no FIN or RST. Both ends must then notice on their own, and each has two ways:
 
 - the server: TCP keepalives and ``tcp_user_timeout`` on its end of the socket (set by
-  common.db for every session) end the backend, and the lock with it, when the host is gone;
+  common.db.engines for every session) end the backend, and the lock with it, when the host is gone;
   where something between keeps TCP alive (a proxy, a NAT that answers for it) only the
   session's ``idle_session_timeout`` (``leader_idle_timeout_s``) does, since the live producer
   runs a statement on it every cycle;
@@ -36,7 +36,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection
 from sqlalchemy.pool import NullPool
 
-from scrapefleet.common.db import ambient_settings, with_connection_defaults, wrapped_errors
+from scrapefleet.common.db.engines import ambient_settings, with_connection_defaults, wrapped_errors
 from scrapefleet.common.errors import DatabaseUnavailable
 from scrapefleet.common.settings import Settings
 
@@ -63,7 +63,7 @@ def leader_idle_timeout_s(settings: Settings) -> float:
 
 
 class LeaderSession:
-    """``settings`` default to the environment's (common.db.ambient_settings)."""
+    """``settings`` default to the environment's (common.db.engines.ambient_settings)."""
 
     def __init__(
         self,

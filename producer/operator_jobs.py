@@ -4,7 +4,7 @@ Each runs on its own APScheduler interval job (max one instance, coalesced), off
 assignment cycle and on pooled connections, never the leader's: a slow receiver or a long
 archive run cannot delay an assignment. Webhooks, retention and firing schedules run on the
 leading producer only (a standby that still believes it leads cannot fire a slot twice: the
-database keeps each to one run, producer.schedules); the metrics refresh runs on every
+database keeps each to one run, producer.schedule_firing); the metrics refresh runs on every
 producer (a standby's endpoint shows the fleet too).
 """
 
@@ -18,14 +18,14 @@ from typing import Any
 from apscheduler.schedulers.base import BaseScheduler
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common import producer_status
-from scrapefleet.common.db import describe, wrapped_errors
-from scrapefleet.common.metrics import PRODUCER_REGISTRY, MetricsServer, serve_metrics
+from scrapefleet.common.db.engines import describe, wrapped_errors
+from scrapefleet.common.reads import producer_status
+from scrapefleet.common.runtime.metrics import PRODUCER_REGISTRY, MetricsServer, serve_metrics
 from scrapefleet.common.settings import Settings
 from scrapefleet.producer.fleet_metrics import refresh_fleet_metrics
-from scrapefleet.producer.retention import run_retention
-from scrapefleet.producer.schedules import fire_due
-from scrapefleet.producer.webhooks import WebhookSender
+from scrapefleet.producer.retention_sweep import run_retention
+from scrapefleet.producer.schedule_firing import fire_due
+from scrapefleet.producer.webhook_sender import WebhookSender
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Which pending job goes to which host: a pure function of plain values, no I/O.
 
-The daemon (producer.daemon) reads the hosts, their probe results, the database's in-flight
+The daemon (producer.assigner) reads the hosts, their probe results, the database's in-flight
 counts, the pending jobs and the busy lock keys, and hands them here; the plan it gets back is
 written by scrapefleet.common.store.assign_jobs in the same transaction.
 """
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from scrapefleet.common.errors import ProbeError
-from scrapefleet.common.host_status import HostStatus, takes_browser_jobs
-from scrapefleet.common.queries import HostRow
+from scrapefleet.common.reads.queries import HostRow
+from scrapefleet.common.status.document import HostStatus, takes_browser_jobs
 
 
 class PlannedJob(Protocol):
@@ -161,67 +161,28 @@ def plan_assignments(
     a job's hosts (the least-loaded of those it allows) or hold it back; ``admission`` (the
     rate limits) may hold it back, and hears of every job placed. A job goes only to a host
     that runs its kind: with none among those with a slot, it stays pending."""
-    free = [h.free for h in hosts]
-    browser_free = [h.free if h.browser_free is None else h.browser_free for h in hosts]
-    load = [h.in_flight for h in hosts]
-    # Two heaps of (load fraction, name, index, version) over the same hosts: every host with a
-    # slot, and the browser-capable ones. A host's entry is stale once its version moved on.
-    version = [0] * len(hosts)
-    any_heap: list[tuple[float, str, int, int]] = []
-    browser_heap: list[tuple[float, str, int, int]] = []
-
-    def push(i: int) -> None:
-        entry = (load[i] / hosts[i].capacity, hosts[i].name, i, version[i])
-        heapq.heappush(any_heap, entry)
-        if hosts[i].takes_browser and browser_free[i] > 0:
-            heapq.heappush(browser_heap, entry)
-
-    def pop(heap: list[tuple[float, str, int, int]]) -> int | None:
-        browser = heap is browser_heap
-        while heap:
-            _, _, i, seen = heapq.heappop(heap)
-            if seen == version[i] and free[i] > 0 and (not browser or browser_free[i] > 0):
-                return i
-        return None
-
-    for i, host in enumerate(hosts):
-        if host.free > 0:
-            push(i)
+    slots = _Slots(hosts)
     taken_keys: set[str] = set()
     plan: list[tuple[int, str]] = []
-    runners: dict[str, frozenset[str] | None] = {}  # kind -> the hosts that run it; None: all
-
-    def hosts_running(kind: str) -> frozenset[str] | None:
-        if kind not in runners:
-            names = [h.name for h in hosts if h.kinds is None or kind in h.kinds]
-            runners[kind] = None if len(names) == len(hosts) else frozenset(names)
-        return runners[kind]
-
+    runners = _KindRunners(hosts)
     for job in pending:
-        heap = browser_heap if job.needs_browser else any_heap
+        heap = slots.browser_heap if job.needs_browser else slots.any_heap
         if not heap:
-            if not any_heap:
+            if not slots.any_heap:
                 break
             continue
-        if job.lock_key is not None and (
-            job.lock_key in busy_lock_keys or job.lock_key in taken_keys
-        ):
-            continue
-        if admission is not None and not admission.admits(job.id):
+        if _held_back(job, busy_lock_keys, taken_keys, admission):
             continue
         choice = ANY_HOST if placement is None else placement.hosts_for(job)
         if choice is None:
             continue
-        only = hosts_running(job.kind)
-        if only is not None:
-            allowed = only if choice.allowed is None else choice.allowed & only
-            if not allowed:
-                continue
-            choice = HostChoice(allowed, choice.avoid)
+        choice = runners.narrow(choice, job.kind)
+        if choice is None:
+            continue
         chosen = (
-            pop(heap)
+            slots.pop(heap)
             if choice == ANY_HOST
-            else _best_allowed(hosts, free, browser_free, load, job, choice)
+            else _best_allowed(hosts, slots.free, slots.browser_free, slots.load, job, choice)
         )
         if chosen is None:
             continue
@@ -232,14 +193,85 @@ def plan_assignments(
         if job.lock_key is not None:
             taken_keys.add(job.lock_key)
         plan.append((job.id, hosts[chosen].name))
-        free[chosen] -= 1
-        if job.needs_browser:
-            browser_free[chosen] -= 1
-        load[chosen] += 1
-        version[chosen] += 1
-        if free[chosen] > 0:
-            push(chosen)
+        slots.take(chosen, job)
     return plan
+
+
+def _held_back(
+    job: PlannedJob,
+    busy_lock_keys: AbstractSet[str],
+    taken_keys: set[str],
+    admission: Admission | None,
+) -> bool:
+    """A job whose lock key is busy (in the fleet or in this plan), or that the rate limits
+    do not admit now."""
+    if job.lock_key is not None and (job.lock_key in busy_lock_keys or job.lock_key in taken_keys):
+        return True
+    return admission is not None and not admission.admits(job.id)
+
+
+class _KindRunners:
+    """Which hosts run each kind, worked out once per kind in a plan."""
+
+    def __init__(self, hosts: Sequence[HostSlots]) -> None:
+        self.hosts = hosts
+        self._known: dict[str, frozenset[str] | None] = {}  # kind -> its hosts; None: all
+
+    def narrow(self, choice: HostChoice, kind: str) -> HostChoice | None:
+        """``choice`` kept to the hosts that run ``kind``; None when none of them does."""
+        if kind not in self._known:
+            names = [h.name for h in self.hosts if h.kinds is None or kind in h.kinds]
+            self._known[kind] = None if len(names) == len(self.hosts) else frozenset(names)
+        only = self._known[kind]
+        if only is None:
+            return choice
+        allowed = only if choice.allowed is None else choice.allowed & only
+        return HostChoice(allowed, choice.avoid) if allowed else None
+
+
+class _Slots:
+    """The hosts' free slots during one plan, and two heaps of (load fraction, name, index,
+    version) over them: every host with a slot, and the browser-capable ones. A host's entry is
+    stale once its version moved on."""
+
+    def __init__(self, hosts: Sequence[HostSlots]) -> None:
+        self.hosts = hosts
+        self.free = [h.free for h in hosts]
+        self.browser_free = [h.free if h.browser_free is None else h.browser_free for h in hosts]
+        self.load = [h.in_flight for h in hosts]
+        self.version = [0] * len(hosts)
+        self.any_heap: list[tuple[float, str, int, int]] = []
+        self.browser_heap: list[tuple[float, str, int, int]] = []
+        for i, host in enumerate(hosts):
+            if host.free > 0:
+                self.push(i)
+
+    def push(self, i: int) -> None:
+        entry = (self.load[i] / self.hosts[i].capacity, self.hosts[i].name, i, self.version[i])
+        heapq.heappush(self.any_heap, entry)
+        if self.hosts[i].takes_browser and self.browser_free[i] > 0:
+            heapq.heappush(self.browser_heap, entry)
+
+    def pop(self, heap: list[tuple[float, str, int, int]]) -> int | None:
+        browser = heap is self.browser_heap
+        while heap:
+            _, _, i, seen = heapq.heappop(heap)
+            if (
+                seen == self.version[i]
+                and self.free[i] > 0
+                and (not browser or self.browser_free[i] > 0)
+            ):
+                return i
+        return None
+
+    def take(self, chosen: int, job: PlannedJob) -> None:
+        self.free[chosen] -= 1
+        if job.needs_browser:
+            self.browser_free[chosen] -= 1
+        self.load[chosen] += 1
+        self.version[chosen] += 1
+        if self.free[chosen] > 0:
+            self.push(chosen)
 
 
 def _best_allowed(

@@ -2,7 +2,7 @@
 
 A probe returns, per host, the consumer's status document or the reason it could not get it.
 ``LocalProbe`` reads the status files of consumers on this machine; ``producer.ssh_probe``
-asks remote hosts over SSH. Both parse the document with common.host_status.parse_status, and
+asks remote hosts over SSH. Both parse the document with common.status.document.parse_status, and
 both fail a host alone: nothing one host's file or answer holds reaches another host's result.
 """
 
@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Protocol
 
 from scrapefleet.common.errors import ProbeError
-from scrapefleet.common.host_status import (
+from scrapefleet.common.status.answer import stale_reason
+from scrapefleet.common.status.document import (
     HostStatus,
     parse_status,
     read_status_text,
     status_path,
 )
-from scrapefleet.common.status_answer import stale_reason
 
 log = logging.getLogger(__name__)
 

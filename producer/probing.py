@@ -11,9 +11,9 @@ import logging
 from collections.abc import Sequence
 
 from scrapefleet.common.errors import ProbeError
-from scrapefleet.common.host_status import HostStatus
-from scrapefleet.common.queries import HostRow
+from scrapefleet.common.reads.queries import HostRow
 from scrapefleet.common.settings import Settings
+from scrapefleet.common.status.document import HostStatus
 from scrapefleet.producer.probe import HostTarget, LocalProbe, Probe
 
 log = logging.getLogger(__name__)

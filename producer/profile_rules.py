@@ -1,6 +1,6 @@
 """Where a job that runs under a profile may go, and which profile of its pool it gets: pure.
 
-A job names a profile or a pool (common.profiles). For each such job the planner asks
+A job names a profile or a pool (common.browser.profile_names). For each such job the planner asks
 ``hosts_for``: the profiles of its pool that no job holds (in the fleet, or earlier in this
 plan) and that are not cooling down at ``now`` are its candidates; a candidate bound to a host
 can only run there (its user-data-dir is there), an unbound one anywhere. No candidate: the
@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Protocol
 
-from scrapefleet.common.profiles import cooling
+from scrapefleet.common.browser.profile_names import cooling
 from scrapefleet.producer.planner import ANY_HOST, HostChoice, PlannedJob
 
 

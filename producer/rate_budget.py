@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Protocol
 
 from scrapefleet.common.constants import RATE_TIGHT_MAX
-from scrapefleet.common.rate_limits import (
+from scrapefleet.common.jobs.rate_limits import (
     CRAWL_KINDS,
     NO_SLOWDOWN,
     PendingSkips,

@@ -29,7 +29,7 @@ from scrapefleet.common.constants import (
     RATE_WINDOW_REFRESH_S,
     ROBOTS_TTL_S,
 )
-from scrapefleet.common.rate_limits import (
+from scrapefleet.common.jobs.rate_limits import (
     NO_SLOWDOWN,
     RateCount,
     RateLimit,

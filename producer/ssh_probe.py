@@ -5,7 +5,7 @@ round trips and CPU on both sides, while a command on an open Transport is one c
 failure becomes a ProbeError whose one-line message is what an operator reads in SQL; nothing
 from paramiko or the socket layer escapes ``probe_all``.
 
-What a host answers (common.status_answer): its clock, then its status document, from a forced
+What a host answers (common.status.answer): its clock, then its status document, from a forced
 command that starts only sh, date and cat; the document's age is judged here on that clock.
 
 Security: key authentication only (no agent, no password, no keys found on disk by guessing),
@@ -27,19 +27,20 @@ from dataclasses import dataclass, field
 
 import paramiko
 
-from scrapefleet.common.constants import LOCAL_STATE_STALE_S, PROBE_TIMEOUT_S
 from scrapefleet.common.errors import ProbeError
-from scrapefleet.common.host_status import HostStatus
-from scrapefleet.common.settings import Settings
-from scrapefleet.common.status_answer import MAX_ANSWER_BYTES, parse_status_answer, stale_reason
+from scrapefleet.common.settings import Settings, setting_default
+from scrapefleet.common.status.answer import MAX_ANSWER_BYTES, parse_status_answer, stale_reason
+from scrapefleet.common.status.document import HostStatus
 from scrapefleet.producer.probe import HostTarget
 
 log = logging.getLogger(__name__)
 
 DEFAULT_STATUS_COMMAND = "scrapefleet-consumer status --json"
 DEFAULT_MAX_WORKERS = 16
-RECONNECT_BASE_S = 1.0  # wait after the 2nd consecutive connect failure; doubles each time
-RECONNECT_MAX_S = 30.0  # a host that comes back is seen within this long
+# After the 2nd consecutive connect failure; doubles each time, up to the max: a host that comes
+# back is seen within that long.
+RECONNECT_BASE_S: float = setting_default("ssh_reconnect_base_s")
+RECONNECT_MAX_S: float = setting_default("ssh_reconnect_max_s")
 MAX_DETAIL_CHARS = 200  # of the status command's last stderr line, quoted in the reason
 ROUND_GRACE_S = 0.25  # how long past the deadline the round waits for workers to notice it
 
@@ -101,11 +102,11 @@ class SSHProbe:
 
     def __init__(
         self,
-        timeout_s: float = PROBE_TIMEOUT_S,
+        timeout_s: float = setting_default("probe_timeout_s"),
         max_workers: int = DEFAULT_MAX_WORKERS,
         command: str = DEFAULT_STATUS_COMMAND,
         *,
-        stale_after_s: float = LOCAL_STATE_STALE_S,
+        stale_after_s: float = setting_default("local_state_stale_s"),
         fresh: bool = False,
         reconnect_base_s: float = RECONNECT_BASE_S,
         reconnect_max_s: float = RECONNECT_MAX_S,

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from scrapefleet.common.errors import ProbeError
-from scrapefleet.common.host_status import HostStatus
+from scrapefleet.common.status.document import HostStatus
 
 
 class StartGrace:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from scrapefleet.common.constants import CHANNEL_FINISHED, CHANNEL_SUBMITTED
-from scrapefleet.common.db import Listener
+from scrapefleet.common.db.engines import Listener
 from scrapefleet.common.errors import DatabaseUnavailable
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import httpcore
 import httpx
 
-from scrapefleet.common.deadline_transport import (
+from scrapefleet.common.http.deadline_transport import (
     DeadlineBackend,
     httpx_errors,
     resolve_within,

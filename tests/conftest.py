@@ -14,13 +14,13 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common.db import make_engine
+from scrapefleet.common.db.engines import make_engine
 from tests.cli_helpers import LOOPBACK_ALLOWED
 from tests.throwaway_db import throwaway_database
 from tests.waiting import SLOWNESS, scaled
 
 # The sites tests serve are on loopback, which a consumer's HTTP jobs may not reach unless
-# allowed (common.http_egress): allowed here, for this process and every consumer it starts with
+# allowed (common.http.egress): allowed here, for this process and every consumer it starts with
 # its environment (tests.cli_helpers.scrubbed_env keeps it). Tests of the rule set their own.
 os.environ.setdefault(LOOPBACK_ALLOWED[0], LOOPBACK_ALLOWED[1])
 

@@ -6,7 +6,7 @@ import time
 import uuid
 from typing import Any
 
-from scrapefleet.common.host_status import HostStatus
+from scrapefleet.common.status.document import HostStatus
 
 
 def status_for(host: str, **fields: Any) -> HostStatus:

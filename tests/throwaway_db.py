@@ -14,9 +14,9 @@ from collections.abc import Iterator
 
 import psycopg
 
-from scrapefleet.common.db import libpq_url, sqlalchemy_url
+from scrapefleet.common.db.engines import libpq_url, sqlalchemy_url
+from scrapefleet.common.db.migrate import upgrade
 from scrapefleet.common.local.embedded_db import EmbeddedPostgres
-from scrapefleet.common.migrate import upgrade
 
 DEFAULT_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
 

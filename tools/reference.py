@@ -32,11 +32,11 @@ SETTINGS_ENV_PREFIX = "SCRAPEFLEET_"
 # Program name -> its click command (the programs of [project.scripts]).
 CLI_COMMANDS = {
     "scrapefleet": "scrapefleet.common.ops.cli:cli",
-    "scrapefleet-producer": "scrapefleet.producer.main:main",
-    "scrapefleet-consumer": "scrapefleet.consumer.main:cli",
+    "scrapefleet-producer": "scrapefleet.producer.__main__:main",
+    "scrapefleet-consumer": "scrapefleet.consumer.__main__:cli",
 }
-ACTIONS_MODULE = "scrapefleet.common.actions"  # action_names, get_action, BUILTIN_MODULES
-METRICS_MODULE = "scrapefleet.common.metrics"
+ACTIONS_MODULE = "scrapefleet.common.actions.registry"  # action_names, get_action, BUILTIN_MODULES
+METRICS_MODULE = "scrapefleet.common.runtime.metrics"
 # JobStatus, HostState, job_transitions, host_transitions: the one table of allowed moves.
 STATES_MODULE = "scrapefleet.common.store.statuses"
 # Registry attribute of METRICS_MODULE -> the daemon that exports it.

@@ -13,17 +13,18 @@ from pathlib import Path
 import click
 import sqlalchemy as sa
 
-from scrapefleet.common import queries, store
+from scrapefleet.common import store
 from scrapefleet.common.api import FINISHED, Client
-from scrapefleet.common.db import transaction
+from scrapefleet.common.db.engines import transaction
+from scrapefleet.common.db.migrate import upgrade
+from scrapefleet.common.jobs.submit_file import validate_job
 from scrapefleet.common.local.demo_site import DemoSite
 from scrapefleet.common.local.embedded_db import EmbeddedPostgres
 from scrapefleet.common.local.local_fleet import LocalFleet
-from scrapefleet.common.migrate import upgrade
 from scrapefleet.common.ops.render import render_status
+from scrapefleet.common.reads import queries
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import HostSpec, NewJob
-from scrapefleet.common.submit_file import validate_job
 
 # Short periods so that a few hundred jobs take seconds, not minutes.
 DEMO_ENV = {

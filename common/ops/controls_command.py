@@ -89,7 +89,7 @@ def _apply(
     limits: tuple[int | None, int | None] = (None, None),
 ) -> None:
     from scrapefleet.common import store
-    from scrapefleet.common.db import transaction, wrapped_errors
+    from scrapefleet.common.db.engines import transaction, wrapped_errors
 
     with one_line_errors(), wrapped_errors(), transaction(obj.client.engine) as conn:
         changed = store.change_control(
@@ -170,7 +170,7 @@ def list_controls(obj: Any, as_json: bool) -> None:
     """What an operator holds now: pauses and live limits, with who, when and why."""
     import sqlalchemy as sa
 
-    from scrapefleet.common.db import wrapped_errors
+    from scrapefleet.common.db.engines import wrapped_errors
 
     with one_line_errors(), wrapped_errors(), obj.read_engine().connect() as conn:
         rows = [dict(r._mapping) for r in conn.execute(sa.text(LIST_SQL))]
@@ -201,7 +201,7 @@ def history(obj: Any, rows: int) -> None:
     """Every live control change, newest first: who, when, what, before and after, why."""
     import sqlalchemy as sa
 
-    from scrapefleet.common.db import wrapped_errors
+    from scrapefleet.common.db.engines import wrapped_errors
 
     with one_line_errors(), wrapped_errors(), obj.read_engine().connect() as conn:
         changes = conn.execute(sa.text(HISTORY_SQL), {"limit": rows}).all()

@@ -4,8 +4,8 @@
     scrapefleet crawl --sitemap https://example.org/robots.txt --depth 2
     scrapefleet crawls show 41 [--json]
 
-The crawl is a root ``crawl`` job (``crawl_browser`` with ``--browser``; common.crawl_action
-and consumer.crawl_browser) at depth 0 and a ``crawl_runs`` row
+The crawl is a root ``crawl`` job (``crawl_browser`` with ``--browser``; common.crawl.action
+and consumer.browser.crawl_browser) at depth 0 and a ``crawl_runs`` row
 with its bounds; every page's completion spawns the next pages (common.store.crawls). Bad
 input (a URL that is not http(s), a depth below 0, a pattern that is not a regular
 expression) is refused with the option named and nothing inserted.
@@ -29,7 +29,7 @@ from scrapefleet.common.errors import (
     SubmitError,
 )
 
-# common.crawl_action's kinds, without importing its pydantic models for `--help`.
+# common.crawl.action's kinds, without importing its pydantic models for `--help`.
 CRAWL_KIND = "crawl"
 BROWSER_CRAWL_KIND = "crawl_browser"
 DEFAULT_DEPTH = 3
@@ -58,7 +58,7 @@ class CrawlRequest:
     def seed(self) -> str:
         """The start URL in its one spelling; SubmitError names the option."""
         # Imported here: `--help` loads neither pydantic nor the URL libraries.
-        from scrapefleet.common.crawl_links import normalise_url
+        from scrapefleet.common.crawl.links import normalise_url
 
         seed = normalise_url(self.url)
         if seed is None:
@@ -69,8 +69,8 @@ class CrawlRequest:
         """The root job's payload, every rule checked; SubmitError names the option."""
         from pydantic import TypeAdapter
 
-        from scrapefleet.common.crawl_links import compile_patterns, site_of
-        from scrapefleet.common.page_fields import PageFields
+        from scrapefleet.common.actions.page_fields import PageFields
+        from scrapefleet.common.crawl.links import compile_patterns, site_of
 
         seed = self.seed()
         if self.depth < 0:
@@ -118,7 +118,7 @@ def _first_line(exc: ValueError) -> str:
 def start(conn: Any, request: CrawlRequest, *, max_attempts: int) -> int:
     """Insert the crawl's root job and bounds (the caller's transaction); returns its id."""
     from scrapefleet.common import store
-    from scrapefleet.common.actions import get_action
+    from scrapefleet.common.actions.registry import get_action
 
     payload = request.payload()
     action = get_action(request.kind)
@@ -180,7 +180,7 @@ def render_crawl(crawl: dict[str, Any]) -> list[str]:
 
 @contextmanager
 def _one_line_errors() -> Iterator[None]:
-    from scrapefleet.common.db import wrapped_errors
+    from scrapefleet.common.db.engines import wrapped_errors
 
     try:
         with wrapped_errors():

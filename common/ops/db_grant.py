@@ -31,9 +31,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from scrapefleet.common import store
-from scrapefleet.common.db import OWNER_ROLE_PARAMETER, transaction
+from scrapefleet.common.db.engines import OWNER_ROLE_PARAMETER, transaction
 from scrapefleet.common.errors import SettingsError
-from scrapefleet.common.scram import scram_sha256_verifier
+from scrapefleet.common.ops.scram import scram_sha256_verifier
 
 MAX_IDENTIFIER_BYTES = 63  # PostgreSQL's NAMEDATALEN - 1: a longer name is cut, silently
 _PREFIX = re.compile(r"[a-z_][a-z0-9_]*")

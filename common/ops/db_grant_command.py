@@ -74,7 +74,7 @@ def db_grant(
 ) -> None:
     """Create or update the database roles by duty and their grants (idempotent)."""
     # Here, not at the top: the admin CLI loads this module to list its commands.
-    from scrapefleet.common.db import make_engine
+    from scrapefleet.common.db.engines import make_engine
     from scrapefleet.common.ops.db_grant import GrantRequest, apply, role_names
 
     try:

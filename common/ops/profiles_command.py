@@ -67,7 +67,7 @@ def profile_lines(rows: list[dict[str, Any]], now: datetime) -> Iterator[str]:
 
 @contextmanager
 def _transaction(obj: Any) -> Iterator[Any]:
-    from scrapefleet.common.db import transaction
+    from scrapefleet.common.db.engines import transaction
 
     with one_line_errors(), transaction(obj.client.engine) as conn:
         yield conn

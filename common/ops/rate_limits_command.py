@@ -77,9 +77,9 @@ def rate_key_json(row: dict[str, Any]) -> dict[str, Any]:
 @click.pass_obj
 def rate_limits(obj: Any, every_key: bool, as_json: bool, limit: int) -> None:
     """Sites (rate keys) the fleet holds back: limits, slow-downs after push-back, pauses."""
-    from scrapefleet.common import queries
     from scrapefleet.common.clock import utcnow
-    from scrapefleet.common.db import wrapped_errors
+    from scrapefleet.common.db.engines import wrapped_errors
+    from scrapefleet.common.reads import queries
 
     with one_line_errors(), wrapped_errors(), obj.read_engine().connect() as conn:
         rows = queries.rate_keys(conn, every_key=every_key, limit=limit)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from scrapefleet.common.host_status import takes_browser_jobs
-from scrapefleet.common.producer_status import delivery_state
+from scrapefleet.common.reads.producer_status import delivery_state
+from scrapefleet.common.status.document import takes_browser_jobs
 
 
 def render_status(

@@ -6,7 +6,7 @@ A CSV cell that a spreadsheet would run as a formula (text starting with ``=``, 
 never a formula (OWASP's advice for CSV injection).
 
 The CLI's ``jobs list`` and ``results export`` (common.ops.cli) are thin wrappers around these;
-the rows come from common.results, streamed.
+the rows come from common.reads.results, streamed.
 """
 
 from __future__ import annotations
@@ -133,7 +133,9 @@ def write_csv(
 ) -> int:
     """One row per job; payload and result as JSON text in their cells, or, with
     ``result_columns``, the result's keys one column each (flat_result) instead of ``result``."""
-    from scrapefleet.common.results import COLUMNS  # here: the CLI imports this module at start
+    from scrapefleet.common.reads.results import (
+        COLUMNS,  # here: the CLI imports this module at start
+    )
 
     columns = list(COLUMNS)
     if result_columns is not None:

@@ -1,5 +1,5 @@
-"""`scrapefleet schedules`: recurring submissions (common.schedules), fired by the leading
-producer (producer.schedules).
+"""`scrapefleet schedules`: recurring submissions (common.jobs.recurrence), fired by the leading
+producer (producer.schedule_firing).
 
     scrapefleet schedules add prices-daily --cron '0 7 * * *' --tz Europe/Paris --job job.json
     scrapefleet schedules list | show NAME | pause NAME | resume NAME | run NAME | rm NAME
@@ -80,11 +80,11 @@ def add(
 ) -> None:
     """Add a schedule NAME."""
     from scrapefleet.common import store
-    from scrapefleet.common.db import transaction
+    from scrapefleet.common.db.engines import transaction
     from scrapefleet.common.errors import SubmitError
+    from scrapefleet.common.jobs.recurrence import check_name, parse_cron, slots_of
+    from scrapefleet.common.jobs.submit_file import jobs_in_file
     from scrapefleet.common.ops.profiles_command import parse_duration
-    from scrapefleet.common.schedules import check_name, parse_cron, slots_of
-    from scrapefleet.common.submit_file import jobs_in_file
 
     with one_line_errors():
         check_name(name)
@@ -192,9 +192,9 @@ def _set_paused(ctx: Any, name: str, paused: bool) -> None:
     import sqlalchemy as sa
 
     from scrapefleet.common import store
-    from scrapefleet.common.db import transaction
+    from scrapefleet.common.db.engines import transaction
     from scrapefleet.common.errors import NotFound
-    from scrapefleet.common.schedules import slots_of
+    from scrapefleet.common.jobs.recurrence import slots_of
 
     with one_line_errors(), transaction(ctx.read_engine()) as conn:
         next_run_at = None
@@ -221,7 +221,7 @@ def _set_paused(ctx: Any, name: str, paused: bool) -> None:
 def remove(ctx: Any, name: str) -> None:
     """Remove NAME and its runs' records (the jobs it submitted stay)."""
     from scrapefleet.common import store
-    from scrapefleet.common.db import transaction
+    from scrapefleet.common.db.engines import transaction
 
     with one_line_errors(), transaction(ctx.read_engine()) as conn:
         store.remove_schedule(conn, name)
@@ -236,9 +236,9 @@ def run_now(ctx: Any, name: str) -> None:
     import sqlalchemy as sa
 
     from scrapefleet.common import store
-    from scrapefleet.common.db import transaction
+    from scrapefleet.common.db.engines import transaction
     from scrapefleet.common.errors import NotFound
-    from scrapefleet.common.schedules import RunOutcome
+    from scrapefleet.common.jobs.recurrence import RunOutcome
 
     now = datetime.now(UTC)
     with one_line_errors(), transaction(ctx.read_engine()) as conn:

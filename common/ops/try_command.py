@@ -47,7 +47,7 @@ def try_command(
     out: Path | None,
 ) -> None:
     """Run one job of KIND (or the job in the file TARGET) on this machine, no database."""
-    from scrapefleet.common.actions import load_user_actions
+    from scrapefleet.common.actions.registry import load_user_actions
     from scrapefleet.common.ops.try_job import try_job
 
     ctx = click_ctx.obj
@@ -88,7 +88,7 @@ def _why(outcome: Outcome) -> str:
 
 def _job_of(target: str, payload: str | None) -> NewJob:
     """The job named by the command line: KIND and a payload, or a file holding one job."""
-    from scrapefleet.common.submit_file import jobs_in_file, validate_job
+    from scrapefleet.common.jobs.submit_file import jobs_in_file, validate_job
 
     path = Path(target)
     if payload is None and path.suffix in (".json", ".jsonl", ".csv") and path.is_file():

@@ -3,7 +3,7 @@
 
 The job runs through the consumer's own runner (consumer.runner.run_job: the same validation,
 browser options, block detection and error classes as on a host), within its action's time
-limit. A browser action gets a headless Chromium of its own (consumer.local_browser), started
+limit. A browser action gets a headless Chromium of its own (consumer.browser.headless), started
 for this job and quit after it; whatever the job ended with, its page's screenshot and HTML
 and every request the page made are saved in the output folder, with the traceback of a
 failure beside them.
@@ -20,15 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scrapefleet.common.actions import get_action
-from scrapefleet.common.browser_isolation import Isolation
+from scrapefleet.common.actions.registry import get_action
+from scrapefleet.common.browser.isolation import Isolation
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import ClaimedJob, NewJob
-from scrapefleet.consumer.artifacts import capture_page
-from scrapefleet.consumer.block_detection import BlockRules
-from scrapefleet.consumer.browser_options import host_defaults
-from scrapefleet.consumer.local_browser import start_local_chrome
-from scrapefleet.consumer.network_log import recording
+from scrapefleet.consumer.browser.artifacts import capture_page
+from scrapefleet.consumer.browser.block_detection import BlockRules
+from scrapefleet.consumer.browser.headless import start_local_chrome
+from scrapefleet.consumer.browser.job_setup import host_defaults
+from scrapefleet.consumer.browser.network_log import recording
 from scrapefleet.consumer.runner import DriverLease, Outcome, run_job
 
 TRY_JOB_ID = 0  # no row anywhere: the job exists only in this process

@@ -12,10 +12,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from scrapefleet.common.channels import assigned_channel
+from scrapefleet.common.db.channels import assigned_channel
 from scrapefleet.common.store.controls import NO_HOLDS, Holds
 from scrapefleet.common.store.records import PendingJob
-from scrapefleet.common.store.statuses import IN_FLIGHT, HostState, JobStatus, sql_list
+from scrapefleet.common.store.sql_text import fill, statement
 
 __all__ = [
     "ASSIGN_SQL",
@@ -28,94 +28,170 @@ __all__ = [
     "pending_jobs",
 ]
 
-# The hot statement, named so that a test can EXPLAIN exactly what runs. Jobs whose lock key is
-# held by a queued or processing job are left out: they cannot be assigned now, and reading
-# them would let a large batch sharing one busy key fill the whole scan window and starve every
-# other pending job. The NOT EXISTS probes the unique partial index on in-flight lock keys.
-# The same for profiles: a job of a pool waits, unread, while every profile of its pool is held
-# by a job, cooling down, or bound to a host that is not active (producer.profile_rules
-# decides again, with the planner's clock).
-_PROFILE_FREE = (
-    " AND (profile_pool IS NULL OR EXISTS ("
-    "   SELECT 1 FROM unnest(jobs.profile_pool) AS pool(name)"
-    "   WHERE NOT EXISTS (SELECT 1 FROM jobs AS held WHERE held.profile = pool.name"
-    f"     AND held.status IN {sql_list(IN_FLIGHT)})"
-    "   AND NOT EXISTS (SELECT 1 FROM profiles AS pr"
-    "     LEFT JOIN hosts AS bound ON bound.name = pr.host WHERE pr.name = pool.name"
-    "     AND (pr.cooldown_until > now()"
-    f"      OR (pr.host IS NOT NULL AND bound.state IS DISTINCT FROM '{HostState.ACTIVE}')))))"
-)
-# A lock key is held, too, by an attempt ended in the database that may still run on its host
-# (rescued, stopped, timed out: migration 0016), the job's own included, until that host
-# confirms the end or its lingering_until passes (docs/attempts-and-locks.md).
-_LINGERING_FREE = (
-    " AND (lock_key IS NULL OR NOT EXISTS ("
-    "   SELECT 1 FROM jobs AS lingering WHERE lingering.lock_key = jobs.lock_key"
-    "   AND lingering.lock_key IS NOT NULL AND lingering.lingering_until IS NOT NULL"
-    "   AND lingering.lingering_until > now()))"
-)
 # ``lingering_on_host``: the host that may still run an ended attempt of the job (0016), which
 # the planner avoids while another host has a slot (that host would hold it queued until its
 # thread returned).
-PENDING_COLUMNS = (
-    "id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile, blocked_on_host,"
-    " CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host"
+PENDING_COLUMNS = """id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile,
+  blocked_on_host, CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host"""
+# What makes a pending job assignable now besides its status: the conditions of the two
+# statements below, also read by common.store.rate_keys (which passes a Holds' params too); a
+# test checks that each statement holds them word for word.
+READY_NOW = fill(
+    """
+  AND (not_before IS NULL OR not_before <= now())
+  -- Jobs whose lock key is held by a queued or processing job are left out: they cannot be
+  -- assigned now, and reading them would let a large batch sharing one busy key fill the
+  -- whole scan window and starve every other pending job. The NOT EXISTS probes the unique
+  -- partial index on in-flight lock keys.
+  AND (lock_key IS NULL OR NOT EXISTS (
+    SELECT 1 FROM jobs AS held WHERE held.lock_key = jobs.lock_key
+    AND held.status IN {in_flight}))
+  -- A lock key is held, too, by an attempt ended in the database that may still run on its
+  -- host (rescued, stopped, timed out: migration 0016), the job's own included, until that
+  -- host confirms the end or its lingering_until passes (docs/attempts-and-locks.md).
+  AND (lock_key IS NULL OR NOT EXISTS (
+    SELECT 1 FROM jobs AS lingering WHERE lingering.lock_key = jobs.lock_key
+    AND lingering.lock_key IS NOT NULL AND lingering.lingering_until IS NOT NULL
+    AND lingering.lingering_until > now()))
+  -- The same for profiles: a job of a pool waits, unread, while every profile of its pool is
+  -- held by a job, cooling down, or bound to a host that is not active
+  -- (producer.profile_rules decides again, with the planner's clock).
+  AND (profile_pool IS NULL OR EXISTS (
+    SELECT 1 FROM unnest(jobs.profile_pool) AS pool(name)
+    WHERE NOT EXISTS (SELECT 1 FROM jobs AS held WHERE held.profile = pool.name
+      AND held.status IN {in_flight})
+    AND NOT EXISTS (SELECT 1 FROM profiles AS pr
+      LEFT JOIN hosts AS bound ON bound.name = pr.host WHERE pr.name = pool.name
+      AND (pr.cooldown_until > now()
+        OR (pr.host IS NOT NULL AND bound.state IS DISTINCT FROM {host.active})))))
+  -- What an operator paused live (common.store.controls.Holds: empty arrays, nothing held),
+  -- and the kinds no host with a free slot runs (only_kinds NULL: any kind).
+  AND (rate_key IS NULL OR rate_key <> ALL(CAST(:held_keys AS text[])))
+  AND kind <> ALL(CAST(:held_kinds AS text[]))
+  AND (crawl_id IS NULL OR crawl_id <> ALL(CAST(:held_crawls AS bigint[])))
+  AND (CAST(:only_kinds AS text[]) IS NULL OR kind = ANY(CAST(:only_kinds AS text[])))
+"""
 )
-# What an operator paused live (common.store.controls.Holds: empty arrays, nothing held), and
-# the kinds no host with a free slot runs (only_kinds NULL: any kind).
-_NOT_HELD = (
-    " AND (rate_key IS NULL OR rate_key <> ALL(CAST(:held_keys AS text[])))"
-    " AND kind <> ALL(CAST(:held_kinds AS text[]))"
-    " AND (crawl_id IS NULL OR crawl_id <> ALL(CAST(:held_crawls AS bigint[])))"
-    " AND (CAST(:only_kinds AS text[]) IS NULL OR kind = ANY(CAST(:only_kinds AS text[])))"
+# The hot statement, named so that a test can EXPLAIN exactly what runs.
+LOCK_PENDING_SQL = statement(
+    """
+SELECT id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile,
+  blocked_on_host, CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host
+FROM jobs
+WHERE status = {job.pending}
+  AND (not_before IS NULL OR not_before <= now())
+  -- Jobs whose lock key is held by a queued or processing job are left out: they cannot be
+  -- assigned now, and reading them would let a large batch sharing one busy key fill the
+  -- whole scan window and starve every other pending job. The NOT EXISTS probes the unique
+  -- partial index on in-flight lock keys.
+  AND (lock_key IS NULL OR NOT EXISTS (
+    SELECT 1 FROM jobs AS held WHERE held.lock_key = jobs.lock_key
+    AND held.status IN {in_flight}))
+  -- A lock key is held, too, by an attempt ended in the database that may still run on its
+  -- host (rescued, stopped, timed out: migration 0016), the job's own included, until that
+  -- host confirms the end or its lingering_until passes (docs/attempts-and-locks.md).
+  AND (lock_key IS NULL OR NOT EXISTS (
+    SELECT 1 FROM jobs AS lingering WHERE lingering.lock_key = jobs.lock_key
+    AND lingering.lock_key IS NOT NULL AND lingering.lingering_until IS NOT NULL
+    AND lingering.lingering_until > now()))
+  -- The same for profiles: a job of a pool waits, unread, while every profile of its pool is
+  -- held by a job, cooling down, or bound to a host that is not active
+  -- (producer.profile_rules decides again, with the planner's clock).
+  AND (profile_pool IS NULL OR EXISTS (
+    SELECT 1 FROM unnest(jobs.profile_pool) AS pool(name)
+    WHERE NOT EXISTS (SELECT 1 FROM jobs AS held WHERE held.profile = pool.name
+      AND held.status IN {in_flight})
+    AND NOT EXISTS (SELECT 1 FROM profiles AS pr
+      LEFT JOIN hosts AS bound ON bound.name = pr.host WHERE pr.name = pool.name
+      AND (pr.cooldown_until > now()
+        OR (pr.host IS NOT NULL AND bound.state IS DISTINCT FROM {host.active})))))
+  -- What an operator paused live (common.store.controls.Holds: empty arrays, nothing held),
+  -- and the kinds no host with a free slot runs (only_kinds NULL: any kind).
+  AND (rate_key IS NULL OR rate_key <> ALL(CAST(:held_keys AS text[])))
+  AND kind <> ALL(CAST(:held_kinds AS text[]))
+  AND (crawl_id IS NULL OR crawl_id <> ALL(CAST(:held_crawls AS bigint[])))
+  AND (CAST(:only_kinds AS text[]) IS NULL OR kind = ANY(CAST(:only_kinds AS text[])))
+  -- Rate keys and kinds at their limit are left out the same way (empty arrays: none), and
+  -- so are those with a little budget left: common.store.rate_keys reads exactly that many
+  -- of theirs, so that no backlog on one key fills the batch.
+  AND (rate_key IS NULL OR rate_key <> ALL(CAST(:skip_keys AS text[])))
+  AND kind <> ALL(CAST(:skip_kinds AS text[]))
+ORDER BY priority DESC, id LIMIT :limit FOR UPDATE SKIP LOCKED
+"""
 )
-# What makes a pending job assignable now besides its status (common.store.rate_pending's
-# reads share it, and pass a Holds' params too).
-READY_NOW = (
-    " AND (not_before IS NULL OR not_before <= now())"
-    "   AND (lock_key IS NULL OR NOT EXISTS ("
-    "     SELECT 1 FROM jobs AS held WHERE held.lock_key = jobs.lock_key"
-    f"     AND held.status IN {sql_list(IN_FLIGHT)}))" + _LINGERING_FREE + _PROFILE_FREE + _NOT_HELD
-)
-# Rate keys and kinds at their limit are left out the same way (empty arrays: none), and so are
-# those with a little budget left: common.store.rate_pending reads exactly that many of theirs,
-# so that no backlog on one key fills the batch.
-_RATE_SKIP = (
-    " AND (rate_key IS NULL OR rate_key <> ALL(CAST(:skip_keys AS text[])))"
-    " AND kind <> ALL(CAST(:skip_kinds AS text[]))"
-)
-_PENDING = (
-    f"SELECT {PENDING_COLUMNS} FROM jobs"
-    f" WHERE status = '{JobStatus.PENDING}'{{browser}}"
-    + READY_NOW
-    + _RATE_SKIP
-    + " ORDER BY priority DESC, id LIMIT :limit FOR UPDATE SKIP LOCKED"
-)
-LOCK_PENDING_SQL = sa.text(_PENDING.format(browser=""))
 # When no host can take a browser job now, browser jobs are left out by the statement itself,
 # on a partial index of their own, so a backlog of them is never read, cycle after cycle, only
-# to be skipped by the planner while the other jobs wait behind it.
-LOCK_PENDING_NO_BROWSER_SQL = sa.text(_PENDING.format(browser=" AND NOT needs_browser"))
+# to be skipped by the planner while the other jobs wait behind it. Otherwise the same.
+LOCK_PENDING_NO_BROWSER_SQL = statement(
+    """
+SELECT id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile,
+  blocked_on_host, CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host
+FROM jobs
+WHERE status = {job.pending} AND NOT needs_browser
+  AND (not_before IS NULL OR not_before <= now())
+  -- Jobs whose lock key is held by a queued or processing job are left out: they cannot be
+  -- assigned now, and reading them would let a large batch sharing one busy key fill the
+  -- whole scan window and starve every other pending job. The NOT EXISTS probes the unique
+  -- partial index on in-flight lock keys.
+  AND (lock_key IS NULL OR NOT EXISTS (
+    SELECT 1 FROM jobs AS held WHERE held.lock_key = jobs.lock_key
+    AND held.status IN {in_flight}))
+  -- A lock key is held, too, by an attempt ended in the database that may still run on its
+  -- host (rescued, stopped, timed out: migration 0016), the job's own included, until that
+  -- host confirms the end or its lingering_until passes (docs/attempts-and-locks.md).
+  AND (lock_key IS NULL OR NOT EXISTS (
+    SELECT 1 FROM jobs AS lingering WHERE lingering.lock_key = jobs.lock_key
+    AND lingering.lock_key IS NOT NULL AND lingering.lingering_until IS NOT NULL
+    AND lingering.lingering_until > now()))
+  -- The same for profiles: a job of a pool waits, unread, while every profile of its pool is
+  -- held by a job, cooling down, or bound to a host that is not active
+  -- (producer.profile_rules decides again, with the planner's clock).
+  AND (profile_pool IS NULL OR EXISTS (
+    SELECT 1 FROM unnest(jobs.profile_pool) AS pool(name)
+    WHERE NOT EXISTS (SELECT 1 FROM jobs AS held WHERE held.profile = pool.name
+      AND held.status IN {in_flight})
+    AND NOT EXISTS (SELECT 1 FROM profiles AS pr
+      LEFT JOIN hosts AS bound ON bound.name = pr.host WHERE pr.name = pool.name
+      AND (pr.cooldown_until > now()
+        OR (pr.host IS NOT NULL AND bound.state IS DISTINCT FROM {host.active})))))
+  -- What an operator paused live (common.store.controls.Holds: empty arrays, nothing held),
+  -- and the kinds no host with a free slot runs (only_kinds NULL: any kind).
+  AND (rate_key IS NULL OR rate_key <> ALL(CAST(:held_keys AS text[])))
+  AND kind <> ALL(CAST(:held_kinds AS text[]))
+  AND (crawl_id IS NULL OR crawl_id <> ALL(CAST(:held_crawls AS bigint[])))
+  AND (CAST(:only_kinds AS text[]) IS NULL OR kind = ANY(CAST(:only_kinds AS text[])))
+  -- Rate keys and kinds at their limit are left out the same way (empty arrays: none), and
+  -- so are those with a little budget left: common.store.rate_keys reads exactly that many
+  -- of theirs, so that no backlog on one key fills the batch.
+  AND (rate_key IS NULL OR rate_key <> ALL(CAST(:skip_keys AS text[])))
+  AND kind <> ALL(CAST(:skip_kinds AS text[]))
+ORDER BY priority DESC, id LIMIT :limit FOR UPDATE SKIP LOCKED
+"""
+)
 
 # The move and the NOTIFY of every host that got work in one statement (one round trip of a
-# wake cycle's few): each host on its channel of its own (common.channels), the host's name as
+# wake cycle's few): each host on its channel of its own (common.db.channels), the host's name as
 # the payload, in the order the caller gives its channels. A row not pending any more (taken
 # back by an operator meanwhile) moves nowhere, and a host none of whose rows moved is not
 # told. The NOTIFYs are evaluated after the sort (PostgreSQL evaluates a volatile output
 # column above the ORDER BY), and ``notified`` is joined so that it runs at all.
-ASSIGN_SQL = sa.text(
-    "WITH assigned AS ("
-    f"  UPDATE jobs SET status = '{JobStatus.QUEUED}', host = a.host, queued_at = now()"
-    "   FROM unnest(CAST(:ids AS bigint[]), CAST(:hosts AS text[])) AS a(id, host)"
-    f"  WHERE jobs.id = a.id AND jobs.status = '{JobStatus.PENDING}'"
-    "   RETURNING jobs.id, jobs.host),"
-    " notified AS ("
-    "  SELECT count(*) AS hosts FROM ("
-    "    SELECT pg_notify(c.channel, c.host)"
-    "    FROM unnest(CAST(:channels AS text[]), CAST(:channel_hosts AS text[]))"
-    "      WITH ORDINALITY AS c(channel, host, i)"
-    "    WHERE c.host IN (SELECT host FROM assigned) ORDER BY c.i) AS sent)"
-    " SELECT assigned.id, assigned.host FROM assigned, notified"
+ASSIGN_SQL = statement(
+    """
+WITH assigned AS (
+  UPDATE jobs SET status = {job.queued}, host = a.host, queued_at = now()
+  FROM unnest(CAST(:ids AS bigint[]), CAST(:hosts AS text[])) AS a(id, host)
+  WHERE jobs.id = a.id AND jobs.status = {job.pending}
+  RETURNING jobs.id, jobs.host
+), notified AS (
+  SELECT count(*) AS hosts FROM (
+    SELECT pg_notify(c.channel, c.host)
+    FROM unnest(CAST(:channels AS text[]), CAST(:channel_hosts AS text[]))
+      WITH ORDINALITY AS c(channel, host, i)
+    WHERE c.host IN (SELECT host FROM assigned) ORDER BY c.i
+  ) AS sent
+)
+SELECT assigned.id, assigned.host FROM assigned, notified
+"""
 )
 
 

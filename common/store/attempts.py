@@ -17,15 +17,14 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from scrapefleet.common.constants import CHANNEL_FINISHED
+from scrapefleet.common.db.executes import Executes
 from scrapefleet.common.errors import NotFound
-from scrapefleet.common.executes import Executes
 from scrapefleet.common.store.crawls import spawn_children
 from scrapefleet.common.store.records import Claim, ClaimedJob, Heartbeat
-from scrapefleet.common.store.statuses import ATTEMPTS_EXHAUSTED_SQL, JobStatus
+from scrapefleet.common.store.sql_text import statement
 
 __all__ = [
     "CLAIM_SQL",
@@ -40,9 +39,6 @@ __all__ = [
     "heartbeat",
 ]
 
-_S = JobStatus
-_OURS = f"status = '{_S.PROCESSING}' AND claims = :claim AND host = :host"
-
 # Browser jobs and the others are picked under separate limits (the stack's budget caps the
 # first, free slots both), then the best ``limit`` of the two by priority and age. The host's
 # browser budgets (jobs since the stack's restart and since boot) count the browser jobs only:
@@ -51,121 +47,147 @@ _OURS = f"status = '{_S.PROCESSING}' AND claims = :claim AND host = :host"
 # whether jobs of this host stay queued that a freed slot could take (``more``: the consumer
 # claims again as soon as a slot frees, and otherwise waits for the next assignment's NOTIFY).
 # A row per claimed job, or one with no job when nothing was; none at all when the host has no
-# row.
+# row: the statement runs alone (autocommit), and a host with no row claims nothing rather than
+# taking jobs it will never be told about (the caller raises NotFound on the empty answer).
 # The host's counters are written through host_count_claims (migration 0017): a consumer's
-# role has no UPDATE on hosts.
-# The statement runs alone (autocommit): a host with no row claims nothing, rather than taking
-# jobs it will never be told about (the caller raises NotFound on the empty answer).
-_REGISTERED = "EXISTS (SELECT 1 FROM hosts WHERE hosts.name = :host)"
-# A job a thread of this host still runs an earlier attempt of (given up: timed out, rescued,
-# stopped) stays queued until that thread has returned: two attempts of one job never run side
-# by side on one host.
-_NOT_RUNNING_HERE = "id <> ALL(CAST(:running AS bigint[]))"
-CLAIM_SQL = sa.text(
-    "WITH browser AS ("
-    "  SELECT id, priority FROM jobs"
-    f"  WHERE host = :host AND status = '{_S.QUEUED}' AND needs_browser AND {_REGISTERED}"
-    f"  AND {_NOT_RUNNING_HERE}"
-    "  ORDER BY priority DESC, id LIMIT :browser_limit FOR UPDATE SKIP LOCKED),"
-    " plain AS ("
-    "  SELECT id, priority FROM jobs"
-    f"  WHERE host = :host AND status = '{_S.QUEUED}' AND NOT needs_browser AND {_REGISTERED}"
-    f"  AND {_NOT_RUNNING_HERE}"
-    "  ORDER BY priority DESC, id LIMIT :limit FOR UPDATE SKIP LOCKED),"
-    " picked AS ("
-    "  SELECT id FROM (SELECT * FROM browser UNION ALL SELECT * FROM plain) AS candidates"
-    "  ORDER BY priority DESC, id LIMIT :limit),"
-    " claimed AS ("
-    f"  UPDATE jobs SET status = '{_S.PROCESSING}', attempts = jobs.attempts + 1,"
-    "    started_at = now(), heartbeat_at = now()"
-    "  FROM picked WHERE jobs.id = picked.id"
-    "  RETURNING jobs.id, jobs.kind, jobs.payload, jobs.attempts, jobs.max_attempts,"
-    "    jobs.lock_key, jobs.needs_browser, jobs.profile, jobs.claims),"
-    " tally AS ("
-    "  SELECT count(*) AS n, count(*) FILTER (WHERE needs_browser) AS browser FROM claimed),"
-    " counted AS ("
-    "  SELECT c.jobs_since_restart, c.jobs_since_boot"
-    "  FROM (SELECT * FROM tally WHERE n > 0) AS t"
-    "  CROSS JOIN LATERAL host_count_claims(:host, CAST(t.n AS int), CAST(t.browser AS int))"
-    "    AS c),"
-    " counters AS ("
-    "  SELECT jobs_since_restart, jobs_since_boot FROM counted"
-    "  UNION ALL"
-    "  SELECT jobs_since_restart, jobs_since_boot FROM hosts"
-    "  WHERE name = :host AND NOT EXISTS (SELECT 1 FROM claimed))"
-    " SELECT counters.jobs_since_restart, counters.jobs_since_boot,"
-    "   EXISTS (SELECT 1 FROM jobs AS left_over WHERE left_over.host = :host"
-    f"    AND left_over.status = '{_S.QUEUED}'"
-    "    AND left_over.id NOT IN (SELECT id FROM picked)"
-    # A browser job left behind by the stack's budget waits for the budget (a restart wakes
-    # the consumer), not for a slot.
-    "    AND (NOT left_over.needs_browser"
-    "      OR CAST(:browser_limit AS int) >= CAST(:limit AS int))) AS more,"
-    "   claimed.*"
-    " FROM counters LEFT JOIN claimed ON true"
+# role has no UPDATE on hosts. ``:running``: jobs a thread of this host still runs an earlier
+# attempt of (given up: timed out, rescued, stopped) stay queued until that thread has
+# returned, so two attempts of one job never run side by side on one host.
+CLAIM_SQL = statement(
+    """
+WITH browser AS (
+  SELECT id, priority FROM jobs
+  WHERE host = :host AND status = {job.queued} AND needs_browser
+    AND EXISTS (SELECT 1 FROM hosts WHERE hosts.name = :host)
+    AND id <> ALL(CAST(:running AS bigint[]))
+  ORDER BY priority DESC, id LIMIT :browser_limit FOR UPDATE SKIP LOCKED
+), plain AS (
+  SELECT id, priority FROM jobs
+  WHERE host = :host AND status = {job.queued} AND NOT needs_browser
+    AND EXISTS (SELECT 1 FROM hosts WHERE hosts.name = :host)
+    AND id <> ALL(CAST(:running AS bigint[]))
+  ORDER BY priority DESC, id LIMIT :limit FOR UPDATE SKIP LOCKED
+), picked AS (
+  SELECT id FROM (SELECT * FROM browser UNION ALL SELECT * FROM plain) AS candidates
+  ORDER BY priority DESC, id LIMIT :limit
+), claimed AS (
+  UPDATE jobs SET status = {job.processing}, attempts = jobs.attempts + 1,
+    started_at = now(), heartbeat_at = now()
+  FROM picked WHERE jobs.id = picked.id
+  RETURNING jobs.id, jobs.kind, jobs.payload, jobs.attempts, jobs.max_attempts,
+    jobs.lock_key, jobs.needs_browser, jobs.profile, jobs.claims
+), tally AS (
+  SELECT count(*) AS n, count(*) FILTER (WHERE needs_browser) AS browser FROM claimed
+), counted AS (
+  SELECT c.jobs_since_restart, c.jobs_since_boot
+  FROM (SELECT * FROM tally WHERE n > 0) AS t
+  CROSS JOIN LATERAL host_count_claims(:host, CAST(t.n AS int), CAST(t.browser AS int))
+    AS c
+), counters AS (
+  SELECT jobs_since_restart, jobs_since_boot FROM counted
+  UNION ALL
+  SELECT jobs_since_restart, jobs_since_boot FROM hosts
+  WHERE name = :host AND NOT EXISTS (SELECT 1 FROM claimed)
 )
-COMPLETE_SQL = sa.text(
-    "WITH done AS ("
-    f"  UPDATE jobs SET status = '{_S.COMPLETED}', result = CAST(:result AS jsonb),"
-    "    finished_at = now(), heartbeat_at = now()"
-    f"  WHERE id = :id AND {_OURS}"
-    "  RETURNING id)"
-    " SELECT id, pg_notify(:channel, :host) FROM done"
+SELECT counters.jobs_since_restart, counters.jobs_since_boot,
+  EXISTS (
+    SELECT 1 FROM jobs AS left_over WHERE left_over.host = :host
+    AND left_over.status = {job.queued}
+    AND left_over.id NOT IN (SELECT id FROM picked)
+    -- A browser job left behind by the stack's budget waits for the budget (a restart wakes
+    -- the consumer), not for a slot.
+    AND (NOT left_over.needs_browser
+      OR CAST(:browser_limit AS int) >= CAST(:limit AS int))
+  ) AS more,
+  claimed.*
+FROM counters LEFT JOIN claimed ON true
+"""
+)
+# Every write of an attempt moves its job only while this host still owns that attempt.
+COMPLETE_SQL = statement(
+    """
+WITH done AS (
+  UPDATE jobs SET status = {job.completed}, result = CAST(:result AS jsonb),
+    finished_at = now(), heartbeat_at = now()
+  WHERE id = :id AND status = {job.processing} AND claims = :claim AND host = :host
+  RETURNING id
+)
+SELECT id, pg_notify(:channel, :host) FROM done
+"""
 )
 # Many completions in one statement and one NOTIFY; each row still moves only if this host
 # owns that attempt.
-COMPLETE_MANY_SQL = sa.text(
-    "WITH done AS ("
-    f"  UPDATE jobs SET status = '{_S.COMPLETED}', result = CAST(d.result AS jsonb),"
-    "    finished_at = now(), heartbeat_at = now()"
-    "  FROM unnest(CAST(:ids AS bigint[]), CAST(:claims AS int[]),"
-    "    CAST(:results AS text[])) AS d(id, claim, result)"
-    f"  WHERE jobs.id = d.id AND jobs.status = '{_S.PROCESSING}' AND jobs.claims = d.claim"
-    "    AND jobs.host = :host"
-    "  RETURNING jobs.id)"
-    " SELECT (SELECT array_agg(id) FROM done) AS ids,"
-    "   CASE WHEN EXISTS (SELECT 1 FROM done) THEN pg_notify(:channel, :host) END"
+COMPLETE_MANY_SQL = statement(
+    """
+WITH done AS (
+  UPDATE jobs SET status = {job.completed}, result = CAST(d.result AS jsonb),
+    finished_at = now(), heartbeat_at = now()
+  FROM unnest(CAST(:ids AS bigint[]), CAST(:claims AS int[]),
+    CAST(:results AS text[])) AS d(id, claim, result)
+  WHERE jobs.id = d.id AND jobs.status = {job.processing} AND jobs.claims = d.claim
+    AND jobs.host = :host
+  RETURNING jobs.id
 )
-# Retried only when the caller gives a time AND attempts are left: the database holds the rule
-# even for a caller that got it wrong.
-_RETRIED = f"(CAST(:retry_at AS timestamptz) IS NOT NULL AND NOT ({ATTEMPTS_EXHAUSTED_SQL}))"
-FAIL_ATTEMPT_SQL = sa.text(
-    "WITH ended AS ("
-    "  UPDATE jobs SET"
-    f"    status = CASE WHEN {_RETRIED} THEN '{_S.PENDING}' ELSE '{_S.FAILED}' END,"
-    f"    host = CASE WHEN {_RETRIED} THEN NULL ELSE host END,"
-    f"    not_before = CASE WHEN {_RETRIED} THEN CAST(:retry_at AS timestamptz) END,"
-    "    last_error = :error, error_class = :error_class,"
-    "    artifacts = coalesce(CAST(:artifacts AS jsonb), artifacts),"
-    f"    finished_at = CASE WHEN {_RETRIED} THEN NULL ELSE now() END,"
-    # A timeout written while the attempt's thread runs on: its lock key stays held until
-    # this host confirms the thread returned (attempts_ended), or the margin passes.
-    "    lingering_host = CASE WHEN :still_running THEN host ELSE lingering_host END,"
-    "    lingering_claim = CASE WHEN :still_running THEN claims ELSE lingering_claim END,"
-    "    lingering_until = CASE WHEN :still_running"
-    "      THEN now() + make_interval(secs => :linger) ELSE lingering_until END"
-    f"  WHERE id = :id AND {_OURS}"
-    "  RETURNING status)"
-    " SELECT status, pg_notify(:channel, :host) FROM ended"
+SELECT (SELECT array_agg(id) FROM done) AS ids,
+  CASE WHEN EXISTS (SELECT 1 FROM done) THEN pg_notify(:channel, :host) END
+"""
+)
+# Retried (the four CASEs' condition) only when the caller gives a time AND attempts are left
+# (store.statuses.ATTEMPTS_EXHAUSTED_SQL): the database holds the rule even for a caller that
+# got it wrong.
+FAIL_ATTEMPT_SQL = statement(
+    """
+WITH ended AS (
+  UPDATE jobs SET
+    status = CASE
+      WHEN (CAST(:retry_at AS timestamptz) IS NOT NULL AND NOT (attempts >= max_attempts))
+      THEN {job.pending} ELSE {job.failed} END,
+    host = CASE
+      WHEN (CAST(:retry_at AS timestamptz) IS NOT NULL AND NOT (attempts >= max_attempts))
+      THEN NULL ELSE host END,
+    not_before = CASE
+      WHEN (CAST(:retry_at AS timestamptz) IS NOT NULL AND NOT (attempts >= max_attempts))
+      THEN CAST(:retry_at AS timestamptz) END,
+    last_error = :error, error_class = :error_class,
+    artifacts = coalesce(CAST(:artifacts AS jsonb), artifacts),
+    finished_at = CASE
+      WHEN (CAST(:retry_at AS timestamptz) IS NOT NULL AND NOT (attempts >= max_attempts))
+      THEN NULL ELSE now() END,
+    -- A timeout written while the attempt's thread runs on: its lock key stays held until
+    -- this host confirms the thread returned (attempts_ended), or the margin passes.
+    lingering_host = CASE WHEN :still_running THEN host ELSE lingering_host END,
+    lingering_claim = CASE WHEN :still_running THEN claims ELSE lingering_claim END,
+    lingering_until = CASE WHEN :still_running
+      THEN now() + make_interval(secs => :linger) ELSE lingering_until END
+  WHERE id = :id AND status = {job.processing} AND claims = :claim AND host = :host
+  RETURNING status
+)
+SELECT status, pg_notify(:channel, :host) FROM ended
+"""
 )
 # Only the attempts this host runs now, each by its claim: an attempt given up (rescued, timed
 # out) and claimed again keeps no heartbeat alive for the one that replaced it.
-HEARTBEAT_JOBS_SQL = sa.text(
-    "UPDATE jobs SET heartbeat_at = now()"
-    " FROM unnest(CAST(:ids AS bigint[]), CAST(:claims AS int[])) AS r(id, claim)"
-    f" WHERE jobs.id = r.id AND jobs.claims = r.claim AND jobs.status = '{_S.PROCESSING}'"
-    "  AND jobs.host = :host"
-    " RETURNING jobs.id, jobs.claims"
+HEARTBEAT_JOBS_SQL = statement(
+    """
+UPDATE jobs SET heartbeat_at = now()
+FROM unnest(CAST(:ids AS bigint[]), CAST(:claims AS int[])) AS r(id, claim)
+WHERE jobs.id = r.id AND jobs.claims = r.claim AND jobs.status = {job.processing}
+  AND jobs.host = :host
+RETURNING jobs.id, jobs.claims
+"""
 )
-HEARTBEAT_HOST_SQL = sa.text("SELECT host_heartbeat(:host)")
+HEARTBEAT_HOST_SQL = statement("SELECT host_heartbeat(:host)")
 # A consumer's word that its attempts given up earlier have ended (their threads returned, or
 # the process that ran them is gone): their lock keys are free again (migration 0016's
 # function, as the owner: a rescued job is no longer this host's to update).
-ATTEMPTS_ENDED_SQL = sa.text("SELECT * FROM attempts_ended(:host, CAST(:ended AS jsonb))")
-ALL_ATTEMPTS_ENDED_SQL = sa.text(
-    "SELECT * FROM attempts_ended(:host, (SELECT coalesce(jsonb_agg(jsonb_build_object("
-    "  'job', id, 'claim', lingering_claim)), '[]'::jsonb)"
-    " FROM jobs WHERE lingering_host = :host))"
+ATTEMPTS_ENDED_SQL = statement("SELECT * FROM attempts_ended(:host, CAST(:ended AS jsonb))")
+ALL_ATTEMPTS_ENDED_SQL = statement(
+    """
+SELECT * FROM attempts_ended(:host, (
+  SELECT coalesce(jsonb_agg(jsonb_build_object('job', id, 'claim', lingering_claim)), '[]'::jsonb)
+  FROM jobs WHERE lingering_host = :host
+))
+"""
 )
 
 # An attempt: (job id, claim).
@@ -274,10 +296,10 @@ def fail_attempt(
     linger_s: float | None = None,
 ) -> str | None:
     """End a failed attempt: back to pending with ``not_before = retry_at``, or failed when
-    ``retry_at`` is None or the job is out of attempts. ``error_class`` (common.error_classes)
-    is kept on the job. ``linger_s``: the attempt's thread still runs (a timeout), so its job's
-    lock key stays held until this host confirms its end (attempts_ended) or for this long.
-    Returns the new status, or None if the attempt was no longer ours."""
+    ``retry_at`` is None or the job is out of attempts. ``error_class``
+    (common.actions.error_classes) is kept on the job. ``linger_s``: the attempt's thread still runs
+    (a timeout), so its job's lock key stays held until this host confirms its end (attempts_ended)
+    or for this long. Returns the new status, or None if the attempt was no longer ours."""
     params = {
         "id": job_id,
         "claim": claim,

@@ -1,4 +1,4 @@
-"""A blocked attempt: the site refused this scraper (common.error_classes), not the job.
+"""A blocked attempt: the site refused this scraper (common.actions.error_classes), not the job.
 
 Like a release (store.releases), the job goes back to pending and the attempt is given back;
 its own count, ``blocks``, is bounded instead: the attempt that reaches ``max_blocks`` ends the
@@ -15,8 +15,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from scrapefleet.common.actions.error_classes import ErrorClass
 from scrapefleet.common.constants import CHANNEL_FINISHED
-from scrapefleet.common.error_classes import ErrorClass
 from scrapefleet.common.store.events import set_audit_message
 from scrapefleet.common.store.profiles import cool_profile_after_block
 from scrapefleet.common.store.statuses import JobStatus

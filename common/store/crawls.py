@@ -22,7 +22,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from scrapefleet.common.executes import Executes
+from scrapefleet.common.db.executes import Executes
 from scrapefleet.common.store.statuses import JobStatus
 
 __all__ = ["SPAWN_SQL", "START_CRAWL_SQL", "spawn_children", "start_crawl"]
@@ -59,7 +59,7 @@ def spawn_children(
     spawns: Sequence[tuple[int, int, Sequence[Mapping[str, Any]]]],
 ) -> dict[int, int]:
     """Insert the children (``{kind, payload, needs_browser, dedupe_key?, priority?}``, checked
-    by common.spawn) of each (job id, claim, children) of this host's attempts still in
+    by common.actions.spawn) of each (job id, claim, children) of this host's attempts still in
     processing, and lock those attempts until the caller's transaction ends. Returns job id ->
     children inserted (dropped: a key the crawl has seen, past max_depth or max_jobs); a job
     missing from it is no longer this host's, and nothing was inserted for it."""

@@ -4,7 +4,7 @@ One row per process (``producers``, migration 0007), written only by that proces
 leader and its successor never write the same row: the leader at each full cycle, inside the
 cycle's assignment transaction (one upsert per interval, never per wake-up); a standby at each
 try for the lock; every producer when it starts and when it stops cleanly. A producer that dies
-writes nothing: readers (common.producer_status) tell it from its row going stale.
+writes nothing: readers (common.reads.producer_status) tell it from its row going stale.
 
 Upserts rather than UPDATEs: a producer driven by run_cycle alone never registered, and a row
 deleted by hand comes back at the next cycle.

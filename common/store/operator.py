@@ -8,8 +8,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from scrapefleet.common.constants import LOCK_LINGER_S
 from scrapefleet.common.errors import SubmitError
+from scrapefleet.common.settings import setting_default
 from scrapefleet.common.store.events import set_audit_message
 from scrapefleet.common.store.hosts import operator_waits
 from scrapefleet.common.store.records import JobFilter
@@ -108,7 +108,9 @@ def cancel_jobs(conn: Connection, which: JobFilter) -> list[int]:
         return sorted(conn.execute(CANCEL_SQL, params).scalars())
 
 
-def stop_jobs(conn: Connection, ids: list[int], linger_s: float = LOCK_LINGER_S) -> list[int]:
+def stop_jobs(
+    conn: Connection, ids: list[int], linger_s: float = setting_default("lock_linger_s")
+) -> list[int]:
     """processing -> cancelled, for the jobs named: their hosts end the attempts (their lock
     keys held until they confirm it, or for ``linger_s``)."""
     set_audit_message(conn, "stopped by operator")

@@ -9,7 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from scrapefleet.common.host_status import HostStatus
+from scrapefleet.common.status.document import HostStatus
 from scrapefleet.common.store.events import record_host_event
 
 __all__ = [

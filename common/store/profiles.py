@@ -1,5 +1,5 @@
-"""Profiles (common.profiles): the producer binds them as it assigns, a consumer cools one
-down after a block, an operator resets, moves and cools them.
+"""Profiles (common.browser.profile_names): the producer binds them as it assigns, a consumer cools
+one down after a block, an operator resets, moves and cools them.
 
 A profile's row is made by the first assignment of one of its jobs, bound to that job's host:
 its user-data-dir will live there. Cool-downs are times, not timers: a profile is cooling while
@@ -17,8 +17,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from scrapefleet.common.browser.profile_names import ProfileState
 from scrapefleet.common.errors import NotFound, ScrapefleetError
-from scrapefleet.common.profiles import ProfileState
 from scrapefleet.common.store.hosts import require_host
 from scrapefleet.common.store.statuses import IN_FLIGHT, sql_list
 

@@ -12,9 +12,9 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from scrapefleet.common.actions.error_classes import ErrorClass
 from scrapefleet.common.constants import MAX_CRAWL_DELAY_S, RATE_WINDOW_S
-from scrapefleet.common.error_classes import ErrorClass
-from scrapefleet.common.rate_limits import (
+from scrapefleet.common.jobs.rate_limits import (
     CRAWL_KINDS,
     RATE_KEY_DEFAULT_ROW,
     PendingSkips,
@@ -91,7 +91,7 @@ _TIGHT_SQL = {(column, ok): _tight(column, ok) for column in _BY for ok in (True
 # (its Retry-After), and completions. One indexed range of the audit table per cycle.
 _PUSHED_BACK = sql_list((ErrorClass.RATE_LIMITED, ErrorClass.BLOCKED))
 _S = JobStatus
-# A crawl page's result says its site's Crawl-delay (common.crawl_action): a host's word, so
+# A crawl page's result says its site's Crawl-delay (common.crawl.action): a host's word, so
 # read only as a JSON number and held to 0..MAX_CRAWL_DELAY_S (a bad value is no delay, and
 # the most a lying host can do is slow a site it crawls, as a false push-back could).
 _CRAWL_DONE = (

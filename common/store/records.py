@@ -37,7 +37,7 @@ class NewJob:
     callback_url: str | None = None  # POSTed when the job completes or fails for good
     # Only a host whose browser stack takes them runs it; None: from its kind's action.
     needs_browser: bool | None = None
-    rate_key: str | None = None  # its politeness limits' key (common.rate_limits)
+    rate_key: str | None = None  # its politeness limits' key (common.jobs.rate_limits)
 
 
 @dataclass(frozen=True)
@@ -51,12 +51,14 @@ class PendingJob:
     id: int
     lock_key: str | None
     needs_browser: bool = False
-    profiles: tuple[str, ...] = ()  # the pool it may run under (common.profiles); () for none
+    profiles: tuple[
+        str, ...
+    ] = ()  # the pool it may run under (common.browser.profile_names); () for none
     last_profile: str | None = None  # the profile its last try ran under
     blocked_on_host: str | None = None  # the host a site last blocked it on (store.blocks)
     priority: int = 0
     kind: str = ""
-    rate_key: str | None = None  # common.rate_limits
+    rate_key: str | None = None  # common.jobs.rate_limits
     lingering_on_host: str | None = None  # may still run an ended attempt of it (store 0016)
 
 
@@ -69,7 +71,7 @@ class ClaimedJob:
     max_attempts: int
     lock_key: str | None
     needs_browser: bool = False
-    profile: str | None = None  # the persistent profile it runs in (common.profiles)
+    profile: str | None = None  # the persistent profile it runs in (common.browser.profile_names)
     # This attempt's token: the job's claim count at this claim (jobs.claims), never the same
     # for two attempts of one job; every write of the attempt is conditional on it.
     claim: int = 0

@@ -13,14 +13,10 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from scrapefleet.common.constants import LOCK_LINGER_S, MAX_RELEASES_PER_JOB
+from scrapefleet.common.constants import MAX_RELEASES_PER_JOB
+from scrapefleet.common.settings import setting_default
 from scrapefleet.common.store.events import set_audit_message
-from scrapefleet.common.store.statuses import (
-    PAGE_RELEASES_EXHAUSTED_SQL,
-    HostState,
-    JobStatus,
-    sql_list,
-)
+from scrapefleet.common.store.sql_text import statement
 
 __all__ = [
     "RECOVER_SQL",
@@ -37,88 +33,119 @@ __all__ = [
     "rescue_stale_processing",
 ]
 
-_PROCESSING = f"status = '{JobStatus.PROCESSING}'"
+# A release is an attempt given back: processing -> pending, ``attempts`` back by one,
+# ``releases`` up by one. Three statements, one per choice of rows:
+#
+# RELEASE_SQL: one attempt, only while this host still owns it; its thread may still run (a
+# consumer that lost the database for too long gave it up, see consumer.serving). The attempt's
+# own error (if any) stays while the job has releases left. ``:by_page``: the job's page
+# caused it (the browser died under it), so it counts towards the bound
+# (store.statuses.PAGE_RELEASES_EXHAUSTED_SQL): the one past ``:max_releases`` fails the job.
+# ``:still_running``: nobody on the host confirmed the attempt's end, so the job's lock key
+# stays held until its host confirms (attempts.attempts_ended) or for ``:linger`` seconds.
+RELEASE_SQL = statement(
+    """
+UPDATE jobs SET
+  status = CASE WHEN (CAST(:by_page AS boolean) AND page_releases >= :max_releases)
+    THEN {job.failed} ELSE {job.pending} END,
+  host = CASE WHEN (CAST(:by_page AS boolean) AND page_releases >= :max_releases)
+    THEN host END,
+  finished_at = CASE WHEN (CAST(:by_page AS boolean) AND page_releases >= :max_releases)
+    THEN now() END,
+  last_error = CASE WHEN (CAST(:by_page AS boolean) AND page_releases >= :max_releases)
+    THEN :reason || ' (released ' || (page_releases + 1) || ' times by its page)'
+    ELSE last_error END,
+  attempts = greatest(attempts - 1, 0), releases = releases + 1,
+  page_releases = page_releases + CASE WHEN CAST(:by_page AS boolean) THEN 1 ELSE 0 END,
+  lingering_host = CASE WHEN CAST(:still_running AS boolean) THEN host ELSE lingering_host END,
+  lingering_claim = CASE WHEN CAST(:still_running AS boolean) THEN claims ELSE lingering_claim END,
+  lingering_until = CASE WHEN CAST(:still_running AS boolean)
+    THEN now() + make_interval(secs => :linger) ELSE lingering_until END,
+  started_at = NULL, queued_at = NULL
+WHERE id = :id AND status = {job.processing} AND claims = :claim AND host = :host
+RETURNING id
+"""
+)
+# RECOVER_SQL: every attempt a host left behind when its consumer died; the reason replaces
+# the error, and no release is the page's.
+RECOVER_SQL = statement(
+    """
+UPDATE jobs SET
+  status = {job.pending}, host = NULL, finished_at = NULL, last_error = :reason,
+  attempts = greatest(attempts - 1, 0), releases = releases + 1,
+  started_at = NULL, queued_at = NULL
+WHERE status = {job.processing} AND host = :host
+RETURNING id
+"""
+)
+# RESCUE_SQL: every attempt whose heartbeat stopped: its consumer is gone, or frozen, or cut
+# off from the database while its threads run on. Its lock key lingers
+# (docs/attempts-and-locks.md). The producer's statements here take only the rows free now (a
+# consumer's session may hold its own jobs' rows for as long as it likes): a row held is left
+# for the next cycle, and the producer does not wait.
+RESCUE_SQL = statement(
+    """
+UPDATE jobs SET
+  status = {job.pending}, host = NULL, finished_at = NULL, last_error = :reason,
+  attempts = greatest(attempts - 1, 0), releases = releases + 1,
+  lingering_host = host, lingering_claim = claims,
+  lingering_until = now() + make_interval(secs => :linger),
+  started_at = NULL, queued_at = NULL
+WHERE id IN (
+    SELECT id FROM jobs
+    WHERE status = {job.processing} AND heartbeat_at < now() - make_interval(secs => :stale)
+    FOR NO KEY UPDATE SKIP LOCKED
+  )
+  AND status = {job.processing} AND heartbeat_at < now() - make_interval(secs => :stale)
+RETURNING id
+"""
+)
 
-
-def _release_statement(
-    where: str, *, keep_last_error: bool, linger: str | None = None, by_page: str = "false"
-) -> sa.TextClause:
-    """The one release UPDATE, for a given choice of rows. ``keep_last_error``: the attempt's
-    own error (if any) stays while the job has releases left; otherwise the reason replaces it.
-    ``linger`` (an SQL condition): the attempt may still run on its host (nobody there confirmed
-    its end), so the job's lock key stays held until its host confirms (attempts.attempts_ended)
-    or for ``:linger`` seconds. ``by_page`` (an SQL condition): the job's page caused it, so it
-    counts towards the bound."""
-    error = "last_error" if keep_last_error else ":reason"
-    out = f"({by_page} AND {PAGE_RELEASES_EXHAUSTED_SQL})"
-    lingering = (
-        f"  lingering_host = CASE WHEN {linger} THEN host ELSE lingering_host END,"
-        f"  lingering_claim = CASE WHEN {linger} THEN claims ELSE lingering_claim END,"
-        f"  lingering_until = CASE WHEN {linger}"
-        "    THEN now() + make_interval(secs => :linger) ELSE lingering_until END,"
-        if linger
-        else ""
-    )
-    return sa.text(
-        "UPDATE jobs SET"
-        f"  status = CASE WHEN {out} THEN '{JobStatus.FAILED}' ELSE '{JobStatus.PENDING}' END,"
-        f"  host = CASE WHEN {out} THEN host END,"
-        f"  finished_at = CASE WHEN {out} THEN now() END,"
-        f"  last_error = CASE WHEN {out}"
-        "    THEN :reason || ' (released ' || (page_releases + 1) || ' times by its page)'"
-        f"    ELSE {error} END,"
-        "  attempts = greatest(attempts - 1, 0), releases = releases + 1,"
-        f"  page_releases = page_releases + CASE WHEN {by_page} THEN 1 ELSE 0 END,"
-        f"{lingering}  started_at = NULL, queued_at = NULL"
-        f" WHERE {where} RETURNING id"
-    )
-
-
-# One attempt, only while this host still owns it; its thread may still run (a consumer that
-# lost the database for too long gave it up, see consumer.serving).
-RELEASE_SQL = _release_statement(
-    f"id = :id AND {_PROCESSING} AND claims = :claim AND host = :host",
-    keep_last_error=True,
-    linger="CAST(:still_running AS boolean)",
-    by_page="CAST(:by_page AS boolean)",
+# A host's queued jobs back to pending, those free now: its consumer's session may hold them
+# (an operator's drain must not wait for it); the consumer's own requeue sees its own locks as
+# free.
+REQUEUE_HOST_SQL = statement(
+    """
+UPDATE jobs SET status = {job.pending}, host = NULL, queued_at = NULL
+WHERE status = {job.queued} AND host = :host
+  AND id IN (
+    SELECT id FROM jobs WHERE status = {job.queued} AND host = :host
+    FOR NO KEY UPDATE SKIP LOCKED
+  )
+RETURNING id
+"""
 )
-# Every attempt a host left behind when its consumer died.
-RECOVER_SQL = _release_statement(f"{_PROCESSING} AND host = :host", keep_last_error=False)
-# Every attempt whose heartbeat stopped: its consumer is gone, or frozen, or cut off from the
-# database while its threads run on. Its lock key lingers (docs/attempts-and-locks.md). The
-# producer's two statements here take only the rows free now (a consumer's session may hold its
-# own jobs' rows for as long as it likes): a row held is left for the next cycle, and the
-# producer does not wait.
-_STALE = f"{_PROCESSING} AND heartbeat_at < now() - make_interval(secs => :stale)"
-RESCUE_SQL = _release_statement(
-    f"id IN (SELECT id FROM jobs WHERE {_STALE} FOR NO KEY UPDATE SKIP LOCKED) AND {_STALE}",
-    keep_last_error=False,
-    linger="true",
+REQUEUE_HOST_BROWSER_SQL = statement(
+    """
+UPDATE jobs SET status = {job.pending}, host = NULL, queued_at = NULL
+WHERE status = {job.queued} AND host = :host AND needs_browser
+  AND id IN (
+    SELECT id FROM jobs WHERE status = {job.queued} AND host = :host
+    FOR NO KEY UPDATE SKIP LOCKED
+  )
+RETURNING id
+"""
 )
-
-_REQUEUE = (
-    f"UPDATE jobs SET status = '{JobStatus.PENDING}', host = NULL, queued_at = NULL"
-    f" WHERE status = '{JobStatus.QUEUED}'"
-)
-# A host's queued jobs, those free now: its consumer's session may hold them (an operator's
-# drain must not wait for it); the consumer's own requeue sees its own locks as free.
-_HOST_QUEUED_FREE = (
-    f"id IN (SELECT id FROM jobs WHERE status = '{JobStatus.QUEUED}' AND host = :host"
-    " FOR NO KEY UPDATE SKIP LOCKED)"
-)
-REQUEUE_HOST_SQL = sa.text(f"{_REQUEUE} AND host = :host AND {_HOST_QUEUED_FREE} RETURNING id")
-REQUEUE_HOST_BROWSER_SQL = sa.text(
-    f"{_REQUEUE} AND host = :host AND needs_browser AND {_HOST_QUEUED_FREE} RETURNING id"
-)
-_UNAVAILABLE = (HostState.OFFLINE, HostState.DISABLED)  # for longer than a grace period
-_OF_UNAVAILABLE = (
-    f"host IN (SELECT name FROM hosts WHERE state IN {sql_list(_UNAVAILABLE)}"
-    "   AND state_changed_at < now() - make_interval(secs => :grace))"
-)
-REQUEUE_FROM_UNAVAILABLE_SQL = sa.text(
-    f"{_REQUEUE} AND {_OF_UNAVAILABLE} AND id IN (SELECT id FROM jobs"
-    f"   WHERE status = '{JobStatus.QUEUED}' AND {_OF_UNAVAILABLE} FOR NO KEY UPDATE SKIP LOCKED)"
-    " RETURNING id"
+# The queued jobs of hosts offline or disabled for longer than a grace period.
+REQUEUE_FROM_UNAVAILABLE_SQL = statement(
+    """
+UPDATE jobs SET status = {job.pending}, host = NULL, queued_at = NULL
+WHERE status = {job.queued}
+  AND host IN (
+    SELECT name FROM hosts WHERE state IN ({host.offline}, {host.disabled})
+    AND state_changed_at < now() - make_interval(secs => :grace)
+  )
+  AND id IN (
+    SELECT id FROM jobs
+    WHERE status = {job.queued}
+      AND host IN (
+        SELECT name FROM hosts WHERE state IN ({host.offline}, {host.disabled})
+        AND state_changed_at < now() - make_interval(secs => :grace)
+      )
+    FOR NO KEY UPDATE SKIP LOCKED
+  )
+RETURNING id
+"""
 )
 
 
@@ -161,7 +188,7 @@ def recover_host_jobs(conn: Connection, host: str) -> list[int]:
 
 
 def rescue_stale_processing(
-    conn: Connection, stale_after_s: float, linger_s: float = LOCK_LINGER_S
+    conn: Connection, stale_after_s: float, linger_s: float = setting_default("lock_linger_s")
 ) -> list[int]:
     """Jobs processing with no heartbeat for ``stale_after_s``: their consumer is gone (or
     frozen, or cut off). Each is released (back to pending, the attempt given back), its lock

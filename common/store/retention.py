@@ -7,7 +7,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from scrapefleet.common import tables
+from scrapefleet.common.db import tables
 from scrapefleet.common.store.statuses import sources, sql_list
 
 __all__ = ["ARCHIVED_COLUMNS", "ARCHIVE_BATCH_SQL", "archive_finished_jobs"]

@@ -1,5 +1,5 @@
 """Schedules (recurring submissions): added, paused, resumed and removed by an operator; their
-slots claimed and recorded by the firing producer (producer.schedules).
+slots claimed and recorded by the firing producer (producer.schedule_firing).
 
 A slot is fired once whoever fires it, by two guards in the firing transaction:
 
@@ -95,7 +95,7 @@ class ScheduleSpec:
     name: str
     cron: str | None  # None: an interval schedule (every_s)
     timezone: str
-    jobs: tuple[NewJob, ...]  # validated at add (common.submit_file): fired as they are
+    jobs: tuple[NewJob, ...]  # validated at add (common.jobs.submit_file): fired as they are
     catch_up: str = "once"
     overlap: str = "allow"
     every_s: float | None = None  # slots every this many seconds from its creation

@@ -1,6 +1,6 @@
 """Job statuses, host states, and the one table of the moves allowed between them.
 
-Everything else spells a status through these: common.tables builds its CHECK constraints and
+Everything else spells a status through these: common.db.tables builds its CHECK constraints and
 partial indexes from the enums, the store's statements their literals and their ``WHERE status
 IN (...)`` lists from the table, and tests hold the views, the live constraints and the audit
 trail to it. Rules that decide a status (attempts or releases exhausted) are here too, once, as

@@ -13,11 +13,11 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 
-from scrapefleet.common import tables
-from scrapefleet.common.actions import get_action
-from scrapefleet.common.channels import assigned_channel
+from scrapefleet.common.actions.registry import get_action
+from scrapefleet.common.browser.profile_names import payload_profile_pool
+from scrapefleet.common.db import tables
+from scrapefleet.common.db.channels import assigned_channel
 from scrapefleet.common.errors import UnknownAction
-from scrapefleet.common.profiles import payload_profile_pool
 from scrapefleet.common.store.events import set_audit_message
 from scrapefleet.common.store.hosts import require_host
 from scrapefleet.common.store.records import InsertResult, NewJob

@@ -22,7 +22,7 @@ depends_on = None
 TS = sa.DateTime(timezone=True)
 COMMENT = "One row per producer process: role, version, last cycle (leader), last seen"
 
-# The staleness rule of common.producer_status (common.constants.PRODUCER_STALE_INTERVALS and
+# The staleness rule of common.reads.producer_status (common.constants.PRODUCER_STALE_INTERVALS and
 # PRODUCER_STALE_MIN_S), spelled as it is today; a test holds the two to each other.
 FRESH = "{seen} > now() - make_interval(secs => greatest(3 * {interval}, 10))"
 

@@ -1,7 +1,7 @@
 """Error classes on attempts (transient, permanent, rate_limited, blocked).
 
 - ``jobs.error_class``: the class of the job's last failed (or blocked) attempt
-  (common.error_classes); ``recent_failures`` shows it and ``failure_groups`` groups by it.
+  (common.actions.error_classes); ``recent_failures`` shows it and ``failure_groups`` groups by it.
 - ``jobs.blocks``: times a site blocked the job. A blocked attempt goes back to pending without
   using an attempt, like a release, with a bound of its own: past ``max_blocks_per_job`` the
   job fails with class ``blocked``.
@@ -31,7 +31,12 @@ down_revision = "0009"
 branch_labels = None
 depends_on = None
 
-ERROR_CLASSES = ("transient", "permanent", "rate_limited", "blocked")  # common.error_classes
+ERROR_CLASSES = (
+    "transient",
+    "permanent",
+    "rate_limited",
+    "blocked",
+)  # common.actions.error_classes
 CLASS_CHECK = "error_class IN ({})".format(", ".join(f"'{c}'" for c in ERROR_CLASSES))
 GROUPS_COMMENT = "Failed jobs of 7 days grouped by kind, error class and masked error"
 

@@ -26,7 +26,7 @@ depends_on = None
 
 TS = sa.DateTime(timezone=True)
 IN_FLIGHT = "status IN ('queued', 'processing')"
-NAME_PATTERN = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"  # common.profiles.PROFILE_NAME_SQL
+NAME_PATTERN = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"  # common.browser.profile_names.PROFILE_NAME_SQL
 COMMENT = "Persistent browser profiles: bound host, state, cool-down, use (the operator's view)"
 SEES_ALL = "(SELECT db_role_sees_all(current_user))"
 OWN_HOST = "(SELECT db_role_host(current_user))"

@@ -43,7 +43,9 @@ TS = sa.DateTime(timezone=True)
 # Bounds of a crawl nobody started explicitly (a user action's job spawning children).
 DEFAULT_MAX_DEPTH = 5
 DEFAULT_MAX_JOBS = 10_000
-MAX_CHILDREN_PER_CALL = 1000  # common.spawn.MAX_SPAWN_PER_ATTEMPT: the caller refuses more first
+MAX_CHILDREN_PER_CALL = (
+    1000  # common.actions.spawn.MAX_SPAWN_PER_ATTEMPT: the caller refuses more first
+)
 
 BAD_SHAPE_MESSAGE = (
     "not a list of {job, attempt, children}, each child with a kind and an object payload,"

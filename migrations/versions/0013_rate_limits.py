@@ -1,6 +1,6 @@
 """Rate keys: politeness limits per site and per kind.
 
-- ``jobs.rate_key``: what a job loads, for its limits (common.rate_limits). Given at submit, or
+- ``jobs.rate_key``: what a job loads, for its limits (common.jobs.rate_limits). Given at submit, or
   for the built-in URL actions the host of the payload's ``url``, set by the BEFORE INSERT
   trigger ``jobs_default_rate_key``, so that no insert path (submit, a spawned child, a
   hand-written INSERT) can forget it.
@@ -34,7 +34,7 @@ URL_KEYED_KINDS = (
     "http_get",
     "crawl",
     "crawl_browser",
-)  # common.rate_limits
+)  # common.jobs.rate_limits
 RATE_KEYS_COMMENT = "Rate keys the producer slows down or has limits for (the row * : the default)"
 
 # The host as urlsplit(url).hostname gives it: after the scheme and any user info (up to the

@@ -5,7 +5,7 @@
   fallback to the hour's rate would show a fleet that has stopped an ETA of minutes, growing
   at every look. ``last_completed_at`` (appended) says when the last job of the last hour
   completed, so a reader can say "stalled since". Whether the producer is up is judged in
-  Python (common.producer_status), where its staleness rule lives.
+  Python (common.reads.producer_status), where its staleness rule lives.
 - ``throughput_per_hour`` has a row for every hour of the 7 days, zero when nothing finished,
   so a gap reads as a gap and not as a missing row.
 - ``failure_groups`` masks numbers except a status code after "HTTP " or "status ", so 404s

@@ -21,7 +21,7 @@ down_revision = "0024"
 branch_labels = None
 depends_on = None
 
-# A report is bounded when parsed (common.host_status); this is the database's own guard.
+# A report is bounded when parsed (common.status.document); this is the database's own guard.
 MAX_KINDS_BYTES = 64 * 1024
 
 

@@ -1,7 +1,7 @@
 """Every table and view says what it answers in its COMMENT: the schema is its own reference
 (``\\d+ name`` in psql), and the documentation's SQL page is generated from these comments
 (tools/reference.py), so a view's meaning is written once. A table's is also its ``comment=`` in
-common.tables, which the schema test holds to the migrated database. A migration that recreates
+common.db.tables, which the schema test holds to the migrated database. A migration that recreates
 a view after this one sets its COMMENT again (a dropped view loses it; a test finds any relation
 without one). Downgrade: the comments before.
 

@@ -24,7 +24,7 @@ import psutil
 import pytest
 import yaml
 
-from scrapefleet.common.status_answer import parse_status_answer, status_answer_command
+from scrapefleet.common.status.answer import parse_status_answer, status_answer_command
 from tests.ansible.deployment import DB_PASSWORD, SECRETS, Deployment, build_wheel
 from tests.ansible.playbook import REPO, PlaybookRun
 from tests.ansible.service_control import parse_unit
@@ -320,7 +320,7 @@ def test_consumers_are_locked_down(deployment: Deployment) -> None:
     for host in deployment.consumers:
         keys = (host.dir / "home" / ".ssh" / "authorized_keys").read_text()
         (line,) = [k for k in keys.splitlines() if k and not k.startswith("#")]
-        # The role's line is the product's own answer (common.status_answer), to the byte.
+        # The role's line is the product's own answer (common.status.answer), to the byte.
         status = status_answer_command(host.dir / "state" / "hosts" / host.name / "status.json")
         # restrict: no pty, forwarding, agent, X11 or ~/.ssh/rc; from=: the producer only.
         expected = f'restrict,from="{deployment.db.address}",command="{status}" ssh-ed25519 '

@@ -43,14 +43,14 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
-from scrapefleet.common.db import libpq_url, make_engine, sqlalchemy_url
-from scrapefleet.common.migrate import upgrade
+from scrapefleet.common.db.engines import libpq_url, make_engine, sqlalchemy_url
+from scrapefleet.common.db.migrate import upgrade
 from scrapefleet.common.settings import Settings, load_settings
 from scrapefleet.common.store import NewJob
-from scrapefleet.consumer.browser_stack import BrowserStack
+from scrapefleet.consumer.browser.selenium_actions import FetchPageParams, fetch_page
+from scrapefleet.consumer.browser.sessions import quit_driver
+from scrapefleet.consumer.browser.stack import BrowserStack
 from scrapefleet.consumer.daemon import Consumer
-from scrapefleet.consumer.selenium_actions import FetchPageParams, fetch_page
-from scrapefleet.consumer.sessions import quit_driver
 from tests.browser.site import LocalSite
 
 HOST = "bench-1"

@@ -26,10 +26,15 @@ from pathlib import Path
 
 import psutil
 
-from scrapefleet.consumer import browser_stack
-from scrapefleet.consumer.browser_stack import BrowserStack
-from scrapefleet.consumer.selenium_actions import FetchPageParams, fetch_page
-from scrapefleet.consumer.sessions import close_context, open_context, quit_driver, tune_bidi
+from scrapefleet.consumer.browser import stack as browser_stack
+from scrapefleet.consumer.browser.selenium_actions import FetchPageParams, fetch_page
+from scrapefleet.consumer.browser.sessions import (
+    close_context,
+    open_context,
+    quit_driver,
+    tune_bidi,
+)
+from scrapefleet.consumer.browser.stack import BrowserStack
 from tests.benchmarks.bench_browser import pages, settings_for
 from tests.browser.site import LocalSite
 

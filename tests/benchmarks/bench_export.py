@@ -24,7 +24,7 @@ from pathlib import Path
 
 import psycopg
 
-from scrapefleet.common.db import libpq_url
+from scrapefleet.common.db.engines import libpq_url
 from tests.throwaway_db import throwaway_database
 
 BIN = Path(sys.executable).parent

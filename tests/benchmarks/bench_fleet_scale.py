@@ -31,12 +31,12 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
-from scrapefleet.common.db import make_engine
+from scrapefleet.common.db.engines import make_engine
 from scrapefleet.common.errors import ProbeError
-from scrapefleet.common.host_status import HostStatus, write_status
 from scrapefleet.common.settings import load_settings
+from scrapefleet.common.status.document import HostStatus, write_status
 from scrapefleet.common.store import HostSpec
-from scrapefleet.producer.daemon import Producer
+from scrapefleet.producer.assigner import Producer
 from scrapefleet.producer.probe import HostTarget, LocalProbe
 from tests.host_status_factory import status_for
 from tests.throwaway_db import throwaway_database

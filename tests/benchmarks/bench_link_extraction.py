@@ -1,5 +1,5 @@
 """Link extraction on a 1 MiB page of 3,000 links: the CPU time of
-common.crawl_links.extract_links (median of 5), for the docs (docs/crawling.md). A figure,
+common.crawl.links.extract_links (median of 5), for the docs (docs/crawling.md). A figure,
 never pass/fail.
 
     .venv/bin/python -m tests.benchmarks.bench_link_extraction
@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from scrapefleet.common.crawl_links import extract_links
+from scrapefleet.common.crawl.links import extract_links
 
 LINKS = 3000
 PAGE_BYTES = 1024 * 1024

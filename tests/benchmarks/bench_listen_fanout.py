@@ -4,7 +4,7 @@
         [--notifies 3000]
 
 A consumer host in direct mode holds one LISTEN connection on its own channel
-(common.channels). PostgreSQL 15 signals every listening backend of the database at every
+(common.db.channels). PostgreSQL 15 signals every listening backend of the database at every
 commit that sent a NOTIFY, whatever the channel: each wakes, reads the notification queue and
 finds nothing for it. This measures that cost: for each count of idle listeners (one channel
 each, as hosts listen), one connection commits ``--notifies`` NOTIFYs on the producer's channel
@@ -19,9 +19,9 @@ import time
 
 import psycopg
 
-from scrapefleet.common.channels import assigned_channel
 from scrapefleet.common.constants import CHANNEL_FINISHED
-from scrapefleet.common.db import libpq_url, make_engine
+from scrapefleet.common.db.channels import assigned_channel
+from scrapefleet.common.db.engines import libpq_url, make_engine
 from tests.benchmarks.cpu_use import CpuMeter, postgres_processes
 from tests.throwaway_db import throwaway_database
 

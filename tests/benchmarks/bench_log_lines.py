@@ -34,7 +34,7 @@ import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
 from scrapefleet.common import store
-from scrapefleet.common.db import make_engine
+from scrapefleet.common.db.engines import make_engine
 from scrapefleet.common.store import NewJob
 from tests.throwaway_db import throwaway_database
 

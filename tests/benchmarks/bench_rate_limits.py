@@ -25,9 +25,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
-from scrapefleet.common.db import make_engine
+from scrapefleet.common.db.engines import make_engine
+from scrapefleet.common.jobs.rate_limits import PendingSkips
 from scrapefleet.common.local.local_fleet import LocalFleet
-from scrapefleet.common.rate_limits import PendingSkips
 from scrapefleet.common.store import HostSpec, NewJob
 from tests.throwaway_db import throwaway_database
 

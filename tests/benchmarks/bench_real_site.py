@@ -11,7 +11,7 @@ each job ``fetch_page`` reading every link's href:
 a. the consumer as configured by default (each browser retired after 20 jobs, the whole stack
    restarted every 80), no ``isolation`` in the payload;
 a'. the seed's restarts: Grid, Xvfb and every browser restarted together every 20 jobs;
-b. one run per isolation level (common.browser_isolation.ISOLATION_VALUES, read at run time),
+b. one run per isolation level (common.browser.isolation.ISOLATION_VALUES, read at run time),
    default restarts; "session" (a browser per job) on the first --session-jobs pages only;
 c. the default with restarts off (no retirement, no stack restart);
 d. a plain loop: one headless ChromeDriver session of our own, the pages one by one
@@ -51,16 +51,19 @@ from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common import browser_isolation, store
-from scrapefleet.common.constants import BROWSER_RETIRE_EVERY_JOBS, RESTART_EVERY_JOBS
-from scrapefleet.common.settings import Settings
+from scrapefleet.common import store
+from scrapefleet.common.browser import isolation as browser_isolation
+from scrapefleet.common.settings import Settings, setting_default
 from scrapefleet.common.store import NewJob
-from scrapefleet.consumer import browser_stack
+from scrapefleet.consumer.browser import stack as browser_stack
+from scrapefleet.consumer.browser.stack_processes import pss_bytes
 from scrapefleet.consumer.daemon import Consumer
-from scrapefleet.consumer.stack_processes import pss_bytes
 from tests.benchmarks.bench_browser import FIRST_JOBS, MB, Run, bench_database, settings_for
 from tests.benchmarks.bench_contexts import kind_of
 from tests.benchmarks.doc_site import DocSite
+
+RESTART_EVERY: int = setting_default("restart_every")
+BROWSER_RETIRE_EVERY: int = setting_default("browser_retire_every")
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 PLOT = DOCS / "browser_bench_real_site.png"
@@ -251,18 +254,15 @@ def run_hosts(
         for thread in threads:
             thread.start()
         try:
-            stopping = False
+            stopping: bool | None = False
             for tick in itertools.count():
                 if not wait_a_tick(threads):
                     break
-                if time.monotonic() - started > limit_s + 120:  # a cold stop takes seconds
-                    print(f"  {label}: consumers still running; left behind", flush=True)
+                stopping = _time_limit(
+                    time.monotonic() - started, limit_s, label, consumers, stopping
+                )
+                if stopping is None:
                     break
-                if time.monotonic() - started > limit_s and not stopping:
-                    print(f"  {label}: still running after {limit_s} s; stopping", flush=True)
-                    for consumer in consumers:
-                        consumer.request_cold_stop("benchmark time limit")
-                    stopping = True
                 live = [c.host for c, t in zip(consumers, threads, strict=True) if t.is_alive()]
                 done, memory = _producer_step(engine, live), ""
                 if pss_due(tick, done, len(urls)):
@@ -280,6 +280,21 @@ def run_hosts(
     run.bench_cpu_s, run.load = cpu.bench_cpu_s, os.getloadavg()[0]
     _read_outcome(engine, run)
     return run
+
+
+def _time_limit(
+    elapsed_s: float, limit_s: float, label: str, consumers: list[Consumer], stopping: bool | None
+) -> bool | None:
+    """Whether the consumers were asked to stop (past ``limit_s``), or None: give up on them."""
+    if elapsed_s > limit_s + 120:  # a cold stop takes seconds
+        print(f"  {label}: consumers still running; left behind", flush=True)
+        return None
+    if elapsed_s > limit_s and not stopping:
+        print(f"  {label}: still running after {limit_s} s; stopping", flush=True)
+        for consumer in consumers:
+            consumer.request_cold_stop("benchmark time limit")
+        return True
+    return stopping
 
 
 def wait_a_tick(threads: list[threading.Thread]) -> bool:
@@ -348,8 +363,7 @@ SEED_RESTART_EVERY_JOBS = 20
 def consumer_runs(args: argparse.Namespace, urls: list[str], work: Path) -> list[RealRun]:
     runs = []
     default = (
-        f"consumer default (browsers every {BROWSER_RETIRE_EVERY_JOBS},"
-        f" stack every {RESTART_EVERY_JOBS})"
+        f"consumer default (browsers every {BROWSER_RETIRE_EVERY}, stack every {RESTART_EVERY})"
     )
     seed = {"restart_every": SEED_RESTART_EVERY_JOBS, "browser_retire_every": 0}
     off = {"restart_every": 0, "browser_retire_every": 0}
@@ -364,8 +378,8 @@ def consumer_runs(args: argparse.Namespace, urls: list[str], work: Path) -> list
             if args.only and not any(word in label for word in args.only):
                 continue
             print(f"{label}: {count} jobs, capacity {args.capacity}", flush=True)
-            every = restarts.get("restart_every", RESTART_EVERY_JOBS)
-            retire = restarts.get("browser_retire_every", BROWSER_RETIRE_EVERY_JOBS)
+            every = restarts.get("restart_every", RESTART_EVERY)
+            retire = restarts.get("browser_retire_every", BROWSER_RETIRE_EVERY)
             settings = settings_for(
                 url, work, args.capacity, every, label, browser_retire_every=retire
             )
@@ -497,7 +511,7 @@ def overload_runs(args: argparse.Namespace, urls: list[str], work: Path) -> list
         for hog in (False, True):
             label = f"two hosts, beside {hog_count} CPU hogs" if hog else "two hosts"
             hosts = {
-                host: settings_for(url, work, args.capacity, RESTART_EVERY_JOBS, f"{label}-{host}")
+                host: settings_for(url, work, args.capacity, RESTART_EVERY, f"{label}-{host}")
                 for host in OVERLOAD_HOSTS
             }
             print(f"{label}: {len(urls)} jobs, capacity {args.capacity} each", flush=True)

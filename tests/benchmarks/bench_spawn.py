@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
-from scrapefleet.common.db import make_engine
+from scrapefleet.common.db.engines import make_engine
 from scrapefleet.common.store import HostSpec, NewJob
 from tests.throwaway_db import throwaway_database
 

@@ -7,7 +7,7 @@ Builds the hosts with tests/fleet/harness.py (network namespaces, else 127.0.0.1
 sshd with the producer's key forced to one answer (authorized_keys ``command=``, no wrapper):
 
 - old: ``scrapefleet-consumer status --json --host NAME`` (a Python start per probe),
-- new: the product's answer, common.status_answer (``date +%s && exec cat status.json``),
+- new: the product's answer, common.status.answer (``date +%s && exec cat status.json``),
 - cat: ``exec cat status.json`` alone (what the clock line costs, for comparison).
 
 For each answer, over kept-open transports (and, with ``--fresh``, connecting afresh every
@@ -30,8 +30,8 @@ from pathlib import Path
 
 import psutil
 
-from scrapefleet.common.host_status import HostStatus, status_path, write_status
-from scrapefleet.common.status_answer import status_answer_command
+from scrapefleet.common.status.answer import status_answer_command
+from scrapefleet.common.status.document import HostStatus, status_path, write_status
 from scrapefleet.producer.ssh_probe import SSHProbe
 from tests.benchmarks.cpu_use import tree_cpu_s
 from tests.fleet.harness import Fleet, FleetHost

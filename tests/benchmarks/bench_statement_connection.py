@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable
 
 from scrapefleet.common import store
-from scrapefleet.common.db import make_engine
+from scrapefleet.common.db.engines import make_engine
+from scrapefleet.common.db.statement_connection import StatementConnection
 from scrapefleet.common.settings import load_settings
-from scrapefleet.common.statement_connection import StatementConnection
 from scrapefleet.common.store import HostSpec
 from tests.throwaway_db import throwaway_database
 

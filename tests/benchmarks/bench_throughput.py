@@ -25,12 +25,12 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
-from scrapefleet.common.db import libpq_url, make_engine
-from scrapefleet.common.host_status import write_status
+from scrapefleet.common.db.engines import libpq_url, make_engine
 from scrapefleet.common.local.local_fleet import LocalFleet
 from scrapefleet.common.settings import load_settings
+from scrapefleet.common.status.document import write_status
 from scrapefleet.common.store import HostSpec, NewJob
-from scrapefleet.producer.daemon import Producer
+from scrapefleet.producer.assigner import Producer
 from scrapefleet.producer.probe import LocalProbe
 from tests.benchmarks.cpu_use import CpuMeter, describe, per_job_ms, postgres_processes, these
 from tests.host_status_factory import status_for

@@ -20,13 +20,13 @@ from pydantic import BaseModel
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
-from scrapefleet.common.actions import register
-from scrapefleet.common.db import make_engine
+from scrapefleet.common.actions.registry import register
+from scrapefleet.common.db.engines import make_engine
 from scrapefleet.common.settings import Settings, load_settings
 from scrapefleet.common.store import NewJob
+from scrapefleet.consumer.browser.selenium_actions import navigate
+from scrapefleet.consumer.browser.stack_processes import is_gone
 from scrapefleet.consumer.daemon import Consumer
-from scrapefleet.consumer.selenium_actions import navigate
-from scrapefleet.consumer.stack_processes import is_gone
 from tests.browser.conftest import stack_settings
 
 HOST = "b1"

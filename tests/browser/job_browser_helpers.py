@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from scrapefleet.common.browser_options import NO_OPTIONS, BrowserOptions
+from scrapefleet.common.browser.options import NO_OPTIONS, BrowserOptions
 from scrapefleet.common.store import ClaimedJob
-from scrapefleet.consumer.artifacts import capture_into
-from scrapefleet.consumer.browser_stack import BrowserStack
+from scrapefleet.consumer.browser.artifacts import capture_into
+from scrapefleet.consumer.browser.sessions import SessionPool
+from scrapefleet.consumer.browser.stack import BrowserStack
 from scrapefleet.consumer.runner import Outcome, run_job
-from scrapefleet.consumer.sessions import SessionPool
 from tests.browser.evidence_site import EvidenceSite
 
 _IDS = itertools.count(1000)

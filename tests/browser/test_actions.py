@@ -10,10 +10,9 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.command import Command
 
-from scrapefleet.common.actions import get_action
+from scrapefleet.common.actions.registry import get_action
 from scrapefleet.common.errors import SubmitError
-from scrapefleet.consumer.browser_stack import BrowserStack, StackWebDriver
-from scrapefleet.consumer.selenium_actions import (
+from scrapefleet.consumer.browser.selenium_actions import (
     ActionError,
     FetchPageParams,
     HttpError,
@@ -25,6 +24,7 @@ from scrapefleet.consumer.selenium_actions import (
     navigate,
     screenshot,
 )
+from scrapefleet.consumer.browser.stack import BrowserStack, StackWebDriver
 from tests.browser.site import LINKS, LocalSite
 from tests.waiting import scaled
 

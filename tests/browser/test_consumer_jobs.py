@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common.metrics import CONSUMER_REGISTRY
+from scrapefleet.common.runtime.metrics import CONSUMER_REGISTRY
 from scrapefleet.common.store import NewJob
 from tests.browser.consumer_helpers import (
     consumer_settings,

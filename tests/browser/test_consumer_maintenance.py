@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common.errors import ProbeError
-from scrapefleet.common.host_status import read_status
+from scrapefleet.common.status.document import read_status
 from scrapefleet.common.store import NewJob
 from tests.browser.consumer_helpers import (
     HOST,

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from scrapefleet.common.actions import get_action
-from scrapefleet.common.crawl_action import BrowserCrawlParams, CrawlParams, crawl
-from scrapefleet.common.spawn import Spawned
-from scrapefleet.consumer.browser_stack import StackWebDriver
-from scrapefleet.consumer.crawl_browser import crawl_browser
-from scrapefleet.consumer.selenium_actions import HttpError
+from scrapefleet.common.actions.registry import get_action
+from scrapefleet.common.actions.spawn import Spawned
+from scrapefleet.common.crawl.action import BrowserCrawlParams, CrawlParams, crawl
+from scrapefleet.consumer.browser.crawl_browser import crawl_browser
+from scrapefleet.consumer.browser.selenium_actions import HttpError
+from scrapefleet.consumer.browser.stack import StackWebDriver
 from tests.e2e.crawl_site import Site, serve_site
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(60)]

@@ -27,10 +27,10 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common import queries
 from scrapefleet.common.ops.dashboard.app import create_app
+from scrapefleet.common.ops.dashboard.logins import COOKIE_NAME
 from scrapefleet.common.ops.dashboard.server import DashboardServer
-from scrapefleet.common.ops.dashboard.sessions import COOKIE_NAME
+from scrapefleet.common.reads import queries
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import NewJob
 from tests.browser.page_waits import wait_for_text

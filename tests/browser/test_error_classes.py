@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common.error_classes import ErrorClass
+from scrapefleet.common.actions.error_classes import ErrorClass
 from scrapefleet.common.store import ClaimedJob, NewJob
-from scrapefleet.consumer.block_detection import NO_RULES, BlockRules
+from scrapefleet.consumer.browser.block_detection import NO_RULES, BlockRules
+from scrapefleet.consumer.browser.sessions import SessionPool
 from scrapefleet.consumer.runner import Outcome, run_job
-from scrapefleet.consumer.sessions import SessionPool
 from tests.browser.consumer_helpers import (
     HOST,
     assign_due,

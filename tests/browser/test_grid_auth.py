@@ -16,8 +16,8 @@ from typing import Any
 import psutil
 import pytest
 
-from scrapefleet.consumer.browser_stack import BrowserStack
-from scrapefleet.consumer.sessions import quit_driver
+from scrapefleet.consumer.browser.sessions import quit_driver
+from scrapefleet.consumer.browser.stack import BrowserStack
 from tests.browser.site import LocalSite
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]

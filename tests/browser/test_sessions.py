@@ -11,16 +11,25 @@ from typing import Any
 import pytest
 
 from scrapefleet.common.errors import StackError
-from scrapefleet.consumer.browser_stack import BrowserStack, session_profile_dir
-from scrapefleet.consumer.selenium_actions import (
+from scrapefleet.consumer.browser.selenium_actions import (
     FetchPageParams,
     ScreenshotParams,
     fetch_page,
     navigate,
     screenshot,
 )
-from scrapefleet.consumer.sessions import ISOLATION_VALUES, Isolation, SessionPool, quit_driver
-from scrapefleet.consumer.stack_processes import end_processes_naming, is_gone, processes_naming
+from scrapefleet.consumer.browser.sessions import (
+    ISOLATION_VALUES,
+    Isolation,
+    SessionPool,
+    quit_driver,
+)
+from scrapefleet.consumer.browser.stack import BrowserStack, session_profile_dir
+from scrapefleet.consumer.browser.stack_processes import (
+    end_processes_naming,
+    is_gone,
+    processes_naming,
+)
 from tests.browser.conftest import grid_session_ids
 from tests.browser.site import LocalSite
 from tests.waiting import scaled, wait_for

@@ -13,8 +13,8 @@ from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
 from scrapefleet.common.errors import ProbeError
-from scrapefleet.common.host_status import read_status
 from scrapefleet.common.local.local_fleet import LocalFleet
+from scrapefleet.common.status.document import read_status
 from scrapefleet.common.store import HostSpec, NewJob
 from tests.browser.site import LocalSite
 from tests.waiting import wait_for

@@ -21,7 +21,7 @@ from sqlalchemy.engine import Engine
 from scrapefleet.common.constants import PRODUCER_ADVISORY_LOCK_KEY
 from scrapefleet.common.local.local_fleet import LocalFleet
 from scrapefleet.common.ops.dashboard.app import create_app
-from scrapefleet.common.producer_status import stale_after_s
+from scrapefleet.common.reads.producer_status import stale_after_s
 from scrapefleet.common.settings import load_settings
 from tests.cli_helpers import run_cli
 from tests.waiting import wait_for

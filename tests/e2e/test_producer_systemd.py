@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common.local.local_fleet import LocalFleet
-from scrapefleet.common.sd_notify import Notifier
+from scrapefleet.common.runtime.sd_notify import Notifier
 from tests.waiting import scaled
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common.host_status import read_status
 from scrapefleet.common.settings import Settings
+from scrapefleet.common.status.document import read_status
 from scrapefleet.common.store import NewJob
 from tests.integration.producer_helpers import (
     kill_processes,

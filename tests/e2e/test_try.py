@@ -88,8 +88,9 @@ def test_a_failing_action_exits_1_with_one_line_naming_why(team_env: dict[str, s
     assert code == 1
     assert json.loads(out[: out.rindex("}") + 1])["status"] == "failed"
     assert err == (
-        "error: team_missing failed (permanent): scrapefleet.common.error_classes.Permanent:"
-        " no product at http://127.0.0.1:9/x" + err[err.index(" (", 60) :]
+        "error: team_missing failed (permanent):"
+        " scrapefleet.common.actions.error_classes.Permanent: no product at http://127.0.0.1:9/x"
+        + err[err.index(" (", 60) :]
     )
     assert err.count("\n") == 1
 

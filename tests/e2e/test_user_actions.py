@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
 USER_MODULE = """
 from pydantic import BaseModel
-from scrapefleet.common.actions import register
+from scrapefleet.common.actions.registry import register
 
 class PriceParams(BaseModel):
     sku: str

@@ -35,8 +35,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from scrapefleet.common.host_status import HostStatus
-from scrapefleet.common.status_answer import status_answer_command
+from scrapefleet.common.status.answer import status_answer_command
+from scrapefleet.common.status.document import HostStatus
 from scrapefleet.producer.probe import HostTarget
 from tests.host_status_factory import status_for
 

@@ -3,7 +3,7 @@ producer in this process probing them over SSH, PostgreSQL on a Unix socket.
 
 The database is an embedded pgserver: its Unix socket lives on the shared filesystem, so the
 consumers inside the network namespaces reach it without a server listening on the bridge.
-Each host's sshd forces the product's own answer (common.status_answer: the host's clock, then
+Each host's sshd forces the product's own answer (common.status.answer: the host's clock, then
 ``cat`` of that host's status file), exactly what the Ansible role's authorized_keys line does.
 
 Everything started here is ended by ``SchedulingFleet.close`` (consumers by PID, through the
@@ -26,12 +26,12 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
-from scrapefleet.common.db import make_engine
-from scrapefleet.common.host_status import parse_status, status_path
+from scrapefleet.common.db.engines import make_engine
 from scrapefleet.common.settings import Settings, load_settings
-from scrapefleet.common.status_answer import status_answer_command
+from scrapefleet.common.status.answer import status_answer_command
+from scrapefleet.common.status.document import parse_status, status_path
 from scrapefleet.common.store import HostSpec, NewJob
-from scrapefleet.producer.daemon import Producer
+from scrapefleet.producer.assigner import Producer
 from tests.fleet.harness import Fleet, FleetHost
 from tests.waiting import wait_for
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from scrapefleet.common import queries
-from scrapefleet.common.host_status import parse_status
+from scrapefleet.common.db.migrate import upgrade
 from scrapefleet.common.local.embedded_db import EmbeddedPostgres
-from scrapefleet.common.migrate import upgrade
+from scrapefleet.common.reads import queries
+from scrapefleet.common.status.document import parse_status
 from tests.fleet.harness import Fleet
 from tests.fleet.scheduling import BIN, CAPACITY, SchedulingFleet
 from tests.host_status_factory import status_for

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scrapefleet.common.actions import FreeParams, register
+from scrapefleet.common.actions.registry import FreeParams, register
 
 
 @register("prices", light=True)

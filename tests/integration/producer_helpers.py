@@ -18,9 +18,13 @@ from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
 from scrapefleet.common.constants import PRODUCER_ADVISORY_LOCK_KEY
-from scrapefleet.common.host_status import write_status
-from scrapefleet.common.metrics import PRODUCER_REGISTRY, FleetSnapshot, publish_fleet_snapshot
+from scrapefleet.common.runtime.metrics import (
+    PRODUCER_REGISTRY,
+    FleetSnapshot,
+    publish_fleet_snapshot,
+)
 from scrapefleet.common.settings import Settings, load_settings
+from scrapefleet.common.status.document import write_status
 from scrapefleet.common.store import HostSpec, NewJob
 from tests.host_status_factory import status_for
 

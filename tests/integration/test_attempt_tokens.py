@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
-from scrapefleet.common.actions import register
+from scrapefleet.common.actions.registry import register
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import NewJob
 from tests.integration.producer_helpers import PRODUCER_BIN

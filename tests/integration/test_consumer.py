@@ -25,11 +25,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
-from scrapefleet.common.actions import register
-from scrapefleet.common.db import make_engine
-from scrapefleet.common.host_status import parse_status, read_status
-from scrapefleet.common.lifecycle import DaemonState
+from scrapefleet.common.actions.registry import register
+from scrapefleet.common.db.engines import make_engine
+from scrapefleet.common.runtime.lifecycle import DaemonState
 from scrapefleet.common.settings import Settings, load_settings
+from scrapefleet.common.status.document import parse_status, read_status
 from scrapefleet.common.store import NewJob
 from scrapefleet.consumer.daemon import Consumer
 from tests.cli_helpers import scrubbed_env

@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common.host_status import read_status
+from scrapefleet.common.status.document import read_status
 from tests.integration.producer_helpers import publish_status
 from tests.integration.test_consumer import HOST, consumer_thread, make_settings
 from tests.waiting import scaled

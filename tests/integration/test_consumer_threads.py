@@ -1,6 +1,6 @@
 """Every side thread of a consumer is watched: when one dies, the consumer stops (cold), names
 the thread in one log line, and its run returns the non-zero code `scrapefleet-consumer` exits
-with (consumer.side_threads, docs/consumer-threads.md).
+with (common.runtime.side_threads, docs/consumer-threads.md).
 
 Each thread's loop is made to raise in turn, in a real consumer against a real database.
 """
@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common.db import Listener, make_engine
-from scrapefleet.common.host_status import read_status
-from scrapefleet.consumer.artifact_janitor import ArtifactJanitor
+from scrapefleet.common.db.engines import Listener, make_engine
+from scrapefleet.common.runtime.serial_thread import SerialThread
+from scrapefleet.common.status.document import read_status
+from scrapefleet.consumer.browser.artifact_janitor import ArtifactJanitor
 from scrapefleet.consumer.daemon import Consumer
 from scrapefleet.consumer.heartbeat import Heartbeat
 from scrapefleet.consumer.recorder import OutcomeRecorder
-from scrapefleet.consumer.serial_thread import SerialThread
 from tests.integration.test_consumer import HOST, host_row, make_settings, wait_started
 from tests.waiting import scaled, wait_for
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from scrapefleet.common.crawl_action import CrawlParams, crawl
-from scrapefleet.common.http_client import HTTPStatusFailure
-from scrapefleet.common.spawn import Spawned, validate_spawn
+from scrapefleet.common.actions.spawn import Spawned, validate_spawn
+from scrapefleet.common.crawl.action import CrawlParams, crawl
+from scrapefleet.common.http.client import HTTPStatusFailure
 from tests.e2e.crawl_site import BRANCHING, Site, serve_site
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]

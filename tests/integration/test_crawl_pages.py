@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from scrapefleet.common.bounded_regex import PatternTimeout
-from scrapefleet.common.builtin_actions import HttpGetParams, http_get
+from scrapefleet.common.actions.bounded_regex import PatternTimeout
+from scrapefleet.common.actions.builtin import HttpGetParams, http_get
+from scrapefleet.common.actions.error_classes import ErrorClass, classify
+from scrapefleet.common.actions.spawn import Spawned
 from scrapefleet.common.constants import REGEX_TIMEOUT_S
-from scrapefleet.common.crawl_action import CrawlParams, crawl
-from scrapefleet.common.error_classes import ErrorClass, classify
-from scrapefleet.common.spawn import Spawned
+from scrapefleet.common.crawl.action import CrawlParams, crawl
 from tests.integration.page_server import PageSite, serve_pages
 from tests.waiting import scaled
 

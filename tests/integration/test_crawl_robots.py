@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from scrapefleet.common.builtin_actions import HttpGetParams, http_get
-from scrapefleet.common.crawl_action import CrawlParams, crawl
-from scrapefleet.common.robots import RobotsUnreachable
-from scrapefleet.common.spawn import Spawned
+from scrapefleet.common.actions.builtin import HttpGetParams, http_get
+from scrapefleet.common.actions.spawn import Spawned
+from scrapefleet.common.crawl.action import CrawlParams, crawl
+from scrapefleet.common.crawl.robots import RobotsUnreachable
 from tests.integration.page_server import PageSite, serve_pages
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from scrapefleet.common.crawl_action import BrowserCrawlParams, CrawlParams, crawl
-from scrapefleet.common.spawn import Spawned
+from scrapefleet.common.actions.spawn import Spawned
+from scrapefleet.common.crawl.action import BrowserCrawlParams, CrawlParams, crawl
 from tests.integration.page_server import PageSite, serve_pages
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]

@@ -11,8 +11,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common.db import sqlalchemy_url
-from scrapefleet.common.db_ping import ping_after_idle
+from scrapefleet.common.db.engines import sqlalchemy_url
+from scrapefleet.common.db.ping import ping_after_idle
 from tests.integration.backends import Clock, terminate
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]

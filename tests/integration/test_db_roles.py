@@ -21,13 +21,14 @@ from alembic import command
 from click.testing import CliRunner
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common import queries, store
-from scrapefleet.common.db import assume_owner_role, libpq_url, make_engine, sqlalchemy_url
-from scrapefleet.common.migrate import alembic_config
+from scrapefleet.common import store
+from scrapefleet.common.db.engines import assume_owner_role, libpq_url, make_engine, sqlalchemy_url
+from scrapefleet.common.db.migrate import alembic_config
 from scrapefleet.common.ops.cli import cli
 from scrapefleet.common.ops.db_grant import GrantRequest, apply, role_names
+from scrapefleet.common.reads import queries
 from scrapefleet.common.store import HostSpec, NewJob
-from scrapefleet.producer.daemon import Producer
+from scrapefleet.producer.assigner import Producer
 from tests.integration.producer_helpers import producer_settings
 from tests.integration.test_consumer import consumer_thread, make_settings
 from tests.throwaway_db import throwaway_database

@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from scrapefleet.common.db import (
+from scrapefleet.common.db.engines import (
     libpq_url,
     make_engine,
     migration_url,

@@ -16,10 +16,10 @@ from pydantic import BaseModel
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
-from scrapefleet.common.actions import Blocked, register
+from scrapefleet.common.actions.registry import Blocked, register
 from scrapefleet.common.clock import utcnow
 from scrapefleet.common.ops.dashboard.app import create_app
-from scrapefleet.common.progress import read_rows
+from scrapefleet.common.reads.progress import read_rows
 from scrapefleet.common.settings import load_settings
 from scrapefleet.common.store import HostSpec, NewJob
 from tests.browser.pushback_site import PushbackSite

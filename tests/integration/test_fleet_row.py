@@ -16,10 +16,10 @@ from scrapefleet.common import store
 from scrapefleet.common.constants import PRODUCER_STALE_MIN_S
 from scrapefleet.common.ops.cli import cli
 from scrapefleet.common.ops.dashboard.app import create_app
-from scrapefleet.common.producer_status import NO_SECRET, ProducerStatus, read_producer_status
+from scrapefleet.common.reads.producer_status import NO_SECRET, ProducerStatus, read_producer_status
 from scrapefleet.common.settings import load_settings
 from scrapefleet.common.store import NewJob, ProducerIdentity
-from scrapefleet.producer.daemon import Producer
+from scrapefleet.producer.assigner import Producer
 from tests.integration.producer_helpers import add_hosts, producer_settings, publish_status, submit
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]

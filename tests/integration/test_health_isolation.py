@@ -12,9 +12,9 @@ from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
 from scrapefleet.common.errors import ProbeError
-from scrapefleet.common.host_status import HostStatus
+from scrapefleet.common.status.document import HostStatus
 from scrapefleet.common.store import NewJob
-from scrapefleet.producer.daemon import Producer
+from scrapefleet.producer.assigner import Producer
 from scrapefleet.producer.probe import HostTarget
 from tests.host_status_factory import status_for
 from tests.integration.producer_helpers import add_hosts, producer_settings

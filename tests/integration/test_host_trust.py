@@ -18,16 +18,16 @@ from click.testing import CliRunner
 from sqlalchemy.engine import Connection, Engine
 
 from scrapefleet.common import store
-from scrapefleet.common.db import make_engine
+from scrapefleet.common.db.engines import make_engine
+from scrapefleet.common.db.migrate import alembic_config
 from scrapefleet.common.errors import HostBusy, ProbeError, SubmitError
-from scrapefleet.common.host_status import HostStatus
-from scrapefleet.common.migrate import alembic_config
 from scrapefleet.common.ops.cli import cli
 from scrapefleet.common.ops.dashboard.app import create_app
 from scrapefleet.common.settings import load_settings
+from scrapefleet.common.status.document import HostStatus
 from scrapefleet.common.store import HostSpec, JobFilter, NewJob
 from scrapefleet.common.store.statuses import HostState
-from scrapefleet.producer.daemon import Producer
+from scrapefleet.producer.assigner import Producer
 from scrapefleet.producer.probe import HostTarget
 from tests.host_status_factory import status_for
 from tests.integration.producer_helpers import producer_settings

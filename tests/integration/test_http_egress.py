@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from scrapefleet.common import http_client
-from scrapefleet.common.address_policy import parse_networks
-from scrapefleet.common.builtin_actions import HttpGetParams, http_get
-from scrapefleet.common.http_egress import Egress, EgressRefused
+from scrapefleet.common.actions.builtin import HttpGetParams, http_get
+from scrapefleet.common.http import client as http_client
+from scrapefleet.common.http.address_policy import parse_networks
+from scrapefleet.common.http.job_egress import Egress, EgressRefused
 
 pytestmark = pytest.mark.timeout(30)
 

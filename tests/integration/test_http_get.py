@@ -23,8 +23,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from scrapefleet.common import http_client
-from scrapefleet.common.builtin_actions import HttpGetParams, http_get
+from scrapefleet.common.actions.builtin import HttpGetParams, http_get
+from scrapefleet.common.http import client as http_client
 from tests.waiting import scaled, wait_for
 
 pytestmark = pytest.mark.timeout(30)
@@ -512,7 +512,7 @@ def test_a_dropped_proxy_pool_is_closed_once_its_last_response_is(
 def test_a_cancelled_request_is_closed_at_once_on_the_site() -> None:
     """A given-up attempt's request is ended, not left to run: the site sees the connection
     closed, and the thread returns, as soon as another thread cancels it."""
-    from scrapefleet.common.request_cancel import RequestCanceller, cancellable
+    from scrapefleet.common.http.request_cancel import RequestCanceller, cancellable
     from tests.integration.request_log_site import request_log_site
 
     canceller = RequestCanceller()

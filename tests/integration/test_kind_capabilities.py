@@ -19,9 +19,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
-from scrapefleet.common.host_status import read_status
 from scrapefleet.common.ops.dashboard.app import create_app
 from scrapefleet.common.settings import Settings, load_settings
+from scrapefleet.common.status.document import read_status
 from scrapefleet.common.store import NewJob
 from tests.cli_helpers import run_cli
 from tests.integration.producer_helpers import statuses, submit

@@ -25,10 +25,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 
-from scrapefleet.common.db import make_engine, sqlalchemy_url
+from scrapefleet.common.db.engines import make_engine, sqlalchemy_url
 from scrapefleet.common.errors import DatabaseUnavailable
 from scrapefleet.common.settings import Settings
-from scrapefleet.producer.daemon import Producer
+from scrapefleet.producer.assigner import Producer
 from scrapefleet.producer.leader import LeaderSession
 from tests.integration.producer_helpers import producer_settings
 from tests.waiting import scaled, wait_for

@@ -14,9 +14,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common.host_status import status_path
+from scrapefleet.common.status.document import status_path
 from scrapefleet.common.store import NewJob
-from scrapefleet.producer.daemon import CycleReport
+from scrapefleet.producer.assigner import CycleReport
 from tests.integration.producer_helpers import add_hosts, publish_status, submit
 from tests.waiting import scaled
 

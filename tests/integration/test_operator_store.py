@@ -7,8 +7,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common import queries, store
+from scrapefleet.common import store
 from scrapefleet.common.ops import bulk
+from scrapefleet.common.reads import queries
 from scrapefleet.common.store import HostSpec, JobFilter, NewJob
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
 
 from scrapefleet.common import store
-from scrapefleet.common.db import libpq_url
+from scrapefleet.common.db.engines import libpq_url
 from scrapefleet.common.local.local_fleet import LocalFleet
 from scrapefleet.common.store import HostSpec, NewJob
 from tests.e2e.test_local_fleet import FAST, completions_per_job, scalar, stopped_after
@@ -208,5 +208,5 @@ def test_direct_fleet_connections_for_comparison(
         listening = 1 if wakeup == "listen" else None
         assert peak.get(f"scrapefleet-consumer {host} listen") == listening, peak
         # The connection it holds for claims and completions (consumer.serving), and its
-        # engine's: pool_size 2 plus as many again in overflow (consumer/main.py).
+        # engine's: pool_size 2 plus as many again in overflow (consumer/__main__.py).
         assert 1 <= peak.get(f"scrapefleet-consumer {host}", 0) <= 5, peak

@@ -1,6 +1,6 @@
 """The producer against real PostgreSQL: cycles, health, rescue, leadership, wake-ups.
 
-Status files written with common.host_status.write_status stand in for live consumers; the
+Status files written with common.status.document.write_status stand in for live consumers; the
 producer's real local probe reads them.
 """
 
@@ -25,10 +25,10 @@ from sqlalchemy.engine import Engine
 from scrapefleet.common import store
 from scrapefleet.common.clock import utcnow
 from scrapefleet.common.errors import ProbeError
-from scrapefleet.common.host_status import HostStatus
-from scrapefleet.common.lifecycle import DaemonState
+from scrapefleet.common.runtime.lifecycle import DaemonState
+from scrapefleet.common.status.document import HostStatus
 from scrapefleet.common.store import NewJob
-from scrapefleet.producer.daemon import Producer
+from scrapefleet.producer.assigner import Producer
 from scrapefleet.producer.probe import HostTarget
 from scrapefleet.producer.probing import RoutingProbe
 from tests.integration.producer_helpers import (
@@ -393,7 +393,7 @@ class _TerminatingProbe:
 def test_a_dropped_connection_mid_cycle_is_survived(
     engine: Engine, database_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="scrapefleet.producer.daemon")
+    caplog.set_level(logging.WARNING, logger="scrapefleet.producer.assigner")
     add_hosts(engine, {"h1": 6})
     publish_status(tmp_path, "h1")
     settings_ = producer_settings(database_url, tmp_path)
@@ -562,7 +562,7 @@ def test_a_rescue_names_the_host_its_jobs_were_taken_from(
         store.claim_jobs(conn, "h1", 2)
         conn.execute(sa.text("UPDATE jobs SET heartbeat_at = now() - interval '10 minutes'"))
     producer = make_producer()
-    with caplog.at_level(logging.WARNING, logger="scrapefleet.producer.daemon"):
+    with caplog.at_level(logging.WARNING, logger="scrapefleet.producer.assigner"):
         assert producer.run_cycle().rescued == 2
     [line] = [r for r in caplog.records if r.getMessage().startswith("rescued jobs")]
     assert "count=2 hosts=h1:2 ids=" in line.getMessage()

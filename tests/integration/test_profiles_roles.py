@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
-from scrapefleet.common.db import make_engine
+from scrapefleet.common.db.engines import make_engine
 from scrapefleet.common.store import NewJob
 from tests.integration import test_db_roles as roles
 from tests.integration.test_db_roles import OTHER, OWN, Fleet, refused

@@ -15,7 +15,7 @@ from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
 from scrapefleet.common.ops.dashboard.app import create_app
-from scrapefleet.common.progress import read_progress, read_rows, render_progress
+from scrapefleet.common.reads.progress import read_progress, read_rows, render_progress
 from scrapefleet.common.settings import load_settings
 from scrapefleet.common.store import HostSpec, NewJob
 from scrapefleet.common.store.fleet import ProducerIdentity
@@ -178,7 +178,7 @@ def test_no_eta_when_nothing_completed_in_five_minutes(
 def test_status_totals_agree_while_jobs_move(engine: Engine, fleet: dict[str, Any]) -> None:
     """Every part of `status` is one snapshot: the progress line's total is the per-status
     counts' total, read while another connection moves jobs between statuses."""
-    from scrapefleet.common.ops.status_report import read_fleet_status
+    from scrapefleet.common.ops.fleet_status import read_fleet_status
 
     stop = threading.Event()
 

@@ -14,7 +14,8 @@ import sqlalchemy as sa
 from psycopg import sql
 from sqlalchemy.engine import Connection, Engine
 
-from scrapefleet.common import queries, store
+from scrapefleet.common import store
+from scrapefleet.common.reads import queries
 
 pytestmark = pytest.mark.integration
 

@@ -18,9 +18,9 @@ from scrapefleet.common import store
 from scrapefleet.common.clock import utcnow
 from scrapefleet.common.constants import RATE_FACTOR_MIN
 from scrapefleet.common.errors import SubmitError
-from scrapefleet.common.rate_limits import URL_KEYED_KINDS, PendingSkips, RateLimit, Slowdown
+from scrapefleet.common.jobs.rate_limits import URL_KEYED_KINDS, PendingSkips, RateLimit, Slowdown
+from scrapefleet.common.jobs.submit_file import validate_job
 from scrapefleet.common.store import NewJob
-from scrapefleet.common.submit_file import validate_job
 from tests.integration.producer_helpers import (
     add_hosts,
     count_status,

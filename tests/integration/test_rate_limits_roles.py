@@ -9,8 +9,8 @@ from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
 from scrapefleet.common.clock import utcnow
-from scrapefleet.common.db import make_engine
-from scrapefleet.common.rate_limits import RateLimit, Slowdown
+from scrapefleet.common.db.engines import make_engine
+from scrapefleet.common.jobs.rate_limits import RateLimit, Slowdown
 from scrapefleet.common.store import NewJob
 from tests.integration import test_db_roles as roles
 from tests.integration.test_db_roles import OWN, Fleet, refused

@@ -11,7 +11,7 @@ from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
 from scrapefleet.common.clock import utcnow
-from scrapefleet.common.rate_limits import RateLimit, Slowdown
+from scrapefleet.common.jobs.rate_limits import RateLimit, Slowdown
 from scrapefleet.common.store import NewJob
 from scrapefleet.producer.fleet_metrics import read_fleet_snapshot
 from tests.cli_helpers import run_cli

@@ -18,14 +18,14 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from scrapefleet.common import store
-from scrapefleet.common.db import make_engine
+from scrapefleet.common.db.engines import make_engine
+from scrapefleet.common.jobs.recurrence import parse_cron, slots_of
 from scrapefleet.common.ops.dashboard.app import create_app
-from scrapefleet.common.schedules import parse_cron, slots_of
 from scrapefleet.common.settings import load_settings
 from scrapefleet.common.store import JobFilter, NewJob, ScheduleSpec
-from scrapefleet.producer.daemon import Producer
+from scrapefleet.producer.assigner import Producer
 from scrapefleet.producer.fleet_metrics import read_fleet_snapshot
-from scrapefleet.producer.schedules import Fired, fire_due, fire_one
+from scrapefleet.producer.schedule_firing import Fired, fire_due, fire_one
 from tests.integration.producer_helpers import exported_samples, producer_settings
 from tests.waiting import scaled, wait_for
 

@@ -12,13 +12,14 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common import queries, store
+from scrapefleet.common import store
 from scrapefleet.common.constants import CHANNEL_SUBMITTED, CHANNEL_WEBHOOKS_DUE
-from scrapefleet.common.db import Listener, make_engine
-from scrapefleet.common.migrate import alembic_config
+from scrapefleet.common.db.engines import Listener, make_engine
+from scrapefleet.common.db.migrate import alembic_config
+from scrapefleet.common.db.tables import metadata
+from scrapefleet.common.reads import queries
 from scrapefleet.common.store import NewJob
 from scrapefleet.common.store.statuses import HostState, JobStatus
-from scrapefleet.common.tables import metadata
 from tests.throwaway_db import throwaway_database
 from tests.waiting import scaled, wait_for
 
@@ -29,7 +30,7 @@ def test_migrated_database_matches_declared_tables(engine: Engine) -> None:
     with engine.connect() as conn:
         context = MigrationContext.configure(conn, opts={"compare_server_default": False})
         diff = compare_metadata(context, metadata)
-    assert diff == [], f"migrations and common/tables.py disagree: {diff}"
+    assert diff == [], f"migrations and common/db/tables.py disagree: {diff}"
 
 
 def test_the_hosts_read_has_host_rows_fields_in_order(engine: Engine) -> None:

@@ -1,4 +1,4 @@
-"""The held connection of a consumer's claims and completions (common.statement_connection), on a
+"""The held connection of a consumer's claims and completions (common.db.statement_connection), on a
 real PostgreSQL: rows as the store reads them, the store's own statements through it, a backend
 ended while idle replaced without an error, one ended in use failing once as
 DatabaseUnavailable and replaced on the next call, and a missing table as SchemaOutOfDate."""
@@ -12,9 +12,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
+from scrapefleet.common.db.statement_connection import StatementConnection
 from scrapefleet.common.errors import DatabaseUnavailable, SchemaOutOfDate
 from scrapefleet.common.settings import load_settings
-from scrapefleet.common.statement_connection import StatementConnection
 from scrapefleet.common.store import HostSpec, NewJob
 from tests.integration.backends import Clock, terminate
 

@@ -13,11 +13,12 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common import queries, store
-from scrapefleet.common.channels import assigned_channel
+from scrapefleet.common import store
 from scrapefleet.common.clock import utcnow
-from scrapefleet.common.db import Listener
+from scrapefleet.common.db.channels import assigned_channel
+from scrapefleet.common.db.engines import Listener
 from scrapefleet.common.errors import NotFound
+from scrapefleet.common.reads import queries
 from scrapefleet.common.store import HostSpec, JobFilter, NewJob
 from scrapefleet.common.store.statuses import (
     ATTEMPTS_EXHAUSTED_SQL,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from scrapefleet.common.db import libpq_url
+from scrapefleet.common.db.engines import libpq_url
 from tests.cli_helpers import run_cli
 from tests.throwaway_db import throwaway_database
 

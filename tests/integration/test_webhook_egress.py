@@ -21,16 +21,16 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common.store import NewJob
-from scrapefleet.common.webhook_signing import (
+from scrapefleet.common.jobs.webhook_signing import (
     DELIVERY_HEADER,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
     verify,
 )
+from scrapefleet.common.store import NewJob
 from scrapefleet.producer import webhook_http
 from scrapefleet.producer.egress import IPAddress, parse_networks
-from scrapefleet.producer.webhooks import DeliveryRound, WebhookSender
+from scrapefleet.producer.webhook_sender import DeliveryRound, WebhookSender
 from tests.integration.producer_helpers import submit
 from tests.integration.test_webhooks import finish, hook_settings
 from tests.integration.webhook_receiver import Receiver

@@ -18,12 +18,12 @@ from sqlalchemy.engine import Engine
 from scrapefleet.common.api import Client
 from scrapefleet.common.constants import WEBHOOK_PER_RECEIVER
 from scrapefleet.common.errors import SubmitError
+from scrapefleet.common.jobs.submit_file import validate_job
+from scrapefleet.common.jobs.webhook_signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import NewJob
-from scrapefleet.common.submit_file import validate_job
-from scrapefleet.common.webhook_signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
-from scrapefleet.producer.daemon import Producer
-from scrapefleet.producer.webhooks import WebhookSender
+from scrapefleet.producer.assigner import Producer
+from scrapefleet.producer.webhook_sender import WebhookSender
 from tests.integration.producer_helpers import producer_settings, submit
 from tests.integration.webhook_receiver import Receiver
 from tests.waiting import scaled, wait_for

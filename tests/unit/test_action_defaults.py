@@ -12,17 +12,17 @@ import pytest
 from click.testing import CliRunner
 
 from scrapefleet.common import api
-from scrapefleet.common.actions import (
+from scrapefleet.common.actions.registry import (
     get_action,
     load_user_actions,
     longest_time_limit_s,
     register,
 )
 from scrapefleet.common.errors import SettingsError
+from scrapefleet.common.jobs.submit_file import validate_job
 from scrapefleet.common.ops.cli import cli
 from scrapefleet.common.settings import load_settings
 from scrapefleet.common.store import ClaimedJob
-from scrapefleet.common.submit_file import validate_job
 from scrapefleet.consumer.config import ConsumerConfig
 from scrapefleet.consumer.serving import time_limit_s
 

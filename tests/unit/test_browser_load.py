@@ -1,4 +1,4 @@
-"""The browser limit's rules (consumer.browser_load) and what counts as slowness."""
+"""The browser limit's rules (consumer.browser.load) and what counts as slowness."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from selenium.common.exceptions import WebDriverException
 from urllib3.exceptions import MaxRetryError, ReadTimeoutError
 
 from scrapefleet.common.errors import StackError, timed_out
-from scrapefleet.consumer import browser_load
-from scrapefleet.consumer.browser_load import BrowserLoad, LoadSample, adjust, note_slow, observe
+from scrapefleet.consumer.browser import load as browser_load
+from scrapefleet.consumer.browser.load import BrowserLoad, LoadSample, adjust, note_slow, observe
 
 AT_CAPACITY = BrowserLoad(capacity=6, cores=2, limit=6)  # a host that has climbed all the way
 CALM = dict(cpu_pressure=0.05, cpu_busy=0.3, memory_available=0.5)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scrapefleet.common.channels import assigned_channel
+from scrapefleet.common.db.channels import assigned_channel
 
 pytestmark = pytest.mark.timeout(10)
 

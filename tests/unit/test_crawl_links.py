@@ -1,10 +1,10 @@
-"""common.crawl_links: one spelling per page, the links of a page, the crawl's rules."""
+"""common.crawl.links: one spelling per page, the links of a page, the crawl's rules."""
 
 from __future__ import annotations
 
 import pytest
 
-from scrapefleet.common.crawl_links import (
+from scrapefleet.common.crawl.links import (
     LinkRules,
     compile_patterns,
     extract_links,

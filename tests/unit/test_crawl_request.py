@@ -84,7 +84,7 @@ def test_css_and_xpath_fields_and_the_robots_switch_are_carried() -> None:
 
 
 def test_a_crawl_refuses_http_gets_robots_switch() -> None:
-    from scrapefleet.common.crawl_action import CrawlParams
+    from scrapefleet.common.crawl.action import CrawlParams
 
     with pytest.raises(ValueError, match=r"crawls obey robots\.txt already"):
         CrawlParams.model_validate({"url": "http://a.test/", "obey_robots": True})

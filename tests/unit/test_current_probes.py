@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from scrapefleet.common.errors import ProbeError
-from scrapefleet.common.host_status import HostStatus
-from scrapefleet.producer.daemon import Probed, current_probes
+from scrapefleet.common.status.document import HostStatus
+from scrapefleet.producer.assigner import Probed, current_probes
 from tests.host_status_factory import status_for
 
 pytestmark = pytest.mark.timeout(10)

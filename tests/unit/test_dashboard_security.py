@@ -14,6 +14,7 @@ from flask.testing import FlaskClient
 from scrapefleet.common.errors import SettingsError
 from scrapefleet.common.ops.cli import cli
 from scrapefleet.common.ops.dashboard.app import create_app
+from scrapefleet.common.ops.dashboard.logins import COOKIE_NAME, SessionStore
 from scrapefleet.common.ops.dashboard.security import (
     Verdict,
     host_allowed,
@@ -21,7 +22,6 @@ from scrapefleet.common.ops.dashboard.security import (
     local_next,
     origin_verdict,
 )
-from scrapefleet.common.ops.dashboard.sessions import COOKIE_NAME, SessionStore
 from scrapefleet.common.settings import Settings, load_settings
 
 pytestmark = pytest.mark.timeout(10)

@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from scrapefleet.common.db import (
+from scrapefleet.common.db.engines import (
     libpq_url,
     migration_url,
     option_names,
     with_connection_defaults,
 )
-from scrapefleet.common.migrate import alembic_config
+from scrapefleet.common.db.migrate import alembic_config
 from scrapefleet.common.settings import Settings, load_settings
 from scrapefleet.producer.leader import leader_idle_timeout_s
 

@@ -15,7 +15,7 @@ from scrapefleet.common.ops.db_grant import (
     drop_consumer_plan,
     role_names,
 )
-from scrapefleet.common.scram import scram_sha256_verifier
+from scrapefleet.common.ops.scram import scram_sha256_verifier
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.engine import make_url
 
-from scrapefleet.common.db import make_engine
-from scrapefleet.common.db_pooler import check_listen_url, listen_url, require_direct
+from scrapefleet.common.db.engines import make_engine
+from scrapefleet.common.db.pooler import check_listen_url, listen_url, require_direct
 from scrapefleet.common.errors import SettingsError
 from scrapefleet.common.settings import Settings, load_settings
 

@@ -12,8 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scrapefleet.common.errors import SettingsError
-from scrapefleet.common.settings import load_settings
-from scrapefleet.common.webhook_signing import (
+from scrapefleet.common.jobs.webhook_signing import (
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
     sign,
@@ -21,6 +20,7 @@ from scrapefleet.common.webhook_signing import (
     signatures,
     verify,
 )
+from scrapefleet.common.settings import load_settings
 from scrapefleet.producer import webhook_http
 from scrapefleet.producer.egress import (
     IPAddress,

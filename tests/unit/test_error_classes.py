@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from scrapefleet.common.actions import Blocked, Permanent, RateLimited, register
-from scrapefleet.common.error_classes import (
+from scrapefleet.common.actions.error_classes import (
     ErrorClass,
     HttpStatusError,
     classify,
@@ -20,13 +19,14 @@ from scrapefleet.common.error_classes import (
     reason_of,
     retry_after_of,
 )
+from scrapefleet.common.actions.registry import Blocked, Permanent, RateLimited, register
 from scrapefleet.common.errors import SettingsError, SubmitError
-from scrapefleet.common.http_client import HTTPStatusFailure, InvalidRequestUrl
+from scrapefleet.common.http.client import HTTPStatusFailure, InvalidRequestUrl
 from scrapefleet.common.settings import load_settings
 from scrapefleet.common.store import ClaimedJob
-from scrapefleet.consumer.block_detection import BlockRules, block_reason
+from scrapefleet.consumer.browser.block_detection import BlockRules, block_reason
+from scrapefleet.consumer.browser.selenium_actions import HttpError, InvalidArgument
 from scrapefleet.consumer.runner import run_job
-from scrapefleet.consumer.selenium_actions import HttpError, InvalidArgument
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from scrapefleet.common.errors import ProbeError
-from scrapefleet.common.host_status import (
+from scrapefleet.common.status.document import (
     MAX_STATUS_CHARS,
     BrowserState,
     parse_status,

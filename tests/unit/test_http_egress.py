@@ -6,8 +6,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from scrapefleet.common.address_policy import parse_networks
-from scrapefleet.common.http_egress import Egress, same_site
+from scrapefleet.common.http.address_policy import parse_networks
+from scrapefleet.common.http.job_egress import Egress, same_site
 
 
 @pytest.mark.parametrize(

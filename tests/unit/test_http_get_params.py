@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from scrapefleet.common.actions import get_action
+from scrapefleet.common.actions.registry import get_action
 from scrapefleet.common.errors import SettingsError, SubmitError
-from scrapefleet.common.http_client import TITLE_MAX_CHARS, parse_title, split_proxy
-from scrapefleet.common.http_params import MAX_COOKIES, MAX_HEADERS
+from scrapefleet.common.http.client import TITLE_MAX_CHARS, parse_title, split_proxy
+from scrapefleet.common.http.params import MAX_COOKIES, MAX_HEADERS
 from scrapefleet.common.settings import load_settings
 
 pytestmark = pytest.mark.timeout(30)

@@ -1,8 +1,11 @@
-"""The import contract: which part of scrapefleet may import which, and no import cycles.
+"""The import contract: which part of scrapefleet may import which, no import cycles, and no
+two modules of one name.
 
     library   scrapefleet.common (but ops/ and local/)   the migrations' location, nothing else
     producer  the library only                           (never the consumer, never the tools)
-    consumer  the library only                           (never the producer, never the tools)
+    consumer  the library and its browser                (never the producer, never the tools)
+    browser   scrapefleet.consumer.browser: the library only (never the claim loop: the daemon
+              drives the browser, the browser never reaches back into the daemon)
     migrations the library only
     ops, local (the tools for people) anything: they sit above both daemons
 
@@ -23,10 +26,11 @@ FOLDERS = ("common", "producer", "consumer", "migrations")
 ALLOWED: dict[str, set[str]] = {
     "library": {"library", "migrations"},  # `db upgrade` finds the migrations package
     "producer": {"library", "producer"},
-    "consumer": {"library", "consumer"},
+    "consumer": {"library", "consumer", "browser"},
+    "browser": {"library", "browser"},
     "migrations": {"library", "migrations"},
-    "ops": {"library", "ops", "local", "producer", "consumer"},
-    "local": {"library", "ops", "local", "producer", "consumer"},
+    "ops": {"library", "ops", "local", "producer", "consumer", "browser"},
+    "local": {"library", "ops", "local", "producer", "consumer", "browser"},
 }
 
 
@@ -41,6 +45,8 @@ def _layer(module: str) -> str:
     parts = module.split(".")
     if parts[1] == "common":
         return parts[2] if len(parts) > 2 and parts[2] in ("ops", "local") else "library"
+    if parts[1] == "consumer" and len(parts) > 2 and parts[2] == "browser":
+        return "browser"
     return parts[1]
 
 
@@ -132,3 +138,42 @@ def test_the_contract_catches_a_crossing(tmp_path: Path) -> None:
     bad.write_text("from scrapefleet.consumer import runner\n")
     crossings = _crossings({**_sources(), "scrapefleet.common.probe": bad})
     assert "probe.py (scrapefleet.common.probe) imports scrapefleet.consumer.runner" in crossings
+
+
+def test_the_contract_keeps_the_claim_loop_out_of_the_browser(tmp_path: Path) -> None:
+    bad = tmp_path / "probe.py"
+    bad.write_text("from scrapefleet.consumer.serving import RunningConsumer\n")
+    crossings = _crossings({**_sources(), "scrapefleet.consumer.browser.probe": bad})
+    assert (
+        "probe.py (scrapefleet.consumer.browser.probe) imports scrapefleet.consumer.serving"
+        in crossings
+    )
+    assert (
+        "probe.py (scrapefleet.consumer.browser.probe) imports "
+        "scrapefleet.consumer.serving.RunningConsumer" in crossings
+    )
+
+
+def _same_names(modules: list[str]) -> dict[str, list[str]]:
+    """Module names used twice: `sessions` in two rooms reads as one thing and is two."""
+    by_name: dict[str, list[str]] = {}
+    for module in modules:
+        name = module.rsplit(".", 1)[-1]
+        # __init__ and __main__ name their package; the migrations' revisions are numbered.
+        if not name.startswith("__") and ".migrations.versions." not in module:
+            by_name.setdefault(name, []).append(module)
+    return {name: sorted(found) for name, found in by_name.items() if len(found) > 1}
+
+
+def test_no_two_modules_share_a_name() -> None:
+    modules = [
+        module
+        for module, path in _sources().items()
+        if path.name not in ("__init__.py", "__main__.py")
+    ]
+    assert _same_names(modules) == {}
+
+
+def test_the_name_check_catches_a_twin() -> None:
+    twins = ["scrapefleet.consumer.browser.sessions", "scrapefleet.producer.sessions"]
+    assert _same_names([*twins, "scrapefleet.consumer.serving"]) == {"sessions": sorted(twins)}

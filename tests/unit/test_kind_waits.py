@@ -1,8 +1,8 @@
-"""Why a job waits for its kind (common.kind_waits.wait_reason), a pure function."""
+"""Why a job waits for its kind (common.reads.kind_waits.wait_reason), a pure function."""
 
 from __future__ import annotations
 
-from scrapefleet.common.kind_waits import HostKinds, wait_reason
+from scrapefleet.common.reads.kind_waits import HostKinds, wait_reason
 
 RUNS_PRICES = frozenset({"noop", "prices"})
 NOOP_ONLY = frozenset({"noop"})

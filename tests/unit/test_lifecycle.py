@@ -17,7 +17,7 @@ from types import FrameType
 
 import pytest
 
-from scrapefleet.common.lifecycle import (
+from scrapefleet.common.runtime.lifecycle import (
     TRANSITIONS,
     DaemonState,
     IllegalTransition,

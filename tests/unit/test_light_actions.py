@@ -1,4 +1,5 @@
-"""Which jobs a consumer runs in its claiming thread: an action's ``light`` (common.actions)."""
+"""Which jobs a consumer runs in its claiming thread: an action's ``light``
+(common.actions.registry)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from scrapefleet.common.actions import Action, FreeParams, get_action, register
+from scrapefleet.common.actions.registry import Action, FreeParams, get_action, register
 
 
 def _action(light: Any) -> Action:

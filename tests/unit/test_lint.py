@@ -27,3 +27,14 @@ def test_tool_is_clean(argv: list[str]) -> None:
         [str(BIN / argv[0]), *argv[1:]], cwd=REPO, capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, f"{' '.join(argv)} found problems:\n{done.stdout}{done.stderr}"
+
+
+def test_the_limits_stay_configured() -> None:
+    """The checks above hold the code to these limits only while pyproject sets them."""
+    import tomllib
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]
+    assert "C90" in config["ruff"]["lint"]["select"]
+    assert config["ruff"]["lint"]["mccabe"]["max-complexity"] == 15
+    assert config["mypy"]["disallow_untyped_defs"] is True
+    assert config["mypy"]["strict_equality"] is True

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from scrapefleet.common.errors import ProbeError
-from scrapefleet.common.host_status import (
+from scrapefleet.common.status.document import (
     MAX_STATUS_BYTES,
     HostStatus,
     status_path,

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from scrapefleet.common.logging_setup import configure_logging
+from scrapefleet.common.runtime.logging_setup import configure_logging
 from scrapefleet.common.store import ClaimedJob
 from scrapefleet.consumer.attempt_log import log_attempt
 

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from scrapefleet.common.logging_setup import JsonFormatter, KeyValueFormatter
 from scrapefleet.common.masking import (
     MASK,
     digest,
@@ -21,8 +20,9 @@ from scrapefleet.common.masking import (
     mask_text,
     mask_url,
 )
-from scrapefleet.consumer.artifacts import capture_failure
-from scrapefleet.consumer.network_log import NetworkLog
+from scrapefleet.common.runtime.logging_setup import JsonFormatter, KeyValueFormatter
+from scrapefleet.consumer.browser.artifacts import capture_failure
+from scrapefleet.consumer.browser.network_log import NetworkLog
 
 pytestmark = pytest.mark.timeout(10)
 

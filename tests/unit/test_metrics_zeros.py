@@ -6,14 +6,14 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from scrapefleet.common.metrics import (
+from scrapefleet.common.db.tables import JOB_STATUSES
+from scrapefleet.common.runtime.metrics import (
     CONSUMER_REGISTRY,
     PRODUCER_REGISTRY,
     FleetSnapshot,
     _FleetCollector,
     job_counts_with_zeros,
 )
-from scrapefleet.common.tables import JOB_STATUSES
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -10,10 +10,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from scrapefleet.common.logging_setup import configure_logging, fields
+from scrapefleet.common.jobs.webhook_signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign, verify
 from scrapefleet.common.ops.dashboard.charts import WINDOWS, bar_chart, bucket_starts, fill_bars
 from scrapefleet.common.ops.dashboard.inputs import BadInput, parse_job_id, parse_search
-from scrapefleet.common.webhook_signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign, verify
+from scrapefleet.common.runtime.logging_setup import configure_logging, fields
 
 
 def _log_line(log_format: str) -> str:

@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scrapefleet.common.errors import ProbeError
-from scrapefleet.common.host_status import HostStatus
-from scrapefleet.common.queries import HostRow
+from scrapefleet.common.reads.queries import HostRow
+from scrapefleet.common.status.document import HostStatus
 from scrapefleet.producer.planner import (
     HostSlots,
     host_kinds,

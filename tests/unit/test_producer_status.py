@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from scrapefleet.common.ops.render import render_delivery
-from scrapefleet.common.producer_status import (
+from scrapefleet.common.reads.producer_status import (
     NO_SECRET,
     ProducerRow,
     delivery_state,
@@ -16,7 +16,7 @@ from scrapefleet.common.producer_status import (
     stale_after_s,
     summarize,
 )
-from scrapefleet.common.queries import FleetControl
+from scrapefleet.common.reads.queries import FleetControl
 
 pytestmark = pytest.mark.timeout(10)
 

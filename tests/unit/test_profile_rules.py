@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from scrapefleet.common.actions import get_action
+from scrapefleet.common.actions.registry import get_action
+from scrapefleet.common.browser.profile_names import payload_profile_pool
 from scrapefleet.common.errors import SubmitError
-from scrapefleet.common.profiles import payload_profile_pool
 from scrapefleet.common.store import PendingJob, ProfileRow
 from scrapefleet.producer.planner import HostChoice, HostSlots, plan_assignments
 from scrapefleet.producer.profile_rules import ProfilePlacement

@@ -11,7 +11,7 @@ import pytest
 
 from scrapefleet.common.constants import RATE_FACTOR_MIN, RATE_TIGHT_MAX
 from scrapefleet.common.errors import SettingsError
-from scrapefleet.common.rate_limits import (
+from scrapefleet.common.jobs.rate_limits import (
     RateCount,
     RateLimit,
     Slowdown,
@@ -302,7 +302,7 @@ def test_a_crawl_delay_key_gets_one_job_and_none_before_its_next_start() -> None
 
 def test_robots_crawl_delay_and_request_rate_are_capped_seconds() -> None:
     from scrapefleet.common.constants import MAX_CRAWL_DELAY_S
-    from scrapefleet.common.robots import rules_from_answer
+    from scrapefleet.common.crawl.robots import rules_from_answer
 
     def delay(text: str) -> float | None:
         return rules_from_answer("u", 200, text.encode()).crawl_delay("scrapefleet/0.1")

@@ -11,9 +11,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.sql.elements import TextClause
 
+from scrapefleet.common.db.statement_connection import StatementResult
 from scrapefleet.common.errors import DatabaseUnavailable
 from scrapefleet.common.settings import load_settings
-from scrapefleet.common.statement_connection import StatementResult
 from scrapefleet.common.store import ClaimedJob
 from scrapefleet.consumer.recorder import OutcomeRecorder
 from scrapefleet.consumer.runner import Outcome

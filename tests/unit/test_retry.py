@@ -1,4 +1,4 @@
-"""common.retry: exponential backoff with bounded jitter, capped, and an end."""
+"""common.actions.retry: exponential backoff with bounded jitter, capped, and an end."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from scrapefleet.common.retry import backoff_delay_s, retry_at
+from scrapefleet.common.actions.retry import backoff_delay_s, retry_at
 
 NOW = datetime(2024, 1, 1, tzinfo=UTC)
 

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from scrapefleet.common.robots import (
+from scrapefleet.common.crawl.robots import (
     ALLOW_ALL,
     RobotsCache,
     RobotsRules,

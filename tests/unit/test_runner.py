@@ -10,12 +10,12 @@ import pytest
 from pydantic import BaseModel
 from selenium.common.exceptions import TimeoutException as SeleniumTimeout
 
-from scrapefleet.common.actions import register
+from scrapefleet.common.actions.registry import register
 from scrapefleet.common.errors import StackError, SubmitError
+from scrapefleet.common.jobs.submit_file import validate_job
 from scrapefleet.common.store import ClaimedJob
-from scrapefleet.common.submit_file import validate_job
+from scrapefleet.consumer.browser.selenium_actions import PageLoadTimeout, SelectorNotFound
 from scrapefleet.consumer.runner import run_job
-from scrapefleet.consumer.selenium_actions import PageLoadTimeout, SelectorNotFound
 
 
 def _job(kind: str, payload: Any = None, attempt: int = 1) -> ClaimedJob:

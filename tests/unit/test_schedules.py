@@ -1,4 +1,5 @@
-"""Schedules' pure part (common.schedules): cron and zone parsing, slots, the plan of a fire."""
+"""Schedules' pure part (common.jobs.recurrence): cron and zone parsing, slots, the plan of a
+fire."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from scrapefleet.common.errors import SubmitError
-from scrapefleet.common.schedules import (
+from scrapefleet.common.jobs.recurrence import (
     MISSED_GRACE_S,
     CatchUp,
     check_name,

@@ -1,5 +1,5 @@
-"""Side threads watched (consumer.side_threads) and one thread carrying out what others post
-(consumer.serial_thread): real threads, no I/O."""
+"""Side threads watched (common.runtime.side_threads) and one thread carrying out what others post
+(common.runtime.serial_thread): real threads, no I/O."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from scrapefleet.consumer.serial_thread import SerialThread
-from scrapefleet.consumer.side_threads import SideThreads, ThreadDied
+from scrapefleet.common.runtime.serial_thread import SerialThread
+from scrapefleet.common.runtime.side_threads import SideThreads, ThreadDied
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(30)

@@ -1,5 +1,5 @@
-"""common.sitemaps: what a robots.txt, a sitemap index, a urlset, a text sitemap and a gzip one
-list, and that a hostile one can neither expand nor read files."""
+"""common.crawl.sitemaps: what a robots.txt, a sitemap index, a urlset, a text sitemap and a gzip
+one list, and that a hostile one can neither expand nor read files."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import gzip
 
 import pytest
 
-from scrapefleet.common.sitemaps import SitemapKind, read_sitemap
+from scrapefleet.common.crawl.sitemaps import SitemapKind, read_sitemap
 
 pytestmark = pytest.mark.timeout(10)
 

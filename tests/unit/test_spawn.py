@@ -1,4 +1,5 @@
-"""common.spawn and the runner: an action's follow-up jobs, checked before anything is written."""
+"""common.actions.spawn and the runner: an action's follow-up jobs, checked before anything is
+written."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from scrapefleet.common.actions import register
-from scrapefleet.common.spawn import (
+from scrapefleet.common.actions.registry import register
+from scrapefleet.common.actions.spawn import (
     MAX_DEDUPE_KEY_CHARS,
     MAX_SPAWN_PER_ATTEMPT,
     Child,

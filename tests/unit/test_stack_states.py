@@ -12,9 +12,10 @@ from typing import TypeVar
 
 import pytest
 
-from scrapefleet.common.constants import HUNG_SESSION_GRACE_S, STACK_RETRY_BASE_S, STACK_RETRY_MAX_S
-from scrapefleet.common.host_status import BrowserState
-from scrapefleet.consumer.stack_events import (
+from scrapefleet.common.constants import HUNG_SESSION_GRACE_S
+from scrapefleet.common.settings import setting_default
+from scrapefleet.common.status.document import BrowserState
+from scrapefleet.consumer.browser.stack_events import (
     SET_ACTIVE,
     Action,
     CheckHealth,
@@ -51,7 +52,7 @@ from scrapefleet.consumer.stack_events import (
     SwitchStacks,
     Tick,
 )
-from scrapefleet.consumer.stack_states import (
+from scrapefleet.consumer.browser.stack_states import (
     AwaitingReboot,
     Closed,
     Draining,
@@ -74,9 +75,12 @@ from scrapefleet.consumer.stack_states import (
     maintenance_state,
     next_check_s,
 )
-from scrapefleet.consumer.stack_step import step
+from scrapefleet.consumer.browser.stack_step import step
 
 pytestmark = pytest.mark.timeout(10)
+
+STACK_RETRY_BASE_S = setting_default("stack_retry_base_s")
+STACK_RETRY_MAX_S = setting_default("stack_retry_max_s")
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 POLICY = Policy(

@@ -1,4 +1,4 @@
-"""The stack supervisor (the I/O shell around consumer.stack_step) driven the way the daemon
+"""The stack supervisor (the I/O shell around consumer.browser.stack_step) driven the way the daemon
 drives it, with a fake stack, a fake clock, fake database records and a fake reboot.
 
 Nothing here starts a process or opens a connection: the supervisor's every outside effect goes
@@ -22,12 +22,12 @@ import pytest
 
 from scrapefleet.common.constants import HUNG_SESSION_GRACE_S, REBOOT_WAIT_S
 from scrapefleet.common.errors import StackError
-from scrapefleet.common.host_status import BrowserState
 from scrapefleet.common.settings import Settings
+from scrapefleet.common.status.document import BrowserState
 from scrapefleet.common.store import ClaimedJob
-from scrapefleet.consumer.browser_load import LoadSample
-from scrapefleet.consumer.browser_stack import StackHealth, StopReport
-from scrapefleet.consumer.stack_events import (
+from scrapefleet.consumer.browser.load import LoadSample
+from scrapefleet.consumer.browser.stack import StackHealth, StopReport
+from scrapefleet.consumer.browser.stack_events import (
     Record,
     RecordHostEvent,
     RecordRebootRequest,
@@ -38,7 +38,7 @@ from scrapefleet.consumer.stack_events import (
     RecordStackSwitch,
     SetHostState,
 )
-from scrapefleet.consumer.stack_supervisor import FIRST_SESSION_TRIES, StackSupervisor
+from scrapefleet.consumer.browser.stack_supervisor import FIRST_SESSION_TRIES, StackSupervisor
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(20)
@@ -401,7 +401,7 @@ def test_a_reboot_command_that_fails_restarts_the_stack_instead() -> None:
 def test_without_a_reboot_command_the_host_restarts_its_stack_instead_and_warns_once(
     command: str | None, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, "scrapefleet.consumer.stack_supervisor")
+    caplog.set_level(logging.WARNING, "scrapefleet.consumer.browser.stack_supervisor")
     host = Host(restart_every=0, reboot_every=8, reboot_command=command)
     host.run_browser_jobs(8)
     assert host.reboots == []

@@ -1,10 +1,11 @@
-"""A start deadline that gives back the time its process was paused (consumer.start_deadline)."""
+"""A start deadline that gives back the time its process was paused
+(consumer.browser.start_deadline)."""
 
 from __future__ import annotations
 
 import pytest
 
-from scrapefleet.consumer.start_deadline import STALL_S, RunningDeadline
+from scrapefleet.consumer.browser.start_deadline import STALL_S, RunningDeadline
 
 
 def test_a_paused_sleep_is_given_back_and_slowness_is_not() -> None:

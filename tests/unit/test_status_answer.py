@@ -8,13 +8,13 @@ import shlex
 import pytest
 
 from scrapefleet.common.errors import ProbeError
-from scrapefleet.common.host_status import MAX_STATUS_BYTES
-from scrapefleet.common.status_answer import (
+from scrapefleet.common.status.answer import (
     MAX_ANSWER_BYTES,
     parse_status_answer,
     stale_reason,
     status_answer_command,
 )
+from scrapefleet.common.status.document import MAX_STATUS_BYTES
 from tests.host_status_factory import status_for
 
 pytestmark = pytest.mark.timeout(10)

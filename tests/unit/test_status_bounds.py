@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from scrapefleet.common.errors import ProbeError
-from scrapefleet.common.host_status import parse_status
+from scrapefleet.common.status.document import parse_status
 from tests.host_status_factory import status_for
 
 pytestmark = pytest.mark.timeout(10)
@@ -87,5 +87,5 @@ def test_the_kinds_a_host_runs_parse_with_their_versions_and_are_bounded() -> No
         with pytest.raises(ProbeError, match="'kinds'"):
             parse_status(_document(kinds=bad))
     for version in (1, "v" * 65, "1.0\n", ["1"]):
-        with pytest.raises(ProbeError, match="'kinds' gives 'noop' the version"):
+        with pytest.raises(ProbeError, match="'kinds': gives 'noop' the version"):
             parse_status(_document(kinds={"noop": version}))

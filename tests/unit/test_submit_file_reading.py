@@ -7,7 +7,7 @@ import io
 import pytest
 
 from scrapefleet.common.errors import SubmitError
-from scrapefleet.common.submit_file import read_jobs
+from scrapefleet.common.jobs.submit_file import read_jobs
 
 pytestmark = pytest.mark.timeout(30)
 

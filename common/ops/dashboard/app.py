@@ -29,17 +29,18 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.middleware.proxy_fix import ProxyFix
 from werkzeug.wrappers import Response as Redirect
 
-from scrapefleet.common import masking, queries
+from scrapefleet.common import masking
+from scrapefleet.common.actions.error_classes import ERROR_CLASSES
 from scrapefleet.common.clock import utcnow
 from scrapefleet.common.constants import DASHBOARD_PAGE_ROWS
-from scrapefleet.common.db import describe, wrapped_errors
-from scrapefleet.common.error_classes import ERROR_CLASSES
+from scrapefleet.common.db.engines import describe, wrapped_errors
+from scrapefleet.common.db.tables import JOB_STATUSES
 from scrapefleet.common.errors import DatabaseUnavailable, NotFound, SettingsError
-from scrapefleet.common.kind_waits import job_wait_reason, waiting_kinds
-from scrapefleet.common.ops.dashboard import charts, reads
+from scrapefleet.common.ops.dashboard import charts
+from scrapefleet.common.ops.dashboard import page_reads as reads
 from scrapefleet.common.ops.dashboard.ages import relative_age
-from scrapefleet.common.ops.dashboard.artifacts import relative_artifact, send_artifact
-from scrapefleet.common.ops.dashboard.controls import (
+from scrapefleet.common.ops.dashboard.artifact_files import relative_artifact, send_artifact
+from scrapefleet.common.ops.dashboard.control_forms import (
     UNLOCKED,
     controls,
     csrf_token,
@@ -54,13 +55,14 @@ from scrapefleet.common.ops.dashboard.inputs import (
     parse_search,
 )
 from scrapefleet.common.ops.dashboard.job_sorts import SORTS, cursor_of
+from scrapefleet.common.ops.dashboard.logins import MemorySessionInterface, SessionStore
 from scrapefleet.common.ops.dashboard.security import host_allowed, local_next
-from scrapefleet.common.ops.dashboard.sessions import MemorySessionInterface, SessionStore
-from scrapefleet.common.ops.status_report import read_fleet_status
-from scrapefleet.common.producer_status import delivery_state, read_producer_status
-from scrapefleet.common.progress import read_progress, read_rows, render_progress
+from scrapefleet.common.ops.fleet_status import read_fleet_status
+from scrapefleet.common.reads import queries
+from scrapefleet.common.reads.kind_waits import job_wait_reason, waiting_kinds
+from scrapefleet.common.reads.producer_status import delivery_state, read_producer_status
+from scrapefleet.common.reads.progress import read_progress, read_rows, render_progress
 from scrapefleet.common.settings import Settings
-from scrapefleet.common.tables import JOB_STATUSES
 
 log = logging.getLogger(__name__)
 
@@ -100,10 +102,6 @@ def create_app(settings: Settings, engine: Engine, clock: Callable[[], datetime]
     # The page's own address for a form's "next": the prefix a proxy mounts us under included.
     app.add_template_global(lambda: request.script_root + request.full_path, "here")
 
-    def read(func: Any, *args: Any) -> Any:
-        with wrapped_errors(), engine.connect() as conn:
-            return func(conn, *args)
-
     @app.context_processor
     def common_context() -> dict[str, Any]:
         return {
@@ -114,6 +112,28 @@ def create_app(settings: Settings, engine: Engine, clock: Callable[[], datetime]
             "artifact_link": lambda stored: relative_artifact(settings.artifacts_dir, stored),
         }
 
+    _install_checks(app, settings)
+    _install_pages(app, settings, engine, clock)
+    _install_job_pages(app, engine)
+    _install_object_pages(app, settings, engine)
+    _install_errors(app)
+    return app
+
+
+def _reader(engine: Engine) -> Callable[..., Any]:
+    def read(func: Any, *args: Any) -> Any:
+        with wrapped_errors(), engine.connect() as conn:
+            return func(conn, *args)
+
+    return read
+
+
+def _message(text: str, status: int) -> tuple[str, int]:
+    return render_template("message.html", message=text, status=status), status
+
+
+def _install_checks(app: Flask, settings: Settings) -> None:
+    """Before every request: the Host header, and the login when reading needs the token."""
     allowed_hosts = frozenset(settings.dashboard_hosts)
 
     @app.before_request
@@ -138,6 +158,12 @@ def create_app(settings: Settings, engine: Engine, clock: Callable[[], datetime]
             return None
         target = request.script_root + request.full_path
         return redirect(url_for("login", next=target.removesuffix("?")), code=303)
+
+
+def _install_pages(
+    app: Flask, settings: Settings, engine: Engine, clock: Callable[[], datetime]
+) -> None:
+    """The login, the overview, and the two answers for programs (status, health)."""
 
     @app.get("/login")
     def login() -> Redirect | tuple[str, int]:
@@ -204,6 +230,11 @@ def create_app(settings: Settings, engine: Engine, clock: Callable[[], datetime]
             return Response("database unreachable\n", 503, mimetype="text/plain")
         return Response("ok\n", 200, mimetype="text/plain")
 
+
+def _install_job_pages(app: Flask, engine: Engine) -> None:
+    """The job search, a job's page and a host's page."""
+    read = _reader(engine)
+
     @app.get("/jobs")
     def search() -> tuple[str, int]:
         try:
@@ -237,7 +268,7 @@ def create_app(settings: Settings, engine: Engine, clock: Callable[[], datetime]
         except NotFound:
             job = read(reads.archived_job, job_id)
             if job is None:
-                return message(f"no job with id {job_id}", 404)
+                return _message(f"no job with id {job_id}", 404)
             archived = True
         job = masking.mask_job_row(job)  # a proxy password or a cookie is never shown back
         events = [masking.mask_job_row(e) for e in read(queries.job_events, job_id)]
@@ -259,7 +290,7 @@ def create_app(settings: Settings, engine: Engine, clock: Callable[[], datetime]
     def host_page(name: str) -> tuple[str, int]:
         page = read(reads.host_page, name, DASHBOARD_PAGE_ROWS)
         if page is None:
-            return message(f"no host named {name!r}", 404)
+            return _message(f"no host named {name!r}", 404)
         return render_template(
             "host.html",
             h=page["host"],
@@ -268,7 +299,10 @@ def create_app(settings: Settings, engine: Engine, clock: Callable[[], datetime]
             failures=page["failures"],
         ), 200
 
-    # -- a page for every kind of object, linked from the header --------------------------------
+
+def _install_object_pages(app: Flask, settings: Settings, engine: Engine) -> None:
+    """A page for every kind of object, linked from the header."""
+    read = _reader(engine)
 
     def object_list(
         title: str,
@@ -336,10 +370,10 @@ def create_app(settings: Settings, engine: Engine, clock: Callable[[], datetime]
     def artifact(relative: str) -> Response:
         return send_artifact(settings.artifacts_dir, relative)
 
-    # -- errors: a message page, never a bare traceback ----------------------------------------
 
-    def message(text: str, status: int) -> tuple[str, int]:
-        return render_template("message.html", message=text, status=status), status
+def _install_errors(app: Flask) -> None:
+    """Errors: a message page, never a bare traceback; and every answer's security headers."""
+    message = _message
 
     @app.errorhandler(BadInput)
     def bad_input(exc: BadInput) -> tuple[str, int]:
@@ -367,5 +401,3 @@ def create_app(settings: Settings, engine: Engine, clock: Callable[[], datetime]
         # Pages carry the session's form token: no shared cache may keep them.
         response.headers.setdefault("Cache-Control", "no-store")
         return response
-
-    return app

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from scrapefleet.common.error_classes import ERROR_CLASSES
+from scrapefleet.common.actions.error_classes import ERROR_CLASSES
+from scrapefleet.common.db.tables import JOB_STATUSES
 from scrapefleet.common.errors import SubmitError
 from scrapefleet.common.ops.dashboard.job_sorts import DEFAULT_SORT, SORTS, BadCursor, parse_cursor
-from scrapefleet.common.ops.dashboard.reads import JobSearch
+from scrapefleet.common.ops.dashboard.page_reads import JobSearch
 from scrapefleet.common.ops.results_out import parse_since
-from scrapefleet.common.tables import JOB_STATUSES
 
 MAX_BIGINT = 2**63 - 1
 MAX_TEXT = 200  # longest kind or host name searched for

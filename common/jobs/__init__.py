@@ -1,0 +1,1 @@
+"""What people submit: job files, recurring schedules, politeness limits, webhook signatures."""

@@ -1,0 +1,104 @@
+"""The fleet's status as one read: what `scrapefleet status` prints and the dashboard's
+`/api/status` serves, so the two never disagree.
+
+One snapshot: every part is read in one REPEATABLE READ transaction, so the totals of the
+progress line and of the per-status line agree even while jobs move. The verdict
+(``FleetStatus.exit_code``) lets a monitor or a script act on `status` without parsing it:
+
+    0  the producer is up, and a host is active wherever work is pending
+    3  the producer is down (nothing is assigned)
+    4  work is pending and no host is active to take it
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from scrapefleet.common.ops.render import render_status
+from scrapefleet.common.reads import queries
+from scrapefleet.common.reads.kind_waits import waiting_kinds
+from scrapefleet.common.reads.producer_status import NO_SECRET, ProducerStatus, read_producer_status
+from scrapefleet.common.reads.progress import progress_json, read_progress, render_progress
+
+
+class StatusVerdict(IntEnum):
+    """`scrapefleet status`'s exit code."""
+
+    HEALTHY = 0
+    PRODUCER_DOWN = 3
+    NO_ACTIVE_HOST = 4
+
+
+def status_verdict(producer_up: bool, remaining: int, hosts: list[dict[str, Any]]) -> StatusVerdict:
+    """Whether the fleet can make progress: a producer assigning, and a host to take the work."""
+    if not producer_up:
+        return StatusVerdict.PRODUCER_DOWN
+    if remaining > 0 and not any(host.get("state") == "active" for host in hosts):
+        return StatusVerdict.NO_ACTIVE_HOST
+    return StatusVerdict.HEALTHY
+
+
+@dataclass(frozen=True)
+class FleetStatus:
+    producer: ProducerStatus
+    counts: dict[str, int]
+    hosts: list[dict[str, Any]]
+    pending_browser: int
+    progress: dict[str, Any]
+    # Pending kinds no active host runs: kind, jobs, reason (common.reads.kind_waits).
+    waiting_kinds: tuple[dict[str, Any], ...] = ()
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "producer": self.producer.to_json(),
+            "jobs": self.counts,
+            "verdict": {"exit_code": int(self.verdict), "name": self.verdict.name.lower()},
+            "progress": progress_json(self.progress, self.producer.up),
+            "hosts": self.hosts,
+            "pending_browser_jobs": self.pending_browser,
+            "waiting_kinds": list(self.waiting_kinds),
+            "webhooks": {
+                "unsent": self.producer.unsent_webhooks,
+                "not_sent_reason": NO_SECRET if self.producer.webhooks_blocked else None,
+            },
+        }
+
+    @property
+    def verdict(self) -> StatusVerdict:
+        return status_verdict(self.producer.up, int(self.progress["remaining"]), self.hosts)
+
+    def json(self) -> str:
+        return json.dumps(self.document(), default=str, indent=2)
+
+    def text(self) -> str:
+        return "\n".join(
+            [
+                *self.producer.lines(),
+                render_progress(self.progress, self.producer.up),
+                render_status(self.counts, self.hosts, self.pending_browser),
+                *(f"{w['jobs']} job(s) {w['reason']}" for w in self.waiting_kinds),
+            ]
+        )
+
+
+def read_fleet_status(conn: Connection) -> FleetStatus:
+    """Every part from one snapshot (``conn`` must not be in a transaction yet)."""
+    snapshot = conn.execution_options(isolation_level="REPEATABLE READ")
+    with snapshot.begin():
+        return _read(snapshot)
+
+
+def _read(conn: Connection) -> FleetStatus:
+    return FleetStatus(
+        producer=read_producer_status(conn),
+        counts=queries.status_counts(conn),
+        hosts=queries.host_load(conn),
+        pending_browser=queries.pending_browser_jobs(conn),
+        progress=read_progress(conn),
+        waiting_kinds=tuple(waiting_kinds(conn)),
+    )

@@ -1,0 +1,146 @@
+"""Jobs and their results out of the database: filtered, streamed, as dicts.
+
+Reads only. The rows come through a server-side cursor (SQLAlchemy's ``yield_per`` with
+psycopg: a named cursor), ``BATCH_ROWS`` at a time, so exporting a million results takes the
+memory of one batch. Finished jobs that retention moved to ``jobs_archive`` are read too:
+an export is the crawl's or the day's whole history, whatever retention did meanwhile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from scrapefleet.common.actions.error_classes import ERROR_CLASSES
+from scrapefleet.common.db.tables import JOB_STATUSES
+from scrapefleet.common.errors import SubmitError
+
+BATCH_ROWS = 2000
+COLUMNS = (
+    "id",
+    "kind",
+    "status",
+    "host",
+    "attempts",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "payload",
+    "result",
+    "last_error",
+    "error_class",
+    "profile",
+    "crawl_id",
+    "depth",
+)
+_SELECT = ", ".join(COLUMNS)
+_WHERE = (
+    " WHERE (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[])))"
+    " AND (CAST(:kind AS text) IS NULL OR kind = :kind)"
+    " AND (CAST(:host AS text) IS NULL OR host = :host)"
+    " AND (CAST(:since AS timestamptz) IS NULL OR coalesce(finished_at, created_at) >= :since)"
+    " AND (CAST(:profile AS text) IS NULL OR profile = :profile)"
+    " AND (CAST(:crawl AS bigint) IS NULL OR crawl_id = :crawl)"
+    " AND (CAST(:error_class AS text) IS NULL OR error_class = :error_class)"
+    # Ran there, or was rescued or released from there, at any attempt: job_events keeps the
+    # host of every move, where jobs.host is only the last one.
+    " AND (CAST(:was_on AS text) IS NULL OR host = :was_on"
+    "      OR id IN (SELECT job_id FROM job_events WHERE host = :was_on))"
+)
+
+
+@dataclass(frozen=True)
+class ResultFilter:
+    statuses: tuple[str, ...] = ()  # none: every status
+    kind: str | None = None
+    host: str | None = None
+    since: datetime | None = None  # finished (or, unfinished, created) at or after
+    limit: int | None = None
+    profile: str | None = None  # jobs that ran (or will run) in this profile
+    crawl: int | None = None  # the pages of this crawl (its root job's id)
+    error_class: str | None = None  # jobs whose last failed attempt had this class
+    was_on: str | None = None  # jobs that ran on this host at any attempt (rescued ones too)
+
+    def __post_init__(self) -> None:
+        unknown = [s for s in self.statuses if s not in JOB_STATUSES]
+        if unknown:
+            raise SubmitError(f"status {unknown[0]!r} is not one of {', '.join(JOB_STATUSES)}")
+        if self.error_class is not None and self.error_class not in ERROR_CLASSES:
+            raise SubmitError(
+                f"error class {self.error_class!r} is not one of {', '.join(ERROR_CLASSES)}"
+            )
+        if self.limit is not None and self.limit < 1:
+            raise SubmitError(f"limit must be at least 1, not {self.limit}")
+        if self.since is not None and self.since.tzinfo is None:
+            raise SubmitError("since must carry a time zone (e.g. 2026-11-23T07:00:00+00:00)")
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "statuses": list(self.statuses) or None,
+            "kind": self.kind,
+            "host": self.host,
+            "since": self.since,
+            "profile": self.profile,
+            "crawl": self.crawl,
+            "error_class": self.error_class,
+            "was_on": self.was_on,
+        }
+
+    def describe(self) -> str:
+        parts = [
+            f"status {'/'.join(self.statuses)}" if self.statuses else "",
+            f"kind {self.kind!r}" if self.kind else "",
+            f"host {self.host!r}" if self.host else "",
+            f"since {self.since.isoformat()}" if self.since else "",
+            f"profile {self.profile!r}" if self.profile else "",
+            f"crawl {self.crawl}" if self.crawl is not None else "",
+            f"error class {self.error_class}" if self.error_class else "",
+            f"was on host {self.was_on!r}" if self.was_on else "",
+        ]
+        return ", ".join(p for p in parts if p) or "every job"
+
+
+def _statement(which: ResultFilter) -> sa.TextClause:
+    # Newest first for a listing (it is cut at the limit); oldest first for a whole export.
+    order = " ORDER BY id DESC" if which.limit else " ORDER BY id"
+    limit = f" LIMIT {int(which.limit)}" if which.limit else ""
+    return sa.text(
+        f"SELECT * FROM (SELECT {_SELECT} FROM jobs{_WHERE}"
+        f" UNION ALL SELECT {_SELECT} FROM jobs_archive{_WHERE}) AS j{order}{limit}"
+    )
+
+
+def count_results(conn: Connection, which: ResultFilter) -> int:
+    total = sa.text(
+        f"SELECT (SELECT count(*) FROM jobs{_WHERE}) + (SELECT count(*) FROM jobs_archive{_WHERE})"
+    )
+    found = int(conn.execute(total, which.params()).scalar_one())
+    return min(found, which.limit) if which.limit else found
+
+
+def iter_results(engine: Engine, which: ResultFilter) -> Iterator[dict[str, Any]]:
+    """Every matching job as a dict of COLUMNS, streamed."""
+    with engine.connect() as conn:
+        rows = conn.execution_options(yield_per=BATCH_ROWS).execute(
+            _statement(which), which.params()
+        )
+        for row in rows:
+            yield dict(row._mapping)
+
+
+def results_of(conn: Connection, job_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+    """The finished ones among ``job_ids``: id -> their row (status, result, last_error)."""
+    rows = conn.execute(
+        sa.text(
+            f"SELECT {_SELECT} FROM jobs WHERE id = ANY(:ids)"
+            " AND status IN ('completed', 'failed', 'cancelled')"
+            f" UNION ALL SELECT {_SELECT} FROM jobs_archive WHERE id = ANY(:ids)"
+        ),
+        {"ids": list(job_ids)},
+    )
+    return {r.id: dict(r._mapping) for r in rows}

@@ -1,0 +1,54 @@
+"""Named statements: whole texts, their statuses taken from the enums when the module loads."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import sqlalchemy as sa
+
+from scrapefleet.common.store import assignment, attempts
+from scrapefleet.common.store.sql_text import fill, statement
+from scrapefleet.common.store.statuses import HostState, JobStatus
+
+pytestmark = pytest.mark.timeout(10)
+
+
+def test_statuses_are_filled_in_from_the_enums() -> None:
+    text = fill("status = {job.processing} AND state = {host.active} AND s IN {in_flight}")
+    assert text == (
+        f"status = '{JobStatus.PROCESSING}' AND state = '{HostState.ACTIVE}'"
+        " AND s IN ('queued', 'processing')"
+    )
+
+
+def test_an_unknown_status_stops_the_load() -> None:
+    with pytest.raises(KeyError, match=r"\{job\.procesing\}"):
+        statement("SELECT 1 FROM jobs WHERE status = {job.procesing}")
+
+
+def test_array_literals_and_parameters_are_left_alone() -> None:
+    assert fill("SELECT '{}'::int[], :host") == "SELECT '{}'::int[], :host"
+
+
+def _named(module: object) -> dict[str, sa.TextClause]:
+    return {
+        name: value
+        for name, value in vars(module).items()
+        if name.endswith("_SQL") and isinstance(value, sa.TextClause)
+    }
+
+
+@pytest.mark.parametrize("module", [attempts, assignment], ids=lambda m: m.__name__)
+def test_no_placeholder_is_left_in_a_statement(module: object) -> None:
+    statements = _named(module)
+    assert statements
+    for name, clause in statements.items():
+        assert not re.search(r"\{[a-z_.]+\}", clause.text), name
+
+
+def test_both_pending_reads_hold_the_ready_conditions_word_for_word() -> None:
+    # common.store.rate_keys reads READY_NOW on its own: it must be what the assignment runs.
+    for clause in (assignment.LOCK_PENDING_SQL, assignment.LOCK_PENDING_NO_BROWSER_SQL):
+        assert assignment.READY_NOW in clause.text
+        assert assignment.PENDING_COLUMNS.strip() in clause.text
