@@ -48,6 +48,7 @@ from scrapefleet.consumer.browser_user import (
     resolve_browser_user,
     stack_environment,
 )
+from scrapefleet.consumer.renderer_deaths import RendererWatch
 from scrapefleet.consumer.sessions import BrowserLaunch, quit_driver
 from scrapefleet.consumer.stack_processes import (
     TOKEN_ENV,
@@ -126,6 +127,7 @@ class StackWebDriver(Remote):
 
     launched_proxy: str | None = None
     job_context: Any = None  # the session pool's JobContext for the job it is leased to
+    renderer_watch: RendererWatch | None = None  # why its renderers die (consumer.renderer_deaths)
 
     def execute_cdp_cmd(self, cmd: str, cmd_args: dict[str, Any]) -> dict[str, Any]:
         result: dict[str, Any] = self.execute(
@@ -140,6 +142,8 @@ class StackWebDriver(Remote):
         more browsers than its capacity, even for an instant."""
         profile_dir = session_profile_dir(self)
         browser = processes_naming(profile_dir) if profile_dir is not None else []
+        if self.renderer_watch is not None:
+            self.renderer_watch.close()
         try:
             super().quit()
         finally:
@@ -418,6 +422,7 @@ class BrowserStack:
                 command_executor=connection, options=self.chrome_options(launch)
             )
             driver.launched_proxy = launch.proxy if launch else None
+            driver.renderer_watch = RendererWatch.start(driver.capabilities)
         except (WebDriverException, OSError) as exc:
             raise StackError(f"no browser session from the Grid of {self.host}: {exc}") from exc
         except Exception as exc:  # urllib3 errors when the Grid is gone
