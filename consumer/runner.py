@@ -234,7 +234,8 @@ def _run_job(
         try:
             returned = action.func(driver, params)
         except StackError as exc:
-            return Outcome.released(f"released: {exc}", exc, on_page=True)
+            on_page = not isinstance(exc, selenium_actions.GridUnreachable)
+            return Outcome.released(f"released: {exc}", exc, on_page=on_page)
         except BaseException as exc:
             if renderer_deaths.is_renderer_crash(exc) and (
                 killed := renderer_deaths.renderer_killed(driver, began, oom_kills)
