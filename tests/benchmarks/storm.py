@@ -126,6 +126,19 @@ def stack_processes(state_dir: Path, host: str | None = None) -> list[psutil.Pro
     return found
 
 
+def _described(proc: psutil.Process) -> str:
+    """A browser process for a breach's report: pid, age, parent, stack directory."""
+    with contextlib.suppress(psutil.Error):
+        parent = proc.parent()
+        folder = next((a for a in proc.cmdline() if a.startswith("--user-data-dir=")), "")
+        return (
+            f"{proc.pid} {time.time() - proc.create_time():.0f}s old"
+            f" parent {parent.pid if parent else None} {parent.name() if parent else ''}"
+            f" {folder[-60:]}"
+        )
+    return f"{proc.pid} gone"
+
+
 def _kind(proc: psutil.Process) -> str:
     with contextlib.suppress(psutil.Error):
         line = proc.cmdline()
@@ -162,6 +175,7 @@ class Storm:
         self.random = random.Random(args.seed)
         self.figures = Figures()
         self.stop = threading.Event()
+        self.started = time.monotonic()
         rescue = args.rescue_after_s
         self.fleet = LocalFleet(
             url,
@@ -364,7 +378,11 @@ class Storm:
                     ]
                     self.figures.most_browsers = max(self.figures.most_browsers, len(browsers))
                     if len(browsers) > CAPACITY:
-                        self.figures.browser_breaches.append(f"{host}: {len(browsers)} browsers")
+                        at = time.monotonic() - self.started
+                        self.figures.browser_breaches.append(
+                            f"{at:.0f} s {host}: {len(browsers)} browsers: "
+                            + "; ".join(_described(p) for p in browsers)
+                        )
 
     # -- the whole of it -------------------------------------------------------------------
 
@@ -374,7 +392,7 @@ class Storm:
                 store.add_host(conn, HostSpec(name=host, capacity=CAPACITY))
         duration_s = self.args.minutes * 60
         self.fleet.start()
-        started = time.monotonic()
+        started = self.started = time.monotonic()
         threads = [
             threading.Thread(target=self.submitter, args=(base, started + duration_s * 0.9)),
             threading.Thread(target=self.run_faults, args=(started, duration_s)),

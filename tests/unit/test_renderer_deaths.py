@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import json
+import queue
+import threading
+import time
 from pathlib import Path
 
 from selenium.common.exceptions import WebDriverException
 
 from scrapefleet.consumer.renderer_deaths import (
     Death,
+    RendererWatch,
     debugger_address,
     is_renderer_crash,
     killed_from_outside,
     oom_kill_count,
 )
 from scrapefleet.consumer.selenium_actions import RendererCrashed
+from tests.waiting import wait_for
 
 
 def _death(status: str, code: int, oom_kills: int | None = 0) -> Death:
@@ -66,3 +72,45 @@ def test_what_counts_as_a_renderer_crash() -> None:
     assert is_renderer_crash(WebDriverException("tab crashed\n  (Session info: chrome=156)"))
     assert not is_renderer_crash(WebDriverException("no such element"))
     assert not is_renderer_crash(ValueError("tab crashed"))
+
+
+class _FakeSocket:
+    """The browser's DevTools websocket: the messages it sends, when the test says so."""
+
+    def __init__(self) -> None:
+        self.messages: queue.Queue[str | None] = queue.Queue()
+
+    def recv(self) -> str:
+        message = self.messages.get()
+        if message is None:
+            raise ConnectionError("the browser went away")
+        return message
+
+    def crash(self, target: str, status: str, code: int) -> None:
+        params = {"targetId": target, "status": status, "errorCode": code}
+        self.messages.put(json.dumps({"method": "Target.targetCrashed", "params": params}))
+
+    def abort(self) -> None:
+        self.messages.put(None)
+
+    def close(self, timeout: float = 0) -> None:
+        pass
+
+
+def test_a_late_event_is_waited_for_and_the_jobs_tab_is_known_by_its_id() -> None:
+    ws = _FakeSocket()
+    watch = RendererWatch(ws)
+    try:
+        ws.messages.put(json.dumps({"method": "Target.targetInfoChanged", "params": {}}))
+        ws.crash("EARLIER", "killed", 9)  # heard before the attempt's page began
+        wait_for(lambda: watch.deaths_since(0.0, wait_s=0), 5, "the first death heard")
+        began = time.monotonic()
+        assert watch.deaths_since(began, wait_s=0) == []
+        (death,) = watch.deaths_since(began, tab="EARLIER", wait_s=0)  # the job's own tab
+        assert (death.status, death.code) == ("killed", 9)
+        threading.Timer(0.3, ws.crash, args=("LATE", "crashed", 11)).start()
+        (late,) = watch.deaths_since(began, wait_s=5)  # comes after the action's error
+        assert (late.target_id, late.status) == ("LATE", "crashed")
+    finally:
+        watch.close()
+    assert watch.deaths_since(time.monotonic(), wait_s=5) == []  # closed: no wait
