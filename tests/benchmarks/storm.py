@@ -148,7 +148,11 @@ def _kind(proc: psutil.Process) -> str:
         if name in ("chromium", "chrome"):  # not chrome_crashpad_handler
             if "--type=renderer" in line and "--extension-process" not in line:
                 return "renderer"
-            if not any(arg.startswith("--type=") for arg in line):
+            # A browser's own process names its profile; the helpers it forks and that have
+            # not yet taken their --type are not browsers (counting them made false breaches).
+            if not any(arg.startswith("--type=") for arg in line) and any(
+                arg.startswith("--user-data-dir=") for arg in line
+            ):
                 return "browser"
     return "other"
 
