@@ -148,10 +148,14 @@ def _kind(proc: psutil.Process) -> str:
         if name in ("chromium", "chrome"):  # not chrome_crashpad_handler
             if "--type=renderer" in line and "--extension-process" not in line:
                 return "renderer"
-            # A browser's own process names its profile; the helpers it forks and that have
-            # not yet taken their --type are not browsers (counting them made false breaches).
-            if not any(arg.startswith("--type=") for arg in line) and any(
-                arg.startswith("--user-data-dir=") for arg in line
+            # A browser's own process names its profile and was started by chromedriver; the
+            # helpers it forks keep its command line until they take their --type, and are not
+            # browsers (counting them made false breaches).
+            parent = proc.parent()
+            if (
+                not any(arg.startswith("--type=") for arg in line)
+                and any(arg.startswith("--user-data-dir=") for arg in line)
+                and (parent is None or parent.name() not in ("chromium", "chrome"))
             ):
                 return "browser"
     return "other"
