@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack
@@ -45,6 +46,7 @@ from scrapefleet.common.errors import StackError, SubmitError, UnknownAction, ti
 from scrapefleet.common.store import ClaimedJob
 from scrapefleet.consumer.browser import (  # noqa: F401  (they register the browser actions)
     crawl_browser,
+    renderer_deaths,
     selenium_actions,
 )
 from scrapefleet.consumer.browser.block_detection import NO_RULES, BlockRules, blocking_rules
@@ -244,11 +246,18 @@ def _run_browser_job(
                 return Outcome.released(f"released: {exc}", exc)
             # An option the browser refused: it refuses it the same way next time.
             return Outcome.failed(traceback.format_exc(), retryable=False)
+        began, oom_kills = time.monotonic(), renderer_deaths.oom_kill_count()
         try:
             returned = action.func(driver, params)
         except StackError as exc:
-            return Outcome.released(f"released: {exc}", exc, on_page=True)
+            on_page = not isinstance(exc, selenium_actions.GridUnreachable)
+            return Outcome.released(f"released: {exc}", exc, on_page=on_page)
         except BaseException as exc:
+            if renderer_deaths.is_renderer_crash(exc) and (
+                killed := renderer_deaths.renderer_killed(driver, began, oom_kills)
+            ):
+                # Not the page: it would load fine on a renderer nobody kills.
+                return Outcome.released(f"released: {_first_line(exc)}: {killed}", exc)
             if _late_for_the_host(exc) and (why := host_starved()):
                 # A page that did not load in time while the host was starved: the next page
                 # would time out there too. The host's fault, not the page's.
@@ -262,6 +271,11 @@ def _run_browser_job(
             with contextlib.suppress(Exception):
                 held.close()  # the lease's own cleanup must never turn into the job's error
     return _checked_result(job.kind, returned)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
 
 
 def _late_for_the_host(exc: BaseException) -> bool:

@@ -86,6 +86,11 @@ class RendererCrashed(ActionError):
     pass
 
 
+class GridUnreachable(StackError):
+    """The Grid's process does not answer at all (killed, crashed, its port closed): no page
+    does that, so the release is never counted against the job's page."""
+
+
 _CRASH_HINTS = ("tab crashed", "page crash", "target crashed")
 _LOST_SESSION_HINTS = (
     "invalid session id",
@@ -123,10 +128,10 @@ def translated_errors(what: str) -> Iterator[None]:
             raise StackError(f"{what}: browser session lost ({_first_line(exc)})") from exc
         raise ActionError(f"{what}: {_first_line(exc)}") from exc
     except (OSError, ConnectionError) as exc:
-        raise StackError(f"{what}: Grid unreachable ({exc!r})") from exc
+        raise GridUnreachable(f"{what}: Grid unreachable ({exc!r})") from exc
     except Exception as exc:
         if type(exc).__module__.startswith("urllib3"):  # MaxRetryError, ProtocolError, ...
-            raise StackError(f"{what}: Grid unreachable ({exc!r})") from exc
+            raise GridUnreachable(f"{what}: Grid unreachable ({exc!r})") from exc
         raise
 
 

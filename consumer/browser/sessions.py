@@ -267,6 +267,11 @@ class SessionPermits:
                     return False
                 self._cond.wait(min(remaining, 0.5))
 
+    @property
+    def interrupted(self) -> bool:
+        with self._cond:
+            return self._interrupted
+
     def interrupt(self) -> None:
         """Every acquire, waiting or to come, fails at once (the host's stacks are stopping)."""
         with self._cond:
@@ -577,6 +582,8 @@ class SessionPool:
     def _new_driver(self, wait: bool = True, launch: BrowserLaunch | None = None) -> Any:
         timeout = self._permit_wait_s if wait else 0
         if self._permits is not None and not self._permits.acquire(self, timeout, reclaim=wait):
+            if self._permits.interrupted:  # not a wait that ran out: say what happened
+                raise StackError("no browser session: the host's browser stacks are stopping")
             # A wait that ran out: the host is busy, not broken (the runner tells slowness
             # from faults by a timeout among the causes).
             raise StackError(

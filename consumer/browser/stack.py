@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -41,13 +42,14 @@ from scrapefleet.common.settings import Settings
 from scrapefleet.consumer.browser import grid_jvm
 from scrapefleet.consumer.browser.grid_auth import GridCredentials, write_private
 from scrapefleet.consumer.browser.job_setup import proxy_server_arg
+from scrapefleet.consumer.browser.renderer_deaths import RendererWatch
 from scrapefleet.consumer.browser.run_as import (
     BrowserUser,
     needs_no_sandbox,
     resolve_browser_user,
     stack_environment,
 )
-from scrapefleet.consumer.browser.sessions import BrowserLaunch, quit_driver
+from scrapefleet.consumer.browser.sessions import BrowserLaunch, first_line, quit_driver
 from scrapefleet.consumer.browser.stack_host import (
     AUTO_DISPLAY_TRIES,
     FIRST_AUTO_DISPLAY,
@@ -70,7 +72,9 @@ from scrapefleet.consumer.browser.stack_processes import (
     processes_naming,
     pss_bytes,
 )
-from scrapefleet.consumer.browser.start_deadline import RunningDeadline
+from scrapefleet.consumer.browser.start_deadline import RunningDeadline, paused_past
+
+log = logging.getLogger(__name__)
 
 CHROME_ARGS = (
     "--disable-dev-shm-usage",  # /dev/shm is small in containers; Chromium crashes on it
@@ -87,14 +91,25 @@ CHROME_ARGS = (
     "SpareRendererForSitePerProcess",
 )
 XVFB_READY_TIMEOUT_S = 10.0
+READ_SLICE_S = 0.25  # Xvfb's answer is awaited in slices this long (a pause is given back)
 STATUS_PROBE_TIMEOUT_S = 2.0
 READY_POLL_S = 0.1  # between looks at a starting Grid's status
 SESSION_RETRY_INTERVAL_S = 1  # Grid re-offers a queued session request this often
+GRID_START_TRIES = 3  # a Grid that exits while it starts is started again, this many in all
 # Chromium lingers up to ~1.5 s after its session is deleted (measured here); one that takes
 # longer than this is killed, so that a quit always ends with the browser gone.
 BROWSER_EXIT_TIMEOUT_S = 5.0
 # urllib must not send loopback status probes through an http_proxy from the environment.
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class GridExited(StackError):
+    """The Grid's process exited while it started."""
+
+
+class SessionStartPaused(StackError):
+    """A new session failed because this process was paused past the wait's limit (SIGSTOP, a
+    VM paused): not the stack's fault, and a start does not count it as a try."""
 
 
 class StackHealth(StrEnum):
@@ -125,6 +140,9 @@ class StackWebDriver(Remote):
 
     launched_proxy: str | None = None
     job_context: Any = None  # the session pool's JobContext for the job it is leased to
+    renderer_watch: RendererWatch | None = (
+        None  # why its renderers die (consumer.browser.renderer_deaths)
+    )
 
     def execute_cdp_cmd(self, cmd: str, cmd_args: dict[str, Any]) -> dict[str, Any]:
         result: dict[str, Any] = self.execute(
@@ -139,6 +157,8 @@ class StackWebDriver(Remote):
         more browsers than its capacity, even for an instant."""
         profile_dir = session_profile_dir(self)
         browser = processes_naming(profile_dir) if profile_dir is not None else []
+        if self.renderer_watch is not None:
+            self.renderer_watch.close()
         try:
             super().quit()
         finally:
@@ -186,6 +206,7 @@ class BrowserStack:
         self._archive: Path | None = None  # the host's class archive for the Grid's jar
         self._archive_mapped = False  # the Grid was started from it
         self._lock = threading.RLock()
+        self.grid_restarts = 0  # Grids started again in place after exiting while they started
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -221,11 +242,26 @@ class BrowserStack:
             jar = find_grid_jar(self.settings.grid_jar)
             try:
                 self._start_xvfb()
-                self._start_grid(jar)
-                self._wait_ready()
+                self._start_grid_until_ready(jar)
             except BaseException:
                 self.stop()
                 raise
+
+    def revive_grid(self) -> bool:
+        """Start the Grid again in place when its process has exited while Xvfb runs (killed
+        from outside, a JVM crash): the stack's other pieces and directories stay. False when
+        there is nothing to revive or the Grid would not come up."""
+        with self._lock:
+            if self._grid is None or self._grid.poll() is None:
+                return False
+            if self._xvfb is None or self._xvfb.poll() is not None:
+                return False
+            try:
+                self._start_grid_until_ready(find_grid_jar(self.settings.grid_jar), revive=True)
+            except StackError as exc:
+                log.warning("the Grid of %s did not come back: %s", self.host, first_line(exc))
+                return False
+            return True
 
     def stop(self) -> StopReport:
         """End every process of the stack, verify none is left, empty the temp dirs."""
@@ -339,15 +375,19 @@ class BrowserStack:
         connection = ChromiumRemoteConnection(
             self.grid_url, vendor_prefix="goog", browser_name="chrome", client_config=config
         )
+        started = time.monotonic()
         try:
             driver = StackWebDriver(
                 command_executor=connection, options=self.chrome_options(launch)
             )
             driver.launched_proxy = launch.proxy if launch else None
+            driver.renderer_watch = RendererWatch.start(driver.capabilities)
         except (WebDriverException, OSError) as exc:
-            raise StackError(f"no browser session from the Grid of {self.host}: {exc}") from exc
+            error = _session_error(http_timeout, started)
+            raise error(f"no browser session from the Grid of {self.host}: {exc}") from exc
         except Exception as exc:  # urllib3 errors when the Grid is gone
-            raise StackError(f"Grid of {self.host} unreachable: {exc!r}") from exc
+            error = _session_error(http_timeout, started)
+            raise error(f"Grid of {self.host} unreachable: {exc!r}") from exc
         try:
             driver.set_page_load_timeout(settings.page_load_timeout_s)
             driver.set_script_timeout(settings.script_timeout_s)
@@ -501,6 +541,46 @@ stereotype = '{stereotype}'
         except OSError as exc:
             raise StackError(f"cannot run the Grid: {exc}") from exc
 
+    def _start_grid_until_ready(self, jar: Path, revive: bool = False) -> None:
+        """Start the Grid and wait until it is ready; a Grid that exits meanwhile (killed,
+        crashed) is started again, up to GRID_START_TRIES in all, instead of failing the
+        stack for a back-off. A Grid that is merely slow is not: its deadline says so."""
+        for tries_left in range(GRID_START_TRIES - 1, -1, -1):
+            if revive or self._grid is not None:
+                self._end_dead_grid()
+            revive = False
+            self._start_grid(jar)
+            try:
+                self._wait_ready()
+                return
+            except GridExited as exc:
+                if not tries_left or self._xvfb is None or self._xvfb.poll() is not None:
+                    raise
+                self.grid_restarts += 1
+                log.warning(
+                    "the Grid of %s exited while it started (%s); starting it again (%d more)",
+                    self.host,
+                    first_line(exc),
+                    tries_left,
+                )
+
+    def _end_dead_grid(self) -> None:
+        """Reap an exited Grid and end what it left (drivers, browsers: they carry the stack's
+        token in their environment; Xvfb does not), so that its successor starts clean."""
+        dead = self._grid
+        self._grid = None
+        if dead is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                dead.wait(timeout=1.0)
+        nowhere = self.work_dir / "grid-only"  # matches no command line and no TMPDIR
+        end_stack_processes(
+            StackMarker(self._marker.token, nowhere, nowhere),
+            [dead.pid] if dead is not None else [],
+            self.settings.stack_stop_timeout_s,
+        )
+        if self._fixed_port is None:
+            self.grid_port = None  # a fresh port: the dead one's may linger in the kernel
+
     def _grid_ready(self) -> bool:
         try:
             return self._grid_answers()
@@ -528,7 +608,7 @@ stereotype = '{stereotype}'
             if self._grid is None or self._grid.poll() is not None:
                 if self._archive is not None and self._archive_mapped:
                     grid_jvm.forget_archive(self._archive)
-                raise StackError(
+                raise GridExited(
                     f"Grid of {self.host} exited at start; log tail:\n{tail(self.grid_log)}"
                 )
             if self._grid_ready():
@@ -540,6 +620,13 @@ stereotype = '{stereotype}'
             f"Grid of {self.host} not ready after {self.settings.stack_start_timeout_s:.0f} s; "
             f"log tail:\n{tail(self.grid_log)}"
         )
+
+
+def _session_error(limit_s: float, started: float) -> type[StackError]:
+    """A failed session start's error: SessionStartPaused when the call outlasted its limit
+    because this process was paused (consumer.browser.start_deadline.paused_past)."""
+    paused = paused_past(limit_s, started, time.monotonic())
+    return SessionStartPaused if paused else StackError
 
 
 def _quit_quietly(driver: Remote) -> None:

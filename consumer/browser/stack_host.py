@@ -9,9 +9,11 @@ import os
 import select
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from scrapefleet.common.errors import StackError
+from scrapefleet.consumer.browser.start_deadline import RunningDeadline
 
 JAR_GLOB = "selenium-server-4.*.jar"
 _REPO = Path(__file__).resolve().parents[2]  # a source checkout: consumer/browser/<here>
@@ -24,6 +26,7 @@ JAR_SEARCH_DIRS = (
 FIRST_AUTO_DISPLAY = 99
 AUTO_DISPLAY_TRIES = 200
 LOG_TAIL_CHARS = 3000
+READ_SLICE_S = 0.25  # Xvfb's answer is awaited in slices this long (a pause is given back)
 MAX_TMPDIR_CHARS = 50  # + "/.org.chromium.Chromium.XXXXXX/SingletonSocket" stays under 108
 
 
@@ -79,15 +82,31 @@ def clear_stale_display(display: int) -> bool:
     return True
 
 
-def read_line(fd: int, timeout_s: float) -> bytes:
+def _readable(fd: int, timeout_s: float) -> bool:
+    return bool(select.select([fd], [], [], timeout_s)[0])
+
+
+def read_line(
+    fd: int,
+    timeout_s: float,
+    clock: Callable[[], float] = time.monotonic,
+    wait: Callable[[int, float], bool] = _readable,
+) -> bytes:
     """Read up to a newline. Xvfb writes the display number and the newline in two writes and
-    dies (cannot write display number) if the pipe is closed between them."""
-    deadline = time.monotonic() + timeout_s
+    dies (cannot write display number) if the pipe is closed between them. Waited in slices:
+    time this process was paused meanwhile is given back (consumer.browser.start_deadline)."""
+    deadline = RunningDeadline.after(timeout_s, clock())
     answer = b""
     while not answer.endswith(b"\n"):
-        remaining = deadline - time.monotonic()
-        if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+        remaining = deadline.left(clock())
+        if remaining <= 0:
             break
+        asked = min(remaining, READ_SLICE_S)
+        before = clock()
+        ready = wait(fd, asked)
+        deadline.slept(asked, before, clock())
+        if not ready:
+            continue
         chunk = os.read(fd, 32)
         if not chunk:  # Xvfb exited without writing
             break

@@ -54,7 +54,12 @@ from scrapefleet.common.store import ClaimedJob
 from scrapefleet.consumer.browser import load as browser_load
 from scrapefleet.consumer.browser.load import BrowserLoad, HostSampler, LoadSample
 from scrapefleet.consumer.browser.sessions import BrowserLaunch, SessionPermits, SessionPool
-from scrapefleet.consumer.browser.stack import BrowserStack, StackHealth, StopReport
+from scrapefleet.consumer.browser.stack import (
+    BrowserStack,
+    SessionStartPaused,
+    StackHealth,
+    StopReport,
+)
 from scrapefleet.consumer.browser.stack_events import (
     Action,
     CheckHealth,
@@ -493,13 +498,24 @@ class StackSupervisor:
         """Grid ready is not enough: Chromium must start and answer BiDi too. This first
         session stays in the pool, warm for the first job. A browser that dies while it starts
         (killed from outside, a hiccup of a loaded host) is tried again a few times while the
-        Grid is up, rather than failing the whole stack for a back-off."""
-        for tries_left in range(FIRST_SESSION_TRIES - 1, -1, -1):
+        Grid is up (or could be started again), rather than failing the whole stack for a
+        back-off."""
+        tries_left, rearmed = FIRST_SESSION_TRIES - 1, 0
+        while True:
             try:
                 with pool.lease("context"):
                     return
+            except SessionStartPaused as exc:  # this process was paused: the try is re-armed
+                rearmed += 1
+                if rearmed > FIRST_SESSION_TRIES:
+                    raise
+                log.warning("the first browser session of %s: %s; trying again", self.host, exc)
+                continue
             except Exception as exc:
-                if not tries_left or not stack.healthy():
+                # A Grid that died meanwhile is started again in place, Xvfb kept; a host
+                # whose stacks are stopping tries no more.
+                stopping = self._permits.interrupted
+                if stopping or not tries_left or not (stack.healthy() or stack.revive_grid()):
                     raise
                 log.warning(
                     "the first browser session of %s failed (%s); trying again (%d more)",
@@ -507,6 +523,7 @@ class StackSupervisor:
                     describe(exc),
                     tries_left,
                 )
+                tries_left -= 1
 
     def _start_next(self) -> None:
         """A thread: the next stack, in a work directory no running or retiring stack uses

@@ -1,4 +1,4 @@
-"""A start deadline that counts only the time its process could run.
+"""Start deadlines that count only the time their process could run.
 
 A browser stack's start waits with a deadline (the Grid ready within ``stack_start_timeout_s``).
 When the consumer is frozen (SIGSTOP, a VM paused) or the host is starved of CPU, the monotonic
@@ -34,3 +34,11 @@ class RunningDeadline:
         if overrun > STALL_S:
             self.end += overrun
             self.given_back_s += overrun
+
+
+def paused_past(limit_s: float, started: float, ended: float) -> float:
+    """How long a wait bounded by ``limit_s`` that ran from ``started`` to ``ended`` overran its
+    limit, when that is more than STALL_S: the process was paused past the limit (the wait gave
+    up when it ran again, not because the other side took that long). 0.0 otherwise."""
+    overrun = (ended - started) - limit_s
+    return overrun if overrun > STALL_S else 0.0

@@ -14,7 +14,11 @@ from scrapefleet.common.actions.registry import register
 from scrapefleet.common.errors import StackError, SubmitError
 from scrapefleet.common.jobs.submit_file import validate_job
 from scrapefleet.common.store import ClaimedJob
-from scrapefleet.consumer.browser.selenium_actions import PageLoadTimeout, SelectorNotFound
+from scrapefleet.consumer.browser.selenium_actions import (
+    PageLoadTimeout,
+    SelectorNotFound,
+    translated_errors,
+)
 from scrapefleet.consumer.runner import run_job
 
 
@@ -128,6 +132,18 @@ def test_a_browser_that_dies_under_the_page_is_the_pages_release_unless_it_timed
     assert died.status == "released" and died.by_page and not died.slow
     slow = run_job(_job("test_runner_browser_died", {"value": 1}), driver_factory=_FakeDriver)
     assert slow.status == "released" and slow.slow and not slow.by_page
+
+
+@register("test_runner_grid_gone", _Params, needs_browser=True)
+def _grid_gone(driver: Any, params: _Params) -> dict[str, Any]:
+    with translated_errors("loading a page"):
+        raise ConnectionRefusedError(111, "Connection refused")
+
+
+def test_a_grid_that_stops_answering_under_the_page_is_never_the_pages_release() -> None:
+    gone = run_job(_job("test_runner_grid_gone"), driver_factory=_FakeDriver)
+    assert gone.status == "released" and "Grid unreachable" in (gone.error or "")
+    assert not gone.by_page  # a page cannot kill the Grid's JVM: the host's fault
 
 
 def test_browser_action_without_factory_is_a_clear_error() -> None:

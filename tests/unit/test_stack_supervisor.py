@@ -26,7 +26,7 @@ from scrapefleet.common.settings import Settings
 from scrapefleet.common.status.document import BrowserState
 from scrapefleet.common.store import ClaimedJob
 from scrapefleet.consumer.browser.load import LoadSample
-from scrapefleet.consumer.browser.stack import StackHealth, StopReport
+from scrapefleet.consumer.browser.stack import SessionStartPaused, StackHealth, StopReport
 from scrapefleet.consumer.browser.stack_events import (
     Record,
     RecordHostEvent,
@@ -122,6 +122,7 @@ class FakeStack:
         self.drivers = 0
         self.dying_browsers = 0  # the next sessions whose browser dies as it starts
         self.threads: list[str] = []  # the threads that started and stopped it
+        self.paused_sessions = 0  # the next session starts lost to a pause of the consumer
 
     def start(self) -> None:
         self.threads.append(threading.current_thread().name)
@@ -142,11 +143,17 @@ class FakeStack:
         if self.dying_browsers:
             self.dying_browsers -= 1
             raise StackError("chrome not reachable")
+        if self.paused_sessions:
+            self.paused_sessions -= 1
+            raise SessionStartPaused("no browser session: read timed out (consumer paused)")
         self.drivers += 1
         return FakeDriver()
 
     def healthy(self) -> bool:
         return self.up and self.grid_ready
+
+    def revive_grid(self) -> bool:
+        return False  # the real one: tests/browser/test_grid_restart.py
 
     def health(self) -> StackHealth:
         if self.up and self.grid_slow:
@@ -456,6 +463,15 @@ def test_a_browser_that_dies_while_the_stack_starts_is_tried_again_not_the_stack
     other.stack.dying_browsers = FIRST_SESSION_TRIES
     other.claim(browser=1)
     assert len(other.records.of(RecordStackFailure)) == 1
+
+
+def test_a_first_session_lost_to_a_pause_of_the_consumer_is_not_counted_as_a_try() -> None:
+    host = Host()
+    host.stack.paused_sessions = FIRST_SESSION_TRIES
+    host.stack.dying_browsers = FIRST_SESSION_TRIES - 1
+    host.claim(browser=1)
+    assert host.supervisor.running and not host.records.of(RecordStackFailure)
+    assert host.stack.starts == 1
 
 
 def test_a_failing_stack_is_not_retried_while_a_browser_job_is_in_flight() -> None:
