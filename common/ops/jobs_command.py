@@ -36,13 +36,14 @@ if TYPE_CHECKING:
     from scrapefleet.common.db import engines as database
     from scrapefleet.common.ops import bulk, render
     from scrapefleet.common.ops.dashboard import page_reads as dashboard_reads
-    from scrapefleet.common.reads import producer_status, queries
+    from scrapefleet.common.reads import kind_waits, producer_status, queries
     from scrapefleet.common.reads import results as job_results
     from scrapefleet.common.reads.results import ResultFilter
     from scrapefleet.common.store import JobFilter
 else:
     database = lazy_module("scrapefleet.common.db.engines")
     producer_status = lazy_module("scrapefleet.common.reads.producer_status")
+    kind_waits = lazy_module("scrapefleet.common.reads.kind_waits")
     queries = lazy_module("scrapefleet.common.reads.queries")
     job_results = lazy_module("scrapefleet.common.reads.results")
     bulk = lazy_module("scrapefleet.common.ops.bulk")
@@ -72,12 +73,15 @@ def jobs_show(ctx: CliContext, job_id: int) -> None:
         secret_set = (
             producer_status.read_producer_status(conn).webhook_secret_set if webhooks else None
         )
+        waiting = kind_waits.job_wait_reason(conn, row)
     row = masking.mask_job_row(row)  # a proxy password or a cookie is never shown back
     error = row.pop("last_error")
     artifacts = row.pop("artifacts") or {}
     for key, value in row.items():
         shown = json.dumps(value, default=str) if isinstance(value, dict | list) else value
         click.echo(f"{key:>13}: {shown}")
+    if waiting:
+        click.echo(f"{'':>13}  {waiting}")
     click.echo("\nhistory:")
     for e in events:
         message = f"  ({masking.mask_text(e['message'])})" if e["message"] else ""
