@@ -101,6 +101,9 @@ jobs = sa.Table(
     # Of its releases, those its page caused (the browser died under it): only these are
     # bounded (migration 0016).
     sa.Column("page_releases", sa.Integer, nullable=False, server_default="0"),
+    # Migration 0027: the host `submit --host` pinned it to; the producer assigns it nowhere
+    # else, however often that host hands it back.
+    sa.Column("pinned_host", sa.Text),
     sa.CheckConstraint(_in("status", JOB_STATUSES), name="jobs_status_valid"),
     sa.CheckConstraint(_in("error_class", ERROR_CLASSES), name="jobs_error_class_valid"),
     sa.CheckConstraint("max_attempts >= 1", name="jobs_max_attempts_positive"),

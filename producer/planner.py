@@ -126,7 +126,8 @@ def plan_assignments(
     plan, is skipped, and so is a browser job when no browser host has a slot left: it stays
     pending for a later cycle and never holds up the jobs behind it. ``placement`` may narrow
     a job's hosts (the least-loaded of those it allows) or hold it back; ``admission`` (the
-    rate limits) may hold it back, and hears of every job placed."""
+    rate limits) may hold it back, and hears of every job placed. A job pinned to a host goes
+    to that host or waits, never elsewhere."""
     free = [h.free for h in hosts]
     browser_free = [h.free if h.browser_free is None else h.browser_free for h in hosts]
     load = [h.in_flight for h in hosts]
@@ -170,6 +171,7 @@ def plan_assignments(
         choice = ANY_HOST if placement is None else placement.hosts_for(job)
         if choice is None:
             continue
+        choice = _pinned(job, choice)
         chosen = (
             pop(heap)
             if choice == ANY_HOST
@@ -192,6 +194,16 @@ def plan_assignments(
         if free[chosen] > 0:
             push(chosen)
     return plan
+
+
+def _pinned(job: PlannedJob, choice: HostChoice) -> HostChoice:
+    """A job pinned to a host (submit --host; the store's PendingJob carries it) may go there
+    only, whatever else allows it: if that host has no slot now, the job waits for one."""
+    pinned: str | None = getattr(job, "pinned_host", None)
+    if pinned is None:
+        return choice
+    allowed = frozenset({pinned}) if choice.allowed is None else choice.allowed & {pinned}
+    return HostChoice(allowed=allowed)
 
 
 def _best_allowed(

@@ -57,9 +57,12 @@ _LINGERING_FREE = (
 # ``lingering_on_host``: the host that may still run an ended attempt of the job (0016), which
 # the planner avoids while another host has a slot (that host would hold it queued until its
 # thread returned).
+# ``pinned_host``: the one host the job may go to (submit --host, migration 0027); the planner
+# holds it back while that host has no slot. Pinned jobs are few (canaries, an operator's
+# checks) and are pending only after their host handed them back, so they are read like any.
 PENDING_COLUMNS = (
     "id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile, blocked_on_host,"
-    " CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host"
+    " CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host, pinned_host"
 )
 # What an operator paused live (common.store.controls.Holds: empty arrays, nothing held).
 _NOT_HELD = (
@@ -155,6 +158,7 @@ def pending_jobs(rows: Iterable[sa.Row[Any]]) -> list[PendingJob]:
             rate_key=r.rate_key,
             blocked_on_host=r.blocked_on_host,
             lingering_on_host=r.lingering_on_host,
+            pinned_host=r.pinned_host,
         )
         for r in rows
     ]

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from scrapefleet.common.errors import ProbeError
 from scrapefleet.common.host_status import HostStatus
 from scrapefleet.common.queries import HostRow
-from scrapefleet.producer.planner import HostSlots, host_slots, plan_assignments
+from scrapefleet.producer.planner import HostChoice, HostSlots, host_slots, plan_assignments
 from tests.host_status_factory import status_for
 
 GIB = 1024**3
@@ -240,3 +240,46 @@ def test_a_host_that_reports_no_browser_limit_takes_browser_jobs_up_to_its_free_
     assert slots.browser_free is None
     plan = plan_assignments([slots], [Job(i, None, needs_browser=True) for i in range(9)], set())
     assert len(plan) == 6
+
+
+# ---------------------------------------------------------------- pinned jobs
+
+
+@dataclass(frozen=True)
+class PinnedJob:
+    id: int
+    lock_key: str | None = None
+    needs_browser: bool = False
+    pinned_host: str | None = None
+
+
+def test_a_pinned_job_goes_to_its_host_or_waits_never_elsewhere() -> None:
+    """Its host full, out of browser, or gone from the plan: the job stays pending, while the
+    idle host beside it gets the jobs nobody pinned."""
+    idle = HostSlots("a", 6, 0, 6)
+    jobs = [
+        PinnedJob(1, pinned_host="b"),
+        PinnedJob(2),
+        PinnedJob(3, needs_browser=True, pinned_host="b"),
+    ]
+    assert plan_assignments([idle, HostSlots("b", 6, 6, 0)], jobs, set()) == [(2, "a")]
+    no_browser = HostSlots("b", 6, 0, 6, takes_browser=False)
+    assert plan_assignments([idle, no_browser], jobs, set()) == [(1, "b"), (2, "a")]
+    assert plan_assignments([idle], jobs, set()) == [(2, "a")]
+    # With a slot there it goes there, though the other host is less loaded.
+    assert plan_assignments([idle, HostSlots("b", 6, 5, 1)], jobs[:1], set()) == [(1, "b")]
+
+
+def test_a_pin_narrows_what_a_placement_allows_and_overrides_what_it_avoids() -> None:
+    class Avoid:
+        def hosts_for(self, job: object) -> HostChoice:
+            return HostChoice(allowed=frozenset({"a", "b"}), avoid=frozenset({"b"}))
+
+        def placed(self, job: object, host: str) -> None:
+            pass
+
+    hosts = [HostSlots("a", 6, 0, 6), HostSlots("b", 6, 0, 6), HostSlots("c", 6, 0, 6)]
+    plan = plan_assignments(
+        hosts, [PinnedJob(1, pinned_host="b"), PinnedJob(2, pinned_host="c")], set(), Avoid()
+    )
+    assert plan == [(1, "b")]  # c is pinned but not allowed by the placement: it waits
