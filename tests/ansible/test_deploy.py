@@ -549,23 +549,6 @@ def test_verify_fails_naming_a_consumer_whose_daemon_is_stopped(deployment: Depl
     assert f"{stopped.name}: its consumer did not report live within 4 s" in run.output
 
 
-def test_an_older_scrapefleet_is_refused_naming_the_host(
-    deployment: Deployment, tmp_path: Path
-) -> None:
-    """A wheel older than the scrapefleet a host runs stops the run there, before anything is
-    copied or installed, unless asked for (scrapefleet_allow_downgrade). (After a rollout the
-    host keeps the rolled-out one instead: test_site_after_a_rollout_and_a_removal_...)"""
-    host = deployment.consumers[1]
-    older = build_wheel(tmp_path, version="0.0.1")
-    run = deployment.play(
-        "playbooks/consumers.yml", "--limit", f"{deployment.db.name},{host.name}",
-        "-e", f"scrapefleet_package={older}",
-    )  # fmt: skip
-    assert run.returncode != 0 and run.recap()[host.name]["changed"] == 0, run.output[-6000:]
-    assert f"{older.name} would downgrade it" in run.output, run.output[-6000:]
-    assert not (host.dir / "packages" / older.name).exists()
-
-
 def test_rollout_of_a_rebuilt_wheel_runs_its_code_and_keeps_a_drained_host_drained(
     deployment: Deployment, tmp_path: Path
 ) -> None:
@@ -749,6 +732,25 @@ def test_add_consumer_admits_the_host_and_proves_it_with_a_canary(deployment: De
     assert f"ok: [{back.name}]" in canaries, run.output[-6000:]
     hosts = json.loads(deployment.scrapefleet("status", "--json").stdout)["hosts"]
     assert {h["host"]: h["state"] for h in hosts}[back.name] == "active"
+
+
+def test_an_older_scrapefleet_is_refused_naming_the_host(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    """A wheel older than the scrapefleet a host runs stops the run there, before anything is
+    copied or installed, unless asked for (scrapefleet_allow_downgrade). The host added back
+    above runs the inventory's wheel (a host running a rollout's keeps it instead:
+    test_site_after_a_rollout_and_a_removal_changes_nothing)."""
+    host = deployment.consumers[0]
+    older = build_wheel(tmp_path, version="0.0.1")
+    run = deployment.play(
+        "playbooks/consumers.yml", "--limit", f"{deployment.db.name},{host.name}",
+        "-e", f"scrapefleet_package={older}",
+    )  # fmt: skip
+    recap = run.recap().get(host.name, {})
+    assert run.returncode != 0 and recap.get("changed") == 0, run.output[-6000:]
+    assert f"{older.name} would downgrade it" in run.output, run.output[-6000:]
+    assert not (host.dir / "packages" / older.name).exists()
 
 
 def _assert_no_secret(output: str) -> None:
