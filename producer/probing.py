@@ -48,7 +48,9 @@ class RoutingProbe:
         local = [t for t in targets if t.address is None]
         remote = [t for t in targets if t.address is not None]
         results = self._local.probe_all(local) if local else {}
-        if remote:
+        if not remote and self._remote is not None:
+            self._remote.probe_all([])  # no remote host left: their connections are closed
+        elif remote:
             probe = self._remote_probe()
             if probe is None:
                 reason = ProbeError(f"SSH probe unavailable: {self._remote_unavailable}")

@@ -136,7 +136,9 @@ class SSHProbe:
     # -- the Probe protocol ---------------------------------------------------------------
 
     def probe_all(self, targets: Sequence[HostTarget]) -> dict[str, HostStatus | ProbeError]:
-        """Probe every target in parallel; the round ends by timeout_s (+ a small grace)."""
+        """Probe every target in parallel; the round ends by timeout_s (+ a small grace). A host
+        no longer among the targets (removed, disabled) loses its kept-open connection."""
+        self._forget_all_but({t.name for t in targets})
         deadline = _Deadline(self.timeout_s, self._clock() + self.timeout_s, self._clock)
         futures = {t.name: self._pool.submit(self._probe_guarded, t, deadline) for t in targets}
         concurrent.futures.wait(futures.values(), timeout=self.timeout_s + ROUND_GRACE_S)
@@ -162,6 +164,15 @@ class SSHProbe:
             for link in self._links.values():
                 link.drop()
             self._links.clear()
+
+    def _forget_all_but(self, names: set[str]) -> None:
+        """Close and forget the links of hosts not in ``names``: an SSH session to a host the
+        fleet no longer probes would stay open on it until the producer stopped."""
+        with self._links_lock:
+            gone = [name for name in self._links if name not in names]
+            links = [self._links.pop(name) for name in gone]
+        for link in links:
+            link.drop()
 
     def _busy_error(self) -> ProbeError:
         return ProbeError(f"not probed within {self.timeout_s} s: all probe workers busy")

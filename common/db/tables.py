@@ -104,6 +104,9 @@ jobs = sa.Table(
     # Migration 0024: the claim whose children spawn_children inserted; set, no later claim of
     # the job spawns (a consumer's role cannot write it).
     sa.Column("spawned_claim", sa.Integer),
+    # Migration 0027: the host `submit --host` pinned it to; the producer assigns it nowhere
+    # else, however often that host hands it back.
+    sa.Column("pinned_host", sa.Text),
     sa.CheckConstraint(_in("status", JOB_STATUSES), name="jobs_status_valid"),
     sa.CheckConstraint(_in("error_class", ERROR_CLASSES), name="jobs_error_class_valid"),
     sa.CheckConstraint("max_attempts >= 1", name="jobs_max_attempts_positive"),

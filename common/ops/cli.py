@@ -102,7 +102,10 @@ def db_upgrade(ctx: CliContext) -> None:
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "csv"]), help="default: by extension")
 @click.option(
     "--host",
-    help="pin the jobs to this host: queued there at once, run by its consumer only (a canary)",
+    help=(
+        "pin the jobs to this host: queued there at once, run by its consumer only, waiting"
+        " for it whenever it hands them back (a canary)"
+    ),
 )
 @pass_ctx
 def submit(ctx: CliContext, file: Any, fmt: str | None, host: str | None) -> None:

@@ -31,8 +31,12 @@ __all__ = [
 # ``lingering_on_host``: the host that may still run an ended attempt of the job (0016), which
 # the planner avoids while another host has a slot (that host would hold it queued until its
 # thread returned).
+# ``pinned_host``: the one host the job may go to (submit --host, migration 0027); the planner
+# holds it back while that host has no slot. Pinned jobs are few (canaries, an operator's
+# checks) and are pending only after their host handed them back, so they are read like any.
 PENDING_COLUMNS = """id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile,
-  blocked_on_host, CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host"""
+  blocked_on_host, CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host,
+  pinned_host"""
 # What makes a pending job assignable now besides its status: the conditions of the two
 # statements below, also read by common.store.rate_keys (which passes a Holds' params too); a
 # test checks that each statement holds them word for word.
@@ -76,7 +80,8 @@ READY_NOW = fill(
 LOCK_PENDING_SQL = statement(
     """
 SELECT id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile,
-  blocked_on_host, CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host
+  blocked_on_host, CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host,
+  pinned_host
 FROM jobs
 WHERE status = {job.pending}
   AND (not_before IS NULL OR not_before <= now())
@@ -125,7 +130,8 @@ ORDER BY priority DESC, id LIMIT :limit FOR UPDATE SKIP LOCKED
 LOCK_PENDING_NO_BROWSER_SQL = statement(
     """
 SELECT id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile,
-  blocked_on_host, CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host
+  blocked_on_host, CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host,
+  pinned_host
 FROM jobs
 WHERE status = {job.pending} AND NOT needs_browser
   AND (not_before IS NULL OR not_before <= now())
@@ -233,6 +239,7 @@ def pending_jobs(rows: Iterable[sa.Row[Any]]) -> list[PendingJob]:
             rate_key=r.rate_key,
             blocked_on_host=r.blocked_on_host,
             lingering_on_host=r.lingering_on_host,
+            pinned_host=r.pinned_host,
         )
         for r in rows
     ]

@@ -60,6 +60,7 @@ class PendingJob:
     kind: str = ""
     rate_key: str | None = None  # common.jobs.rate_limits
     lingering_on_host: str | None = None  # may still run an ended attempt of it (store 0016)
+    pinned_host: str | None = None  # submit --host: it runs on this host or nowhere (0027)
 
 
 @dataclass(frozen=True)

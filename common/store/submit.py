@@ -72,7 +72,8 @@ DROP_STAGING_SQL = sa.text("DROP TABLE incoming_jobs")
 # A pinned job skips the planner: queued on its host at once, so only that host's consumer can
 # claim it (a deploy's canary proves that THIS host runs jobs, not that some host does).
 PIN_TO_HOST_SQL = sa.text(
-    f"UPDATE jobs SET status = '{JobStatus.QUEUED}', host = :host, queued_at = now()"
+    f"UPDATE jobs SET status = '{JobStatus.QUEUED}', host = :host, pinned_host = :host,"
+    " queued_at = now()"
     f" WHERE id = ANY(CAST(:ids AS bigint[])) AND status = '{JobStatus.PENDING}' RETURNING id"
 )
 NOTIFY_HOST_SQL = sa.text("SELECT pg_notify(:channel, :host)")

@@ -74,11 +74,15 @@ def _lock_owner_alive(display: int) -> bool:
 
 
 def clear_stale_display(display: int) -> bool:
-    """Remove a lock and socket left by a dead X server; False if a live server owns it."""
+    """Remove a lock and socket left by a dead X server; False if a live server owns it or
+    they cannot be removed (another user's, in sticky /tmp): the caller tries another display."""
     if x_lock(display).exists() and _lock_owner_alive(display):
         return False
     for leftover in (x_lock(display), x_socket(display)):
-        leftover.unlink(missing_ok=True)
+        try:
+            leftover.unlink(missing_ok=True)
+        except OSError:
+            return False
     return True
 
 

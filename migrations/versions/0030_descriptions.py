@@ -13,7 +13,7 @@ Create Date: 2026-11-27
 from alembic import op
 
 revision = "0030"
-down_revision = "0025"
+down_revision = "0027"
 branch_labels = None
 depends_on = None
 

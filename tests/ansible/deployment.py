@@ -30,6 +30,7 @@ from typing import Any
 from urllib.parse import quote
 
 from tests.ansible.playbook import REPO, PlaybookRun, run_playbook
+from tests.ansible.team_package import make_wheel
 from tests.fleet.harness import Fleet, FleetHost, _end_processes, _free_port
 from tests.in_tree_build import one_build_at_a_time
 from tests.waiting import scaled
@@ -156,9 +157,18 @@ class Deployment:
         self.inventory = self.work_dir / "inventory.yml"
         # JSON is YAML: no YAML library needed to write the inventory.
         self.wheelhouse = wheelhouse_archive(self.work_dir)
+        # A team's scraper package, shipped to every host beside scrapefleet (test_deploy runs
+        # its action on each consumer, then rolls out its next version).
+        self.team_wheel = make_wheel(self.work_dir / "team-1.0", "1.0", "hello")
         self.inventory.write_text(json.dumps(self._inventory(wheel), indent=2))
 
     # -- running ------------------------------------------------------------------------
+
+    def set_host_var(self, host: FleetHost, name: str, value: Any) -> None:
+        """A variable of one host in the inventory, from now on (as an operator edits it)."""
+        inventory = json.loads(self.inventory.read_text())
+        inventory["all"]["hosts"][host.name][name] = value
+        self.inventory.write_text(json.dumps(inventory, indent=2))
 
     def play(self, playbook: str = "site.yml", *extra: str) -> PlaybookRun:
         run = run_playbook(playbook, self.inventory, self.work_dir, *extra)
@@ -222,6 +232,7 @@ class Deployment:
             "scrapefleet_db_password": DB_PASSWORD,
             "scrapefleet_webhook_secret": WEBHOOK_SECRET,
             "scrapefleet_package": str(wheel),
+            "scrapefleet_extra_packages": [str(self.team_wheel)],
             "scrapefleet_wheelhouse": str(self.wheelhouse),
             "scrapefleet_service_command": [
                 "/usr/bin/python3",
@@ -266,8 +277,7 @@ class Deployment:
         (host.dir / "sudoers.d").mkdir()
         # A sudo rule as earlier versions of the role wrote it: the role must remove it.
         (host.dir / "sudoers.d" / "scrapefleet").write_text(f"{user} ALL=(root) NOPASSWD: x\n")
-        (host.dir / "systemd").mkdir()
-        (host.dir / "tmpfiles.d").mkdir()
+        # The unit and tmpfiles directories are left for the roles to create.
         # The harmless stand-in for the reboot: it only counts the reboots it was asked for.
         fake_reboot = host.dir / "fake-reboot"
         fake_reboot.write_text(f"#!/bin/sh\necho reboot >> {host.dir / 'reboots'}\n")

@@ -8,6 +8,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.waiting import scaled
+
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_DIR = REPO / "ansible"
 BIN = REPO / ".venv" / "bin"
@@ -63,12 +65,21 @@ def run_playbook(
     *extra: str,
     timeout: float = 600.0,  # generous: a loaded 2-core machine runs site.yml slowly
 ) -> PlaybookRun:
-    result = subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", str(inventory), playbook, *extra],
-        cwd=ANSIBLE_DIR,  # ./ansible.cfg
-        env=ansible_env(work_dir),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    try:
+        result = subprocess.run(
+            [str(BIN / "ansible-playbook"), "-i", str(inventory), playbook, *extra],
+            cwd=ANSIBLE_DIR,  # ./ansible.cfg
+            env=ansible_env(work_dir),
+            capture_output=True,
+            text=True,
+            timeout=scaled(timeout),
+        )
+    except subprocess.TimeoutExpired as timed_out:
+        # What it did until then is what explains the failure: the caller's assertion shows it.
+        output = [_text(timed_out.stdout), _text(timed_out.stderr)]
+        return PlaybookRun(-9, "".join(output) + f"\n[timed out after {scaled(timeout)} s]\n")
     return PlaybookRun(result.returncode, result.stdout + result.stderr)
+
+
+def _text(data: bytes | str | None) -> str:
+    return data.decode(errors="replace") if isinstance(data, bytes) else data or ""

@@ -1,8 +1,11 @@
 """site.yml over real SSH against namespace hosts, then the fleet it built runs jobs.
 
-One deployment per module (tests/ansible/deployment.py); the tests run in file order: the
-first run's recap and what its --diff output shows, the rendered units and keys, a batch of
-jobs, the second run (changed=0), then a rollout of another version with one host drained.
+One deployment per module (tests/ansible/deployment.py); the tests run in file order, each
+leaving the fleet as the next expects: the first run's recap and what its --diff output shows,
+the rendered units and keys, a batch of jobs and the team's package on every consumer, a
+rollout of another build with the package's next version (one host drained), a run failing
+after a settings change, the drained host removed, site.yml again (changed=0 everywhere, the
+rolled-out versions kept), then the removed host added back.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from scrapefleet.common.status.answer import parse_status_answer, status_answer_
 from tests.ansible.deployment import DB_PASSWORD, SECRETS, Deployment, build_wheel
 from tests.ansible.playbook import REPO, PlaybookRun
 from tests.ansible.service_control import parse_unit
+from tests.ansible.team_package import KIND, make_wheel
 from tests.fleet.harness import _free_port
 from tests.waiting import scaled, wait_for
 
@@ -391,6 +395,44 @@ def test_provisioned_fleet_processes_a_batch(deployment: Deployment) -> None:
     assert all(loads[h.name]["state"] == "active" for h in deployment.consumers), loads
 
 
+def test_a_team_package_runs_on_every_consumer(deployment: Deployment) -> None:
+    """site.yml shipped the team's package (scrapefleet_extra_packages) to every host: its kind
+    is accepted at submit on the producer host and a job of it, pinned to each consumer,
+    completes there with the package's own result."""
+    jobs = {h.name: _submit_pinned(deployment, h, {"kind": KIND, "payload": {}})
+            for h in deployment.consumers}  # fmt: skip
+    for host in deployment.consumers:
+        shown = _wait_finished(deployment, jobs[host.name])
+        assert _field(shown, "status") == "completed", shown
+        assert _field(shown, "host") == host.name, shown
+        assert json.loads(_field(shown, "result")) == {"greeting": "hello"}, shown
+
+
+def _submit_pinned(deployment: Deployment, host: Any, job: dict[str, Any]) -> str:
+    """One job pinned to ``host`` (submit --host); its id."""
+    path = deployment.db.dir / f"job-{host.name}.jsonl"
+    path.write_text(json.dumps(job) + "\n")
+    submitted = deployment.scrapefleet("submit", "--host", host.name, str(path))
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    return str(submitted.stdout.strip().splitlines()[-1].split(": ")[-1])
+
+
+def _wait_finished(deployment: Deployment, job_id: str, timeout: float = 120.0) -> str:
+    """`jobs show` of the job once it completed or failed."""
+
+    def finished() -> str | None:
+        shown = str(deployment.scrapefleet("jobs", "show", job_id).stdout)
+        return shown if _field(shown, "status") in ("completed", "failed") else None
+
+    return wait_for(finished, scaled(timeout), f"job {job_id}")
+
+
+def _field(shown: str, name: str) -> str:
+    """One field of `jobs show` output ("" when absent)."""
+    found = re.search(rf"(?m)^\s*{name}: (.*?)\s*$", shown)
+    return found[1] if found else ""
+
+
 def test_the_browser_runs_as_its_own_user_sandboxed(deployment: Deployment) -> None:
     """A browser job on a deployed consumer: its stack (Xvfb, the Grid, Chromium) runs as the
     role's browser user, not as the consumer's (which holds the settings), with the sandbox on."""
@@ -458,15 +500,6 @@ def test_probe_key_works_from_the_producer_only(deployment: Deployment) -> None:
     assert "Permission denied" in refused.stderr, refused.stderr
 
 
-def test_second_run_changes_nothing(deployment: Deployment) -> None:
-    run = deployment.play("site.yml", "--diff")
-    recap = run.recap()
-    for host in (deployment.db, *deployment.consumers):
-        assert recap[host.name]["failed"] == 0, run.output[-6000:]
-        assert recap[host.name]["changed"] == 0, "\n".join(run.changed_tasks())
-    _assert_no_secret(run.output)
-
-
 def test_the_database_role_leaves_a_cluster_it_did_not_create_alone(
     deployment: Deployment,
 ) -> None:
@@ -530,8 +563,11 @@ def test_rollout_of_a_rebuilt_wheel_runs_its_code_and_keeps_a_drained_host_drain
     marker = f"rollout-{deployment.fleet.run_id}"
     wheel = build_wheel(tmp_path, marker=marker)
     assert wheel.name == deployment.wheel.name  # the same version: pip alone would skip it
+    # The team's package goes from 1.0 to 2.0 in the same rollout.
+    team = make_wheel(tmp_path / "team-2.0", "2.0", "bonjour")
+    rolled = {"scrapefleet_package": str(wheel), "scrapefleet_extra_packages": [str(team)]}
     run = deployment.play(
-        "rollout.yml", "--diff", "-e", f"scrapefleet_package={wheel}",
+        "rollout.yml", "--diff", "-e", json.dumps(rolled),
         "--limit", f"all:!{deployment.down.name}",  # unreachable: it would stop the rollout
     )  # fmt: skip
     assert run.returncode == 0, run.output[-6000:]
@@ -549,31 +585,102 @@ def test_rollout_of_a_rebuilt_wheel_runs_its_code_and_keeps_a_drained_host_drain
     assert f"{drained.name} was draining before the rollout and stays so" in run.output
     canaries = _task_output(run, "Stop unless the canary job completed")
     assert f"ok: [{other.name}]" in canaries and drained.name not in canaries, canaries
+    # Every consumer reports the team package's new version, and the one at work runs its code.
+    reported = _task_output(run, "Say which packages' actions the consumer runs")
+    for host in deployment.consumers:
+        assert f"{host.name} runs actions of: team-hello 2.0" in reported, reported
+        assert _venv_version(host, "team-hello") == "2.0"
+    job_id = _submit_pinned(deployment, other, {"kind": KIND, "payload": {}})
+    shown = _wait_finished(deployment, job_id)
+    assert json.loads(_field(shown, "result")) == {"greeting": "bonjour"}, shown
+
+
+def _venv_version(host: Any, distribution: str) -> str:
+    """The version of a distribution the host's virtualenv holds."""
+    code = f"import importlib.metadata as m; print(m.version({distribution!r}))"
+    done = host.run([str(host.dir / "venv" / "bin" / "python"), "-I", "-c", code])
+    assert done.returncode == 0, done.stderr
+    return str(done.stdout.strip())
+
+
+def test_a_run_that_fails_after_a_settings_change_still_restarts_the_consumer(
+    deployment: Deployment,
+) -> None:
+    """A setting changed in the inventory, then a run that fails on that host after writing
+    it (the host key cannot be read): the consumer still restarts on the new settings
+    (force_handlers), so the next run, finding nothing to change, leaves it right
+    (test_site_after_a_rollout_and_a_removal_changes_nothing checks that run)."""
+    host = deployment.consumers[1]  # at work since the rollout
+    deployment.set_host_var(host, "scrapefleet_consumer_poll_s", 0.9)
+    run = deployment.play(
+        "playbooks/consumers.yml", "--limit", f"{deployment.db.name},{host.name}",
+        "-e", "scrapefleet_ssh_host_key_file=/nonexistent/ssh_host_ed25519_key.pub",
+    )  # fmt: skip
+    assert run.returncode != 0 and run.recap()[host.name]["failed"] == 1, run.output[-6000:]
+    failed = _task_output(run, "Read this host's public SSH host key")
+    assert f"fatal: [{host.name}]" in failed, run.output[-6000:]
+    _assert_runs_its_settings(deployment, host)
+
+
+def _assert_runs_its_settings(deployment: Deployment, host: Any) -> None:
+    """The consumer's settings say consumer_poll_s = 0.9, and its daemon started after they
+    were last written."""
+    config = host.dir / "etc" / "consumer.toml"
+    assert tomllib.loads(config.read_text())["consumer_poll_s"] == 0.9
+    pid = deployment.main_pid(host)
+    assert pid is not None, _logs(deployment)
+    started = psutil.Process(pid).create_time()
+    assert started >= config.stat().st_mtime, "the consumer runs the settings it had before"
 
 
 def test_remove_consumer_leaves_nothing(deployment: Deployment) -> None:
-    """The drained host is removed: no unit, probe key, sudo rule, pg_hba line or database
-    role is left, the fleet forgets it, and site.yml skips it while it stays in the inventory."""
+    """The drained host is removed: nothing the roles made is left on it (units, settings, CA,
+    package, probe key, sudo rule, users, directories, firewall table and its include, drop-ins),
+    and its address is nowhere else: pg_hba, its database role, the producer's known_hosts,
+    every other host's firewall sets; the fleet forgets it."""
     gone, kept = deployment.consumers
+    user = _service_user(gone)
     # An earlier version's sudo rule, to be removed too.
     (gone.dir / "sudoers.d" / "scrapefleet").write_text("x ALL=(root) NOPASSWD: x\n")
-    run = deployment.play("remove-consumer.yml", "-e", f"consumer={gone.name}")
+    run = deployment.play(
+        "remove-consumer.yml", "-e", f"consumer={gone.name}",
+        "--limit", f"all:!{deployment.down.name}",  # unreachable: it gets the change later
+    )  # fmt: skip
     assert run.returncode == 0, run.output[-6000:]
     assert deployment.main_pid(gone) is None
     for path in [
         deployment.unit_file(gone),
         deployment.unit_file(gone, "scrapefleet-reboot.path"),
         deployment.unit_file(gone, "scrapefleet-reboot.service"),
-        gone.dir / "home" / ".ssh" / "authorized_keys",
+        gone.dir / "tmpfiles.d" / "scrapefleet-reboot.conf",
+        gone.dir / "home",
         gone.dir / "sudoers.d" / "scrapefleet",
-        gone.dir / "etc" / "consumer.toml",
+        gone.dir / "etc",  # consumer.toml and database-ca.crt
+        gone.dir / "state",
+        gone.dir / "artifacts",
         gone.dir / "venv",
+        gone.dir / "packages",
+        gone.dir / "selenium-server",
+        gone.dir / "nftables.d" / "scrapefleet.nft",
+        gone.dir / "timesyncd.conf.d" / "scrapefleet.conf",
+        gone.dir / "journald.conf.d" / "scrapefleet.conf",
+        gone.dir / "apt.conf.d" / "52scrapefleet-unattended-upgrades",
     ]:
         assert not path.exists(), path
+    assert "scrapefleet" not in (gone.dir / "nftables.conf").read_text()
+    assert gone.run(["nft", "list", "table", "inet", "scrapefleet"]).returncode != 0
+    for name in (user, f"{user}-browser"):
+        with pytest.raises(KeyError):
+            pwd.getpwnam(name)
     known_hosts = (deployment.db.dir / "home" / ".ssh" / "known_hosts").read_text()
     assert gone.address not in known_hosts and kept.address in known_hosts
     hba = Path(f"/etc/postgresql/15/{deployment.cluster}/pg_hba.conf").read_text()
     assert f" {gone.address}/32" not in hba and f" {kept.address}/32" in hba
+    for other in (deployment.db, kept):
+        table = other.run(["nft", "list", "table", "inet", "scrapefleet"])
+        assert table.returncode == 0 and kept.address in table.stdout, table.stderr
+        assert gone.address not in table.stdout, (other.name, table.stdout)
+    assert not _reaches(gone, deployment.db.address, deployment.db_port)
     roles = subprocess.run(
         ["runuser", "-u", "postgres", "--", "psql", "-p", str(deployment.db_port), "-XAtc",
          "SELECT rolname FROM pg_roles WHERE rolname LIKE 'scrapefleet_consumer_%'"],
@@ -587,14 +694,63 @@ def test_remove_consumer_leaves_nothing(deployment: Deployment) -> None:
     hosts = json.loads(deployment.scrapefleet("status", "--json").stdout)["hosts"]
     assert [h["host"] for h in hosts] == [kept.name]
 
-    again = deployment.play("site.yml", "--limit", f"all:!{deployment.down.name}")
-    assert again.returncode == 0, again.output[-6000:]
-    assert f"WARNING: {gone.name} was removed from the fleet" in again.output
-    assert not deployment.unit_file(gone).exists()
-    # Nothing is installed on it again (the kept host may change: site.yml puts back the
-    # inventory's wheel over the rollout's rebuilt one).
-    assert again.recap()[gone.name]["changed"] == 0, "\n".join(again.changed_tasks())
-    assert not (gone.dir / "venv").exists() and not (gone.dir / "packages").exists()
+
+def test_site_after_a_rollout_and_a_removal_changes_nothing(deployment: Deployment) -> None:
+    """site.yml again, with the removed host still in the inventory: it is skipped, and nothing
+    changes anywhere else. The consumer keeps what rollout.yml installed (scrapefleet rebuilt,
+    team-hello 2.0) rather than the inventory's older wheels, without a restart, and the
+    settings of the run that failed (above) are the ones its daemon runs."""
+    gone, kept = deployment.consumers
+    pid = deployment.main_pid(kept)
+    run = deployment.play("site.yml", "--diff", "--limit", f"all:!{deployment.down.name}")
+    assert run.returncode == 0, run.output[-6000:]
+    recap = run.recap()
+    for host in (deployment.db, kept, gone):
+        assert recap[host.name]["changed"] == 0, "\n".join(run.changed_tasks())
+    _assert_no_secret(run.output)
+    assert f"WARNING: {gone.name} was removed from the fleet" in run.output
+    assert not deployment.unit_file(gone).exists() and not (gone.dir / "venv").exists()
+    assert f"WARNING: {kept.name} keeps scrapefleet" in run.output, run.output[-6000:]
+    assert deployment.main_pid(kept) == pid
+    marker = (kept.dir / "home" / f"code-marker.{pid}").read_text()
+    assert marker == f"rollout-{deployment.fleet.run_id}"
+    assert _venv_version(kept, "team-hello") == "2.0"
+    _assert_runs_its_settings(deployment, kept)
+
+
+def test_add_consumer_admits_the_host_and_proves_it_with_a_canary(deployment: Deployment) -> None:
+    """The removed host comes back with add-consumer.yml, the firewall on: the database host's
+    set admits its address again before its consumer starts, and its canary job completes on
+    it."""
+    back = deployment.consumers[0]
+    run = deployment.play("add-consumer.yml", "-e", f"consumer={back.name}")
+    assert run.returncode == 0, run.output[-6000:]
+    table = deployment.db.run(["nft", "list", "table", "inet", "scrapefleet"])
+    assert back.address in table.stdout, table.stdout
+    assert _reaches(back, deployment.db.address, deployment.db_port)
+    canaries = _task_output(run, "Stop unless the canary job completed")
+    assert f"ok: [{back.name}]" in canaries, run.output[-6000:]
+    hosts = json.loads(deployment.scrapefleet("status", "--json").stdout)["hosts"]
+    assert {h["host"]: h["state"] for h in hosts}[back.name] == "active"
+
+
+def test_an_older_scrapefleet_is_refused_naming_the_host(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    """A wheel older than the scrapefleet a host runs stops the run there, before anything is
+    copied or installed, unless asked for (scrapefleet_allow_downgrade). The host added back
+    above runs the inventory's wheel (a host running a rollout's keeps it instead:
+    test_site_after_a_rollout_and_a_removal_changes_nothing)."""
+    host = deployment.consumers[0]
+    older = build_wheel(tmp_path, version="0.0.1")
+    run = deployment.play(
+        "playbooks/consumers.yml", "--limit", f"{deployment.db.name},{host.name}",
+        "-e", f"scrapefleet_package={older}",
+    )  # fmt: skip
+    recap = run.recap().get(host.name, {})
+    assert run.returncode != 0 and recap.get("changed") == 0, run.output[-6000:]
+    assert f"{older.name} would downgrade it" in run.output, run.output[-6000:]
+    assert not (host.dir / "packages" / older.name).exists()
 
 
 def _assert_no_secret(output: str) -> None:

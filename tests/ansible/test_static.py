@@ -78,3 +78,22 @@ def test_no_task_runs_npm_on_a_host() -> None:
         if re.search(r"\bnpm\b", _runs_or_installs(task))
     ]
     assert not found
+
+
+def test_group_vars_lists_every_default_of_every_role() -> None:
+    """group_vars/all.yml says it lists every variable of the roles: each key of a role's
+    defaults appears there (as `# name:`), so a new one cannot be left out silently."""
+    import yaml
+
+    listed = set(
+        re.findall(
+            r"^#?\s*(scrapefleet_\w+):", (ANSIBLE_DIR / "group_vars/all.yml").read_text(), re.M
+        )
+    )
+    missing = sorted(
+        f"{defaults.relative_to(ANSIBLE_DIR)}: {name}"
+        for defaults in ANSIBLE_DIR.glob("roles/*/defaults/main.yml")
+        for name in yaml.safe_load(defaults.read_text()) or {}
+        if name not in listed
+    )
+    assert not missing

@@ -82,6 +82,20 @@ def test_transport_is_kept_open_across_rounds(fleet: Fleet, make_probe) -> None:
         assert probe.connect_count(name) == 1
 
 
+def test_a_host_no_longer_probed_loses_its_connection(fleet: Fleet, make_probe) -> None:
+    """Removed or disabled, a host is left out of the next round: its kept-open session is
+    closed then, not when the producer stops."""
+    probe = make_probe()
+    assert_healthy(probe.probe_all(fleet.targets()), *fleet.hosts)
+    kept = probe.transport("h1")
+    assert kept is not None and kept.is_active()
+    others = [t for t in fleet.targets() if t.name != "h1"]
+    assert_healthy(probe.probe_all(others), *(t.name for t in others))
+    assert not kept.is_active() and probe.transport("h1") is None
+    probe.probe_all([])
+    assert all(probe.transport(t.name) is None for t in others)
+
+
 def test_fresh_mode_connects_every_round(fleet: Fleet, make_probe) -> None:
     probe = make_probe(fresh=True)
     for _ in range(3):

@@ -11,6 +11,7 @@ from scrapefleet.common.errors import ProbeError
 from scrapefleet.common.reads.queries import HostRow
 from scrapefleet.common.status.document import HostStatus
 from scrapefleet.producer.planner import (
+    HostChoice,
     HostSlots,
     host_kinds,
     host_slots,
@@ -294,3 +295,47 @@ def test_host_kinds_shares_one_set_per_distinct_report() -> None:
     assert set(kinds) == {"a", "b"} and kinds["a"] is kinds["b"]
     slots = host_slots([_row("a"), _row("c")], probes, {}, 0.0, kinds=kinds)
     assert [s.kinds for s in slots] == [frozenset({"noop", "prices"}), None]
+
+
+# ---------------------------------------------------------------- pinned jobs
+
+
+@dataclass(frozen=True)
+class PinnedJob:
+    id: int
+    lock_key: str | None = None
+    needs_browser: bool = False
+    pinned_host: str | None = None
+    kind: str = "noop"
+
+
+def test_a_pinned_job_goes_to_its_host_or_waits_never_elsewhere() -> None:
+    """Its host full, out of browser, or gone from the plan: the job stays pending, while the
+    idle host beside it gets the jobs nobody pinned."""
+    idle = HostSlots("a", 6, 0, 6)
+    jobs = [
+        PinnedJob(1, pinned_host="b"),
+        PinnedJob(2),
+        PinnedJob(3, needs_browser=True, pinned_host="b"),
+    ]
+    assert plan_assignments([idle, HostSlots("b", 6, 6, 0)], jobs, set()) == [(2, "a")]
+    no_browser = HostSlots("b", 6, 0, 6, takes_browser=False)
+    assert plan_assignments([idle, no_browser], jobs, set()) == [(1, "b"), (2, "a")]
+    assert plan_assignments([idle], jobs, set()) == [(2, "a")]
+    # With a slot there it goes there, though the other host is less loaded.
+    assert plan_assignments([idle, HostSlots("b", 6, 5, 1)], jobs[:1], set()) == [(1, "b")]
+
+
+def test_a_pin_narrows_what_a_placement_allows_and_overrides_what_it_avoids() -> None:
+    class Avoid:
+        def hosts_for(self, job: object) -> HostChoice:
+            return HostChoice(allowed=frozenset({"a", "b"}), avoid=frozenset({"b"}))
+
+        def placed(self, job: object, host: str) -> None:
+            pass
+
+    hosts = [HostSlots("a", 6, 0, 6), HostSlots("b", 6, 0, 6), HostSlots("c", 6, 0, 6)]
+    plan = plan_assignments(
+        hosts, [PinnedJob(1, pinned_host="b"), PinnedJob(2, pinned_host="c")], set(), Avoid()
+    )
+    assert plan == [(1, "b")]  # c is pinned but not allowed by the placement: it waits
