@@ -7,7 +7,9 @@ they carry each response's status and headers (``cf-ray`` and the like) and its 
 subresources and popups alike, and they reach us while a classic ``get`` is still loading, so
 that a log is complete when the action returns. The Performance API has neither headers nor
 failed requests; CDP ``Network.*`` events are not reachable through the Grid's WebDriver
-endpoint (``goog/cdp/execute`` returns results, never events).
+endpoint (``goog/cdp/execute`` returns results, never events). A user context that outlives
+its job (a slot cleared in place) keeps its subscription for the next job's log: two round trips
+through the Grid less a job.
 
 Bounded: at most MAX_ENTRIES requests and about MAX_LOG_CHARS of JSON; what does not fit is
 counted in ``dropped``. Header values are cut at MAX_HEADER_VALUE_CHARS.

@@ -285,7 +285,10 @@ def _budget_near(state: StackState, since_restart: int, now: datetime) -> bool:
     left = policy.restart_every - since_restart
     if left <= policy.overlap_lead:
         return True
-    if state.lifetime_since is None or since_restart <= 0:
+    # A rate needs more than the first round of claims: a stack that has just taken over
+    # claims up to its capacity at once, and that burst, read as a rate, would start the next
+    # stack at once and keep two stacks alive for the whole lifetime.
+    if state.lifetime_since is None or since_restart <= max(policy.overlap_lead, 0):
         return False
     elapsed_s = (now - state.lifetime_since).total_seconds()
     if elapsed_s <= 0:  # no rate yet: the jobs that started the stack

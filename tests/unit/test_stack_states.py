@@ -431,6 +431,18 @@ def test_the_next_stack_starts_within_the_lead_and_takes_over_at_the_budget() ->
     assert retired.details == {"waited_s": 3.0, "killed": 9, "sigkilled": 0, "leftover_pids": []}
 
 
+def test_a_first_burst_of_claims_is_not_read_as_a_rate_that_starts_the_next_stack() -> None:
+    """A stack that has just taken over claims up to its capacity at once: those claims say
+    nothing of the rate, so the next stack is not started beside it for its whole lifetime."""
+    long_lived = replace(OVERLAP, restart_every=80)
+    state = replace(ready(long_lived), start_s=5.0)  # the last stack took 5 s to start
+    state, actions = feed(state, Claimed(6, since_restart=6, since_boot=6), now=at(0.1))
+    assert of_type(actions, StartNextStack) == [] and state.phase == Ready()
+    # Once past that first round, a fast rate starts it early enough for a slow start.
+    state, actions = feed(state, Claimed(1, since_restart=70, since_boot=70), now=at(7))
+    assert of_type(actions, StartNextStack) == [StartNextStack()]
+
+
 def test_claims_wait_for_a_next_stack_still_starting_and_the_pause_is_recorded() -> None:
     state = ready(OVERLAP)
     state, _ = feed(state, Claimed(6, since_restart=14, since_boot=14), now=at(1))
