@@ -5,8 +5,9 @@ browser stack's own thread and its short-lived helpers) is started through one S
 A thread that raises, or a lasting one that returns while the daemon is not stopping, is a
 death: one line names the thread and its error, and ``on_death`` stops the daemon, which then
 exits non-zero. A daemon missing its heartbeat or its recorder would otherwise keep claiming
-work it can no longer keep or record (threads run with ``daemon=True`` so that a stuck one
-never holds up the exit, and such a thread used to die without a word).
+work it can no longer keep or record. Threads run with ``daemon=True`` so that a stuck one
+never holds up the exit; a daemon thread that raises is otherwise gone without a word, which is
+why every one is started through this wrapper.
 
 The watch is the thread's own wrapper, not a poller: the death is seen the moment it happens.
 procrastinate's worker does the same for its side tasks (``_monitor_side_tasks``).

@@ -288,7 +288,7 @@ def _budget_near(state: StackState, since_restart: int, now: datetime) -> bool:
     # A rate needs more than the first round of claims: a stack that has just taken over
     # claims up to its capacity at once, and that burst, read as a rate, would start the next
     # stack at once and keep two stacks alive for the whole lifetime.
-    if state.lifetime_since is None or since_restart <= max(policy.overlap_lead, 0):
+    if state.lifetime_since is None or since_restart <= policy.overlap_lead:
         return False
     elapsed_s = (now - state.lifetime_since).total_seconds()
     if elapsed_s <= 0:  # no rate yet: the jobs that started the stack

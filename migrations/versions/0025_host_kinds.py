@@ -8,7 +8,7 @@ not probed yet), read as "runs any kind". The planner places a job only on an ac
 runs its kind, and readers say why a job of a kind no active host runs is waiting.
 
 Revision ID: 0025
-Revises: 0023
+Revises: 0024
 Create Date: 2026-11-27
 """
 

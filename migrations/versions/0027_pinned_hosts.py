@@ -9,7 +9,7 @@ grant on it: its column grants are listed in common.ops.db_grant), and the produ
 pinned job to that host only: while the host cannot take it, the job waits, pending.
 
 Revision ID: 0027
-Revises: 0023
+Revises: 0025
 Create Date: 2026-11-27
 """
 

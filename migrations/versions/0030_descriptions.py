@@ -6,7 +6,7 @@ a view after this one sets its COMMENT again (a dropped view loses it; a test fi
 without one). Downgrade: the comments before.
 
 Revision ID: 0030
-Revises: 0023
+Revises: 0027
 Create Date: 2026-11-27
 """
 
