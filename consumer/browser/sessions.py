@@ -136,11 +136,15 @@ class _Slot:
         self.job_isolation: Isolation | None = None  # the level the slot's last job ran at
         self.last_used = 0.0
         self.jobs_on_driver = 0  # jobs its session has run since it started
+        # Its tab's history length after the last clearing in place (None: not cleared yet),
+        # which tells the next clearing whether the job left more than its one entry.
+        self.history_length: int | None = None
 
     def open_context(self) -> None:
         assert self.driver is not None
         self.context = open_context(self.driver)
         self.fresh = True
+        self.history_length = None
 
     @property
     def ready(self) -> bool:
@@ -666,10 +670,13 @@ class SessionPool:
                 handles = slot.driver.window_handles
                 context = slot.context
                 if context is not None and slot.job_isolation == "cleared":
-                    why = clear_in_place(slot.driver, context, handles)
-                    if why is None:
+                    cleared = clear_in_place(slot.driver, context, handles, slot.history_length)
+                    slot.history_length = cleared.history_length
+                    if cleared.why is None:
                         return
-                    log.debug("session slot %d: a fresh context, not cleared: %s", slot.index, why)
+                    log.debug(
+                        "session slot %d: a fresh context, not cleared: %s", slot.index, cleared.why
+                    )
                 if context is not None:
                     slot.context = None
                     close_context(slot.driver, context)

@@ -22,6 +22,7 @@ ITEM = """<!doctype html><html><head><title>Widget 42</title></head><body>
 PLAIN = "<!doctype html><title>Plain</title><p>nothing awaited here</p>"
 ERROR = "<!doctype html><title>Oops</title><h1>boom</h1>"
 SLOW_PAGE_S = 1.0
+WORKER = "self.addEventListener('fetch', () => {});"
 LONG = (
     "<!doctype html><title>Long</title><body style='margin:0'>"
     "<h1 id='top'>top</h1><div style='height:4000px;background:linear-gradient(red,blue)'></div>"
@@ -68,10 +69,16 @@ class LocalSite:
             def log_message(self, *args: object) -> None:  # keep pytest output clean
                 pass
 
-            def _send(self, status: int, body: str, headers: dict[str, str] | None = None) -> None:
+            def _send(
+                self,
+                status: int,
+                body: str,
+                headers: dict[str, str] | None = None,
+                content_type: str = "text/html; charset=utf-8",
+            ) -> None:
                 data = body.encode()
                 self.send_response(status)
-                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(data)))
                 for key, value in (headers or {}).items():
                     self.send_header(key, value)
@@ -101,6 +108,8 @@ class LocalSite:
                 elif path == "/slow":  # a page that takes a second to answer, like many do
                     site.release_hung.wait(SLOW_PAGE_S)
                     self._send(200, PLAIN)
+                elif path == "/worker.js":  # a service worker that does nothing
+                    self._send(200, WORKER, content_type="text/javascript")
                 elif path == "/hang":
                     site.release_hung.wait(HANG_MAX_S)
                     self._send(200, PLAIN)
