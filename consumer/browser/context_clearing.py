@@ -44,13 +44,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 from scrapefleet.consumer.browser import bidi
-
-if TYPE_CHECKING:  # consumer.browser.sessions imports this module
-    from scrapefleet.consumer.browser.sessions import JobContext
+from scrapefleet.consumer.browser.driver_sessions import JobContext
 
 # Everything Storage.clearDataForOrigin can clear except the HTTP cache, which it never does.
 # Cookies are deleted apart, for every domain of the user context at once.

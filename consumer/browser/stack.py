@@ -40,6 +40,7 @@ from selenium.webdriver.remote.client_config import ClientConfig
 from scrapefleet.common.errors import StackError
 from scrapefleet.common.settings import Settings
 from scrapefleet.consumer.browser import grid_jvm
+from scrapefleet.consumer.browser.driver_sessions import BrowserLaunch, first_line, quit_driver
 from scrapefleet.consumer.browser.grid_auth import GridCredentials, write_private
 from scrapefleet.consumer.browser.job_setup import proxy_server_arg
 from scrapefleet.consumer.browser.renderer_deaths import RendererWatch
@@ -49,7 +50,6 @@ from scrapefleet.consumer.browser.run_as import (
     resolve_browser_user,
     stack_environment,
 )
-from scrapefleet.consumer.browser.sessions import BrowserLaunch, first_line, quit_driver
 from scrapefleet.consumer.browser.stack_host import (
     AUTO_DISPLAY_TRIES,
     FIRST_AUTO_DISPLAY,

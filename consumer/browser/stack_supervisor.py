@@ -52,8 +52,10 @@ from scrapefleet.common.runtime.side_threads import SideThreads
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import ClaimedJob
 from scrapefleet.consumer.browser import load as browser_load
+from scrapefleet.consumer.browser.driver_sessions import BrowserLaunch
 from scrapefleet.consumer.browser.load import BrowserLoad, HostSampler, LoadSample
-from scrapefleet.consumer.browser.sessions import BrowserLaunch, SessionPermits, SessionPool
+from scrapefleet.consumer.browser.session_permits import SessionPermits
+from scrapefleet.consumer.browser.sessions import SessionPool
 from scrapefleet.consumer.browser.stack import (
     BrowserStack,
     SessionStartPaused,

@@ -27,14 +27,14 @@ from pathlib import Path
 import psutil
 
 from scrapefleet.consumer.browser import stack as browser_stack
-from scrapefleet.consumer.browser.selenium_actions import FetchPageParams, fetch_page
-from scrapefleet.consumer.browser.sessions import (
-    SessionPool,
+from scrapefleet.consumer.browser.driver_sessions import (
     close_context,
     open_context,
     quit_driver,
     tune_bidi,
 )
+from scrapefleet.consumer.browser.selenium_actions import FetchPageParams, fetch_page
+from scrapefleet.consumer.browser.sessions import SessionPool
 from scrapefleet.consumer.browser.stack import BrowserStack
 from tests.benchmarks.bench_browser import pages, settings_for
 from tests.benchmarks.doc_site import DocSite

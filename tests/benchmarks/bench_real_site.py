@@ -67,6 +67,7 @@ from scrapefleet.consumer.daemon import Consumer
 from tests.benchmarks.bench_browser import FIRST_JOBS, MB, Run, bench_database, settings_for
 from tests.benchmarks.bench_contexts import kind_of
 from tests.benchmarks.doc_site import DocSite
+from tests.benchmarks.round_trips import RoundTrips, counted_round_trips
 
 RESTART_EVERY: int = setting_default("restart_every")
 BROWSER_RETIRE_EVERY: int = setting_default("browser_retire_every")
@@ -109,6 +110,7 @@ class RealRun(Run):
     releases: int = 0  # attempts handed back by a host (jobs.releases)
     requeues: int = 0  # queued jobs handed back before they ran (job_events)
     fault_lines: list[str] = field(default_factory=list)  # logged lines saying "stack fault"
+    round_trips: RoundTrips | None = None  # WebDriver and BiDi commands through the Grid
 
     @property
     def rate(self) -> float:
@@ -256,7 +258,7 @@ def run_hosts(
 
     run = RealRun(label, len(urls))
     limit_s = 120 + 10 * len(urls)  # a bound, far above any run seen here
-    with FaultLog() as faults, CpuSampler(stacks_and_me) as cpu:
+    with FaultLog() as faults, CpuSampler(stacks_and_me) as cpu, counted_round_trips() as trips:
         started = time.monotonic()
         for thread in threads:
             thread.start()
@@ -285,6 +287,7 @@ def run_hosts(
             raise
     run.cpu_s, run.machine_cpu_s, run.fault_lines = cpu.cpu_s, cpu.machine_cpu_s, faults.lines
     run.bench_cpu_s, run.load = cpu.bench_cpu_s, os.getloadavg()[0]
+    run.round_trips = trips
     _read_outcome(engine, run)
     return run
 
@@ -732,6 +735,13 @@ def main() -> None:
     for run in runs:
         if run.events:
             print(f"{run.label}: host_events {dict(run.events)}; releases {run.releases}")
+    for run in runs:
+        if run.round_trips is not None:
+            trips = run.round_trips
+            print(
+                f"{run.label}: {trips.total / run.jobs:.1f} round trips through the Grid a job"
+                f" ({trips.describe(run.jobs)})"
+            )
     draw(runs, PLOT, f"fetch_page on PostgreSQL's manual ({args.jobs} pages), capacity 6")
     print(f"plot: {PLOT}")
 

@@ -22,6 +22,7 @@ ITEM = """<!doctype html><html><head><title>Widget 42</title></head><body>
 PLAIN = "<!doctype html><title>Plain</title><p>nothing awaited here</p>"
 ERROR = "<!doctype html><title>Oops</title><h1>boom</h1>"
 SLOW_PAGE_S = 1.0
+HTML = "text/html; charset=utf-8"
 WORKER = "self.addEventListener('fetch', () => {});"
 LONG = (
     "<!doctype html><title>Long</title><body style='margin:0'>"
@@ -59,6 +60,19 @@ def links_page(count: int = LINKS) -> str:
     return f"<!doctype html><title>Links</title><body>{anchors}</body>"
 
 
+# Pages answered at once: path -> status, body, headers, content type.
+STATIC: dict[str, tuple[int, str, dict[str, str], str]] = {
+    "/item": (200, ITEM, {}, HTML),
+    "/redirect": (302, "", {"Location": "/item"}, HTML),
+    "/plain": (200, PLAIN, {}, HTML),
+    "/error": (500, ERROR, {}, HTML),
+    "/long": (200, LONG, {}, HTML),
+    "/varied": (200, VARIED, {}, HTML),
+    "/links": (200, links_page(), {}, HTML),
+    "/worker.js": (200, WORKER, {}, "text/javascript"),  # a service worker that does nothing
+}
+
+
 class LocalSite:
     def __init__(self) -> None:
         self.release_hung = threading.Event()
@@ -74,7 +88,7 @@ class LocalSite:
                 status: int,
                 body: str,
                 headers: dict[str, str] | None = None,
-                content_type: str = "text/html; charset=utf-8",
+                content_type: str = HTML,
             ) -> None:
                 data = body.encode()
                 self.send_response(status)
@@ -88,28 +102,14 @@ class LocalSite:
 
             def do_GET(self) -> None:
                 path = self.path.split("?")[0]
-                if path == "/item":
-                    self._send(200, ITEM)
-                elif path == "/redirect":
-                    self._send(302, "", {"Location": "/item"})
-                elif path == "/plain":
-                    self._send(200, PLAIN)
-                elif path == "/error":
-                    self._send(500, ERROR)
-                elif path == "/long":
-                    self._send(200, LONG)
-                elif path == "/varied":
-                    self._send(200, VARIED)
-                elif path == "/links":
-                    self._send(200, links_page())
+                if path in STATIC:
+                    self._send(*STATIC[path])
                 elif path == "/cached":  # a browser that kept it asks only once
                     site.cached_hits += 1
                     self._send(200, PLAIN, {"Cache-Control": "max-age=600"})
                 elif path == "/slow":  # a page that takes a second to answer, like many do
                     site.release_hung.wait(SLOW_PAGE_S)
                     self._send(200, PLAIN)
-                elif path == "/worker.js":  # a service worker that does nothing
-                    self._send(200, WORKER, content_type="text/javascript")
                 elif path == "/hang":
                     site.release_hung.wait(HANG_MAX_S)
                     self._send(200, PLAIN)
