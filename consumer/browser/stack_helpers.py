@@ -30,8 +30,8 @@ from scrapefleet.consumer.browser.stack_events import (
     NextStackStarted,
     StackStopped,
 )
-from scrapefleet.consumer.browser.stack_holdings import Held
-from scrapefleet.consumer.browser.stack_launch import StackLauncher, pss_bytes
+from scrapefleet.consumer.browser.stack_holdings import Held, pss_bytes
+from scrapefleet.consumer.browser.stack_launch import StackLauncher
 
 
 @dataclass(frozen=True)

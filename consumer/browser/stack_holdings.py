@@ -19,13 +19,21 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from scrapefleet.consumer.browser.sessions import SessionPool
 from scrapefleet.consumer.browser.stack import BrowserStack
-from scrapefleet.consumer.browser.stack_launch import pss_bytes
 
 Held = tuple[BrowserStack, SessionPool]  # a stack and its sessions
+
+
+def pss_bytes(stack: BrowserStack) -> int:
+    """The stack's PSS; 0 rather than an error (a process that exited while it was read)."""
+    try:
+        return stack.memory_pss_bytes()
+    except Exception:
+        return 0
 
 
 class HostStacks:
@@ -70,7 +78,7 @@ class HostStacks:
         with self.lock:
             return sum(1 for _, pool in self.retiring if self._busy(pool) == 0)
 
-    def taken_work_dirs(self) -> set[Any]:
+    def taken_work_dirs(self) -> set[Path]:
         """The work directories of the running and the retiring stacks."""
         with self.lock:
             return {self.stack.work_dir, *(stack.work_dir for stack, _ in self.retiring)}

@@ -140,11 +140,3 @@ class StackLauncher:
                     tries_left,
                 )
                 tries_left -= 1
-
-
-def pss_bytes(stack: BrowserStack) -> int:
-    """The stack's PSS; 0 rather than an error (a process that exited while it was read)."""
-    try:
-        return stack.memory_pss_bytes()
-    except Exception:
-        return 0

@@ -89,12 +89,11 @@ from scrapefleet.consumer.browser.stack_helpers import (
     start_next,
     stop_retired,
 )
-from scrapefleet.consumer.browser.stack_holdings import HostStacks
+from scrapefleet.consumer.browser.stack_holdings import HostStacks, pss_bytes
 from scrapefleet.consumer.browser.stack_launch import (
     PoolMaker,
     StackLauncher,
     StackMaker,
-    pss_bytes,
     session_pool,
 )
 from scrapefleet.consumer.browser.stack_records import StackRecords, StoreRecords
@@ -152,11 +151,12 @@ class StackSupervisor(StackViews):
         first = stack or self._launcher.make_stack(self._launcher.work_dirs[0])
         self._stacks = HostStacks(first, self._lock)
         self._permits = SessionPermits(capacity)  # sessions of all stacks together
+        # The last helper of each kind (consumer.browser.stack_helpers), which a stop joins.
         self._next_run: HelperRun | None = None
         self._retire_run: HelperRun | None = None
         self._unwritten: SetHostState | None = None  # host back to active, still to be written
-        # How many browser jobs the host carries now (consumer.browser.load); sampled and
-        # adjusted at the main loop's step, read by claims and the status document.
+        # How many browser jobs the host carries now (consumer.browser.load_limit); sampled
+        # and adjusted at the main loop's step, read by claims and the status document.
         self._load = LoadLimit(host, capacity, cores, sample_load)
         # Its helpers (next stack, retiring stacks, a session to end) and its own thread.
         self._threads = threads or SideThreads()
