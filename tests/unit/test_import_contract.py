@@ -168,7 +168,7 @@ def _group_crossings(sources: dict[str, Path]) -> list[str]:
     for module, path in sorted(sources.items()):
         if module == SETTINGS or _layer(module) in ("ops", "local"):
             continue
-        for imported in _imports(path, module, top_level_only=False):
+        for imported in sorted(_imports(path, module, top_level_only=False)):
             if imported.startswith(SETTING_GROUPS + "."):
                 broken.append(f"{path.name} ({module}) imports {imported}")
     return broken
