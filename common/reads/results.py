@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from scrapefleet.common.actions.error_classes import ERROR_CLASSES
-from scrapefleet.common.db.tables import JOB_STATUSES
+from scrapefleet.common.db.schema_base import JOB_STATUSES
 from scrapefleet.common.errors import SubmitError
 
 BATCH_ROWS = 2000
