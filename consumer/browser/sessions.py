@@ -48,12 +48,13 @@ from scrapefleet.consumer.browser.driver_sessions import (
     tune_bidi,
 )
 from scrapefleet.consumer.browser.session_permits import SessionPermits
+from scrapefleet.consumer.browser.session_pool_views import SessionPoolViews
 from scrapefleet.consumer.browser.session_slots import Slot, SlotState, pick_slot
 
 log = logging.getLogger(__name__)
 
 
-class SessionPool:
+class SessionPool(SessionPoolViews):
     """``size`` slots of warm sessions; thread-safe; at most ``size`` leases at once.
 
     ``make_driver`` returns a new session with BiDi enabled (for ``"context"`` leases) and
@@ -130,44 +131,12 @@ class SessionPool:
 
     # -- what the owner reads and calls -------------------------------------------------------
 
-    @property
-    def sessions_alive(self) -> int:
-        """Sessions the pool holds now (leased, idle or being prepared)."""
-        with self._cond:
-            return sum(1 for slot in self._slots if slot.driver is not None)
-
-    @property
-    def peak_leased(self) -> int:
-        """The most leases this pool has given at once: as many sessions as its jobs needed."""
-        with self._cond:
-            return self._peak_leased
-
-    @property
-    def prepared(self) -> int:
-        """Idle slots with a context open for the next job."""
-        with self._cond:
-            return sum(1 for slot in self._slots if slot.state is SlotState.IDLE and slot.ready)
-
-    @property
-    def idle_sessions(self) -> int:
-        with self._cond:
-            return sum(1 for s in self._slots if s.state is SlotState.IDLE and s.driver is not None)
-
-    @property
-    def leased(self) -> int:
-        with self._cond:
-            return sum(1 for slot in self._slots if slot.state is SlotState.LEASED)
-
     def retire_sessions_after(self, jobs: int) -> None:
         """Quit a session once it has run ``jobs`` jobs and start its successor off the jobs'
         path (0: never). What leaks is the browser; its Grid and display stay up."""
         if jobs < 0:
             raise ValueError(f"a session's job budget cannot be negative ({jobs})")
         self._retire_after_jobs = jobs
-
-    def session_ids(self) -> list[str]:
-        with self._cond:
-            return [str(s.driver.session_id) for s in self._slots if s.driver is not None]
 
     def warm(self, count: int) -> int:
         """Start sessions, each with a context open, in up to ``count`` empty slots, in the
