@@ -7,7 +7,8 @@ import re
 import pytest
 import sqlalchemy as sa
 
-from scrapefleet.common.store import assignment, attempts
+from scrapefleet.common.constants import RATE_WINDOW_S
+from scrapefleet.common.store import assignment, attempts, rate_keys
 from scrapefleet.common.store.sql_text import fill, statement
 from scrapefleet.common.store.statuses import HostState, JobStatus
 
@@ -39,7 +40,10 @@ def _named(module: object) -> dict[str, sa.TextClause]:
     }
 
 
-@pytest.mark.parametrize("module", [attempts, assignment], ids=lambda m: m.__name__)
+MODULES = [attempts, assignment, rate_keys]
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
 def test_no_placeholder_is_left_in_a_statement(module: object) -> None:
     statements = _named(module)
     assert statements
@@ -47,8 +51,20 @@ def test_no_placeholder_is_left_in_a_statement(module: object) -> None:
         assert not re.search(r"\{[a-z_.]+\}", clause.text), name
 
 
-def test_both_pending_reads_hold_the_ready_conditions_word_for_word() -> None:
-    # common.store.rate_keys reads READY_NOW on its own: it must be what the assignment runs.
-    for clause in (assignment.LOCK_PENDING_SQL, assignment.LOCK_PENDING_NO_BROWSER_SQL):
+def test_the_pending_reads_hold_the_ready_conditions_word_for_word() -> None:
+    # common.store.rate_keys reads pending jobs on its own: the same conditions as the assignment.
+    for clause in (
+        assignment.LOCK_PENDING_SQL,
+        assignment.LOCK_PENDING_NO_BROWSER_SQL,
+        rate_keys.TIGHT_KEYS_SQL,
+        rate_keys.TIGHT_KEYS_NO_BROWSER_SQL,
+        rate_keys.TIGHT_KINDS_SQL,
+        rate_keys.TIGHT_KINDS_NO_BROWSER_SQL,
+    ):
         assert assignment.READY_NOW in clause.text
         assert assignment.PENDING_COLUMNS.strip() in clause.text
+
+
+def test_the_rate_window_is_the_constant_written_out() -> None:
+    # A literal, not a parameter (the producer's generic plan is estimated on it).
+    assert f"make_interval(secs => {RATE_WINDOW_S!r})" in rate_keys.RATE_WINDOW_SQL.text
