@@ -8,7 +8,7 @@ import pytest
 import sqlalchemy as sa
 
 from scrapefleet.common.constants import RATE_WINDOW_S
-from scrapefleet.common.store import assignment, attempts, rate_keys
+from scrapefleet.common.store import assignment, attempts, hosts, rate_keys
 from scrapefleet.common.store.sql_text import fill, statement
 from scrapefleet.common.store.statuses import HostState, JobStatus
 
@@ -40,7 +40,7 @@ def _named(module: object) -> dict[str, sa.TextClause]:
     }
 
 
-MODULES = [attempts, assignment, rate_keys]
+MODULES = [attempts, assignment, rate_keys, hosts]
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
