@@ -7,8 +7,9 @@ import re
 import pytest
 import sqlalchemy as sa
 
+from scrapefleet.common.browser.profile_names import ProfileState
 from scrapefleet.common.constants import RATE_WINDOW_S
-from scrapefleet.common.store import assignment, attempts, hosts, rate_keys
+from scrapefleet.common.store import assignment, attempts, hosts, profiles, rate_keys
 from scrapefleet.common.store.sql_text import fill, statement
 from scrapefleet.common.store.statuses import HostState, JobStatus
 
@@ -21,6 +22,10 @@ def test_statuses_are_filled_in_from_the_enums() -> None:
         f"status = '{JobStatus.PROCESSING}' AND state = '{HostState.ACTIVE}'"
         " AND s IN ('queued', 'processing')"
     )
+
+
+def test_a_profiles_state_is_filled_in_from_its_enum() -> None:
+    assert fill("state = {profile.cooling}") == f"state = '{ProfileState.COOLING}'"
 
 
 def test_an_unknown_status_stops_the_load() -> None:
@@ -40,7 +45,7 @@ def _named(module: object) -> dict[str, sa.TextClause]:
     }
 
 
-MODULES = [attempts, assignment, rate_keys, hosts]
+MODULES = [attempts, assignment, rate_keys, hosts, profiles]
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
