@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from scrapefleet.common.browser.profile_names import ProfileState
 from scrapefleet.common.constants import RATE_WINDOW_S
-from scrapefleet.common.store import assignment, attempts, hosts, profiles, rate_keys
+from scrapefleet.common.store import assignment, attempts, fleet, hosts, profiles, rate_keys
 from scrapefleet.common.store.sql_text import fill, statement
 from scrapefleet.common.store.statuses import HostState, JobStatus
 
@@ -45,7 +45,7 @@ def _named(module: object) -> dict[str, sa.TextClause]:
     }
 
 
-MODULES = [attempts, assignment, rate_keys, hosts, profiles]
+MODULES = [attempts, assignment, rate_keys, hosts, profiles, fleet]
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
