@@ -6,10 +6,20 @@ import re
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 
 from scrapefleet.common.browser.profile_names import ProfileState
 from scrapefleet.common.constants import RATE_WINDOW_S
-from scrapefleet.common.store import assignment, attempts, fleet, hosts, profiles, rate_keys
+from scrapefleet.common.db import tables
+from scrapefleet.common.store import (
+    assignment,
+    attempts,
+    fleet,
+    hosts,
+    profiles,
+    rate_keys,
+    submit,
+)
 from scrapefleet.common.store.sql_text import fill, statement
 from scrapefleet.common.store.statuses import HostState, JobStatus
 
@@ -22,6 +32,7 @@ def test_statuses_are_filled_in_from_the_enums() -> None:
         f"status = '{JobStatus.PROCESSING}' AND state = '{HostState.ACTIVE}'"
         " AND s IN ('queued', 'processing')"
     )
+    assert fill("{unfinished}") == "('pending', 'queued', 'processing')"
 
 
 def test_a_profiles_state_is_filled_in_from_its_enum() -> None:
@@ -45,7 +56,7 @@ def _named(module: object) -> dict[str, sa.TextClause]:
     }
 
 
-MODULES = [attempts, assignment, rate_keys, hosts, profiles, fleet]
+MODULES = [attempts, assignment, rate_keys, hosts, profiles, fleet, submit]
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
@@ -73,3 +84,23 @@ def test_the_pending_reads_hold_the_ready_conditions_word_for_word() -> None:
 def test_the_rate_window_is_the_constant_written_out() -> None:
     # A literal, not a parameter (the producer's generic plan is estimated on it).
     assert f"make_interval(secs => {RATE_WINDOW_S!r})" in rate_keys.RATE_WINDOW_SQL.text
+
+
+def _column_list(text: str, before: str) -> list[str]:
+    listed = re.search(re.escape(before) + r" \(([^)]*)\)", text)
+    assert listed, before
+    return [name.strip() for name in listed.group(1).split(",")]
+
+
+def test_the_staging_table_is_the_submitted_columns_with_the_types_of_jobs() -> None:
+    dialect = postgresql.dialect()
+    types = {
+        name: tables.jobs.c[name].type.compile(dialect=dialect) for name in submit.SUBMITTED_COLUMNS
+    }
+    body = re.search(r"incoming_jobs \((.*)\) ON COMMIT DROP", submit.CREATE_STAGING_SQL.text, re.S)
+    assert body
+    staged = [column.strip() for column in body.group(1).split(",")]
+    assert staged == ["seq int", *(f"{name} {types[name]}" for name in submit.SUBMITTED_COLUMNS)]
+    columns = list(submit.SUBMITTED_COLUMNS)
+    assert _column_list(submit.COPY_STAGING, "COPY incoming_jobs") == ["seq", *columns]
+    assert _column_list(submit.INSERT_FROM_STAGING_SQL.text, "INSERT INTO jobs") == columns
