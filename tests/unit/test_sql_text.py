@@ -14,6 +14,7 @@ from scrapefleet.common.db import tables
 from scrapefleet.common.store import (
     assignment,
     attempts,
+    blocks,
     fleet,
     hosts,
     profiles,
@@ -56,7 +57,7 @@ def _named(module: object) -> dict[str, sa.TextClause]:
     }
 
 
-MODULES = [attempts, assignment, rate_keys, hosts, profiles, fleet, submit]
+MODULES = [attempts, assignment, rate_keys, hosts, profiles, fleet, submit, blocks]
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
