@@ -17,12 +17,13 @@ from scrapefleet.common.store import (
     blocks,
     fleet,
     hosts,
+    operator,
     profiles,
     rate_keys,
     submit,
 )
 from scrapefleet.common.store.sql_text import fill, statement
-from scrapefleet.common.store.statuses import HostState, JobStatus
+from scrapefleet.common.store.statuses import HostState, JobStatus, sources, sql_list
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -57,7 +58,7 @@ def _named(module: object) -> dict[str, sa.TextClause]:
     }
 
 
-MODULES = [attempts, assignment, rate_keys, hosts, profiles, fleet, submit, blocks]
+MODULES = [attempts, assignment, rate_keys, hosts, profiles, fleet, submit, blocks, operator]
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
@@ -105,3 +106,16 @@ def test_the_staging_table_is_the_submitted_columns_with_the_types_of_jobs() -> 
     columns = list(submit.SUBMITTED_COLUMNS)
     assert _column_list(submit.COPY_STAGING, "COPY incoming_jobs") == ["seq", *columns]
     assert _column_list(submit.INSERT_FROM_STAGING_SQL.text, "INSERT INTO jobs") == columns
+
+
+def test_an_operators_statements_move_their_transitions_sources_with_its_filter() -> None:
+    cancelled = JobStatus.CANCELLED
+    for clause, moved in (
+        (operator.CANCEL_SQL, operator.CANCEL_SOURCES),
+        (operator.STOP_SQL, sources("stop_jobs", cancelled)),
+        (operator.RETRY_SQL, operator.retry_sources(include_cancelled=False)),
+        (operator.RETRY_INCLUDING_CANCELLED_SQL, operator.retry_sources(include_cancelled=True)),
+    ):
+        assert f"WHERE status IN {sql_list(moved)}" in clause.text
+    for clause in (operator.CANCEL_SQL, operator.RETRY_SQL, operator.RETRY_INCLUDING_CANCELLED_SQL):
+        assert operator.JOB_FILTER_SQL in clause.text
