@@ -15,11 +15,13 @@ from scrapefleet.common.store import (
     assignment,
     attempts,
     blocks,
+    crawls,
     fleet,
     hosts,
     operator,
     profiles,
     rate_keys,
+    retention,
     submit,
 )
 from scrapefleet.common.store.sql_text import fill, statement
@@ -58,7 +60,19 @@ def _named(module: object) -> dict[str, sa.TextClause]:
     }
 
 
-MODULES = [attempts, assignment, rate_keys, hosts, profiles, fleet, submit, blocks, operator]
+MODULES = [
+    attempts,
+    assignment,
+    rate_keys,
+    hosts,
+    profiles,
+    fleet,
+    submit,
+    blocks,
+    operator,
+    crawls,
+    retention,
+]
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
@@ -119,3 +133,15 @@ def test_an_operators_statements_move_their_transitions_sources_with_its_filter(
         assert f"WHERE status IN {sql_list(moved)}" in clause.text
     for clause in (operator.CANCEL_SQL, operator.RETRY_SQL, operator.RETRY_INCLUDING_CANCELLED_SQL):
         assert operator.JOB_FILTER_SQL in clause.text
+
+
+def test_the_archive_moves_every_shared_column_of_the_finished_jobs() -> None:
+    text = retention.ARCHIVE_BATCH_SQL.text
+    assert f"status IN {sql_list(sources('archive_finished_jobs', None))}" in text
+    columns = list(retention.ARCHIVED_COLUMNS)
+    returned = re.search(r"RETURNING (.*?)\n\)", text, re.S)
+    selected = re.search(r"\nSELECT (.*?)\nFROM moved", text, re.S)
+    assert returned and selected
+    assert [c.strip() for c in returned.group(1).split(",")] == columns
+    assert _column_list(text, "INSERT INTO jobs_archive") == columns
+    assert [c.strip() for c in selected.group(1).split(",")] == columns
