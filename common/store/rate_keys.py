@@ -291,8 +291,9 @@ LEFT JOIN LATERAL (
       AND e.error_class = :rate_limited) AS retry_at,
     count(*) FILTER (WHERE e.to_status = {job.completed}) AS completed,
     -- A crawl page's result says its site's Crawl-delay (common.crawl.action): a host's word,
-    -- so read only as a JSON number and held to 0..:max_crawl_delay (a bad value is no delay,
-    -- and the most a lying host can do is slow a site it crawls, as a false push-back could).
+    -- so read only as a JSON number and held to 0 up to MAX_CRAWL_DELAY_S (a bad value is no
+    -- delay, and the most a lying host can do is slow a site it crawls, as a false push-back
+    -- could).
     max(CASE WHEN jsonb_typeof(j.result -> 'crawl_delay_s') = 'number'
       THEN CAST(GREATEST(0, LEAST(CAST(j.result -> 'crawl_delay_s' AS numeric),
         CAST(:max_crawl_delay AS numeric))) AS float8) END)

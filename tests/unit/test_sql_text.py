@@ -22,7 +22,9 @@ from scrapefleet.common.store import (
     profiles,
     rate_keys,
     retention,
+    schedules,
     submit,
+    webhooks,
 )
 from scrapefleet.common.store.sql_text import fill, statement
 from scrapefleet.common.store.statuses import HostState, JobStatus, sources, sql_list
@@ -72,6 +74,8 @@ MODULES = [
     operator,
     crawls,
     retention,
+    schedules,
+    webhooks,
 ]
 
 
@@ -81,6 +85,14 @@ def test_no_placeholder_is_left_in_a_statement(module: object) -> None:
     assert statements
     for name, clause in statements.items():
         assert not re.search(r"\{[a-z_.]+\}", clause.text), name
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
+def test_no_comment_in_a_statement_names_a_parameter(module: object) -> None:
+    # SQLAlchemy reads ``:word`` as a parameter wherever it is, SQL comments included.
+    for name, clause in _named(module).items():
+        for comment in re.findall(r"--[^\n]*", clause.text):
+            assert not sa.text(comment)._bindparams, f"{name}: {comment}"
 
 
 def test_the_pending_reads_hold_the_ready_conditions_word_for_word() -> None:
