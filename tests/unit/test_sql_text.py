@@ -11,6 +11,7 @@ from sqlalchemy.dialects import postgresql
 from scrapefleet.common.browser.profile_names import ProfileState
 from scrapefleet.common.constants import RATE_WINDOW_S
 from scrapefleet.common.db import tables
+from scrapefleet.common.reads import queries
 from scrapefleet.common.store import (
     assignment,
     attempts,
@@ -76,6 +77,7 @@ MODULES = [
     retention,
     schedules,
     webhooks,
+    queries,
 ]
 
 
@@ -157,3 +159,11 @@ def test_the_archive_moves_every_shared_column_of_the_finished_jobs() -> None:
     assert [c.strip() for c in returned.group(1).split(",")] == columns
     assert _column_list(text, "INSERT INTO jobs_archive") == columns
     assert [c.strip() for c in selected.group(1).split(",")] == columns
+
+
+def test_the_reads_hold_what_they_share_word_for_word() -> None:
+    # queries.fleet_snapshot builds HostRows by position from the columns after the third.
+    host_columns = re.search(r"SELECT (.*?)\nFROM", queries.HOSTS_SQL.text, re.S)
+    assert host_columns
+    assert host_columns.group(1) in queries.FLEET_SNAPSHOT_SQL.text
+    assert operator.JOB_FILTER_SQL in queries.JOBS_MATCHING_BY_STATUS_SQL.text
