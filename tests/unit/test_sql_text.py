@@ -11,7 +11,7 @@ from sqlalchemy.dialects import postgresql
 from scrapefleet.common.browser.profile_names import ProfileState
 from scrapefleet.common.constants import RATE_WINDOW_S
 from scrapefleet.common.db import tables
-from scrapefleet.common.reads import queries
+from scrapefleet.common.reads import queries, results
 from scrapefleet.common.store import (
     assignment,
     attempts,
@@ -78,6 +78,7 @@ MODULES = [
     schedules,
     webhooks,
     queries,
+    results,
 ]
 
 
@@ -167,3 +168,12 @@ def test_the_reads_hold_what_they_share_word_for_word() -> None:
     assert host_columns
     assert host_columns.group(1) in queries.FLEET_SNAPSHOT_SQL.text
     assert operator.JOB_FILTER_SQL in queries.JOBS_MATCHING_BY_STATUS_SQL.text
+
+
+def test_the_result_reads_hold_the_filter_on_both_tables_and_select_columns() -> None:
+    columns = ", ".join(results.COLUMNS)
+    for clause in (results.LIST_RESULTS_SQL, results.EXPORT_RESULTS_SQL, results.COUNT_RESULTS_SQL):
+        assert clause.text.count(results.RESULT_FILTER_SQL) == 2
+    for clause in (results.LIST_RESULTS_SQL, results.EXPORT_RESULTS_SQL, results.RESULTS_OF_SQL):
+        selected = re.findall(r"SELECT (id, .*?)\nFROM", clause.text, re.S)
+        assert [" ".join(s.split()) for s in selected] == [columns, columns]
