@@ -11,7 +11,7 @@ from sqlalchemy.dialects import postgresql
 from scrapefleet.common.browser.profile_names import ProfileState
 from scrapefleet.common.constants import RATE_WINDOW_S
 from scrapefleet.common.db import tables
-from scrapefleet.common.reads import kind_waits, queries, results
+from scrapefleet.common.reads import kind_waits, producer_status, progress, queries, results
 from scrapefleet.common.store import (
     assignment,
     attempts,
@@ -80,6 +80,8 @@ MODULES = [
     queries,
     results,
     kind_waits,
+    producer_status,
+    progress,
 ]
 
 
