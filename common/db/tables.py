@@ -17,12 +17,10 @@ from scrapefleet.common.db import (
     job_tables,
     schedule_tables,
 )
-from scrapefleet.common.db.job_tables import jobs, jobs_archive
 from scrapefleet.common.db.schema_base import metadata
 
 # Every group, imported for its tables: a table module not named here is not in the schema the
 # migrations are held to.
 TABLE_MODULES = (job_tables, host_tables, crawl_tables, schedule_tables, control_tables)
 
-# common.store reads the jobs' two tables as ``tables.jobs`` and ``tables.jobs_archive``.
-__all__ = ["TABLE_MODULES", "jobs", "jobs_archive", "metadata"]
+__all__ = ["TABLE_MODULES", "metadata"]

@@ -6,14 +6,16 @@ from datetime import datetime
 
 from sqlalchemy.engine import Connection
 
-from scrapefleet.common.db import tables
+from scrapefleet.common.db import job_tables
 from scrapefleet.common.store.sql_text import statement
 
 __all__ = ["ARCHIVED_COLUMNS", "ARCHIVE_BATCH_SQL", "archive_finished_jobs"]
 
 # Every column the two tables share, read from the table definitions: a hand-kept list once
 # lost one (jobs.releases), and with it that figure of every archived job.
-ARCHIVED_COLUMNS = tuple(c.name for c in tables.jobs.columns if c.name in tables.jobs_archive.c)
+ARCHIVED_COLUMNS = tuple(
+    c.name for c in job_tables.jobs.columns if c.name in job_tables.jobs_archive.c
+)
 
 # Oldest first, moved in one statement per batch: the DELETE's RETURNING feeds the INSERT, so a
 # row is in exactly one of the two tables at every commit. SKIP LOCKED: a row some operator is

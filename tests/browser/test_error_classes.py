@@ -35,6 +35,8 @@ from tests.waiting import scaled, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
+CLOCKS_APART_S = 0.02
+
 MAX_BLOCKS = 2
 
 
@@ -109,7 +111,9 @@ def test_fetch_page_outcomes_by_class(
     moves = _moves(engine, busy)
     assert len([m for m in moves if (m[0], m[1]) == ("queued", "processing")]) == 2
     hits = site.hit_times("/busy")
-    assert len(hits) == 2 and hits[1] - hits[0] >= RETRY_AFTER_S, hits
+    # Less a clock's worth: the site stamps hits with time.time(), the retry time is set by
+    # PostgreSQL's clock, and the two can drift by a few ms over 3 s (2.998 s seen once).
+    assert len(hits) == 2 and hits[1] - hits[0] >= RETRY_AFTER_S - CLOCKS_APART_S, hits
 
     # A block page (403 + marker), with and without a wait: handed back MAX_BLOCKS times, no
     # attempt used (max_attempts is 1), then failed with class blocked.

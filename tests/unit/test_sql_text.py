@@ -10,7 +10,7 @@ from sqlalchemy.dialects import postgresql
 
 from scrapefleet.common.browser.profile_names import ProfileState
 from scrapefleet.common.constants import RATE_WINDOW_S
-from scrapefleet.common.db import tables
+from scrapefleet.common.db import job_tables
 from scrapefleet.common.reads import kind_waits, producer_status, progress, queries, results
 from scrapefleet.common.store import (
     assignment,
@@ -138,9 +138,8 @@ def _column_list(text: str, before: str) -> list[str]:
 
 def test_the_staging_table_is_the_submitted_columns_with_the_types_of_jobs() -> None:
     dialect = postgresql.dialect()
-    types = {
-        name: tables.jobs.c[name].type.compile(dialect=dialect) for name in submit.SUBMITTED_COLUMNS
-    }
+    jobs = job_tables.jobs
+    types = {name: jobs.c[name].type.compile(dialect=dialect) for name in submit.SUBMITTED_COLUMNS}
     body = re.search(r"incoming_jobs \((.*)\) ON COMMIT DROP", submit.CREATE_STAGING_SQL.text, re.S)
     assert body
     staged = [column.strip() for column in body.group(1).split(",")]
