@@ -518,10 +518,11 @@ def scripted(
         for worker in workers:
             worker.start()
         if grid_work is not None:
-            settings = settings_for("postgresql://unused/none", grid_work, threads, 0, label)
-            work_dir = grid_work / "stack"
-            stack = browser_stack.BrowserStack(settings, "grid-script", threads, work_dir)
-            try:
+            try:  # whatever happens, the workers stop waiting for the stack
+                grid_work.mkdir(parents=True, exist_ok=True)
+                settings = settings_for("postgresql://unused/none", grid_work, threads, 0, label)
+                work_dir = grid_work / "stack"
+                stack = browser_stack.BrowserStack(settings, "grid-script", threads, work_dir)
                 stacks.append(resources.enter_context(stack))
             finally:
                 stack_ready.set()
