@@ -59,7 +59,8 @@ class AgentClient:
             raise StackError(f"browser agent: {verb}: no answer (the agent ended?)") from None
         if not isinstance(message, dict) or message.get("ok") is not True:
             error = message.get("error") if isinstance(message, dict) else None
-            raise StackError(f"browser agent refused {verb}: {error or message!r}")
+            reason = error if isinstance(error, str) else repr(message)[:200]
+            raise StackError(f"browser agent refused {verb}: {reason}")
         return message
 
 
