@@ -11,6 +11,7 @@ Without those settings the stack is started here (``LocalStackControl``), as bef
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pwd
 import socket
@@ -30,6 +31,8 @@ from scrapefleet.consumer.browser.stack_launch import (
     StackPrograms,
 )
 from scrapefleet.consumer.browser.stack_processes import KillResult
+
+log = logging.getLogger(__name__)
 
 CALL_TIMEOUT_S = 10.0  # a quick verb: the agent answers at once or is stuck
 XVFB_START_TIMEOUT_S = 60.0  # several displays may be tried, each waited for
@@ -194,8 +197,15 @@ class AgentStackControl:
         return str(self._call("log_tail")["log_tail"])
 
     def stop(self) -> KillResult:
-        answer = self._call("stop", self._stop_timeout_s)
         self._grid_pid = self._xvfb_pid = None
+        try:
+            answer = self._call("stop", self._stop_timeout_s)
+        except StackError as exc:
+            # An agent that is gone took its stacks with it (its SIGTERM, its unit's cgroup);
+            # one that is stuck is restarted by systemd. Either way there is nothing more to do
+            # from here, and a consumer's start or drain must not fail for it.
+            log.warning("%s", exc)
+            return KillResult(ended=0, sigkilled=0, leftover_pids=())
         return KillResult(
             ended=int(answer["ended"]),
             sigkilled=int(answer["sigkilled"]),
