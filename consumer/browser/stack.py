@@ -9,12 +9,18 @@ The stack owns every process it starts and a work directory:
 
 A restart is a full stop (every process of the stack ended, temp files removed) and a start,
 which is what contains Chromium's slow leaks. Sessions are Remote WebDriver sessions against
-the Grid, whose own slot cap and idle-session reaping are a second guard behind ours.
+the Grid (consumer.browser.stack_driver), whose own slot cap and idle-session reaping are a
+second guard behind ours.
+
+The processes are started, measured and ended through a ``StackControl``: in this process
+(consumer.browser.stack_launch), or by the browser agent running as ``browser_user``
+(consumer.browser.agent_client) on a host where the consumer holds no capability; then the
+directories above are the agent's, under its own directory. This module decides when: the
+start and its retries, readiness, health, restarts.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import threading
@@ -29,58 +35,41 @@ from types import TracebackType
 from typing import Any
 
 import psutil
-from selenium.common.exceptions import WebDriverException
-from selenium.webdriver import ChromeOptions, Remote
-from selenium.webdriver.chromium.remote_connection import ChromiumRemoteConnection
-from selenium.webdriver.common.proxy import Proxy, ProxyType
-from selenium.webdriver.remote.client_config import ClientConfig
+from selenium.webdriver import ChromeOptions
 
 from scrapefleet.common.errors import StackError
 from scrapefleet.common.settings import Settings
 from scrapefleet.consumer.browser.agent_client import stack_control
 from scrapefleet.consumer.browser.grid_auth import GridCredentials
-from scrapefleet.consumer.browser.job_setup import proxy_server_arg
-from scrapefleet.consumer.browser.renderer_deaths import RendererWatch
-from scrapefleet.consumer.browser.run_as import needs_no_sandbox
 from scrapefleet.consumer.browser.sessions import BrowserLaunch, first_line, quit_driver
+from scrapefleet.consumer.browser.stack_driver import (
+    CHROME_ARGS as CHROME_ARGS,  # where consumer.browser.headless and the tests take them
+)
+from scrapefleet.consumer.browser.stack_driver import (
+    GridSession,
+    StackWebDriver,
+    chrome_options,
+    open_session,
+    session_profile_dir,
+)
+from scrapefleet.consumer.browser.stack_driver import (
+    SessionStartPaused as SessionStartPaused,  # the stack supervisor's, from here
+)
 from scrapefleet.consumer.browser.stack_host import free_port
-from scrapefleet.consumer.browser.stack_launch import GridConfig, StackControl
-from scrapefleet.consumer.browser.stack_processes import await_exit, processes_naming
-from scrapefleet.consumer.browser.start_deadline import RunningDeadline, paused_past
+from scrapefleet.consumer.browser.stack_launch import GridConfig
+from scrapefleet.consumer.browser.start_deadline import RunningDeadline
 
 log = logging.getLogger(__name__)
 
-CHROME_ARGS = (
-    "--disable-dev-shm-usage",  # /dev/shm is small in containers; Chromium crashes on it
-    "--disable-gpu",
-    "--disable-background-networking",  # no calls home: hosts may be offline
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-    # Every window (so every job's user context) would preload the omnibox's WebUI popups in a
-    # renderer of their own, and every navigation would start a spare renderer for the next:
-    # measured here, 0.54 -> 0.30 s of CPU per fresh context (tests.benchmarks.bench_browser).
-    # chromedriver merges this list with its own --disable-features.
-    "--disable-features=WebUIOmniboxPopup,WebUIOmniboxFullPopup,WebUIOmniboxAimPopup,"
-    "SpareRendererForSitePerProcess",
-)
 STATUS_PROBE_TIMEOUT_S = 2.0
 READY_POLL_S = 0.1  # between looks at a starting Grid's status
 GRID_START_TRIES = 3  # a Grid that exits while it starts is started again, this many in all
-# Chromium lingers up to ~1.5 s after its session is deleted (measured here); one that takes
-# longer than this is killed, so that a quit always ends with the browser gone.
-BROWSER_EXIT_TIMEOUT_S = 5.0
 # urllib must not send loopback status probes through an http_proxy from the environment.
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class GridExited(StackError):
     """The Grid's process exited while it started."""
-
-
-class SessionStartPaused(StackError):
-    """A new session failed because this process was paused past the wait's limit (SIGSTOP, a
-    VM paused): not the stack's fault, and a start does not count it as a try."""
 
 
 class StackHealth(StrEnum):
@@ -103,51 +92,6 @@ class RestartReport:
     pss_before_bytes: int
     pss_after_bytes: int
     killed: int
-
-
-class StackWebDriver(Remote):
-    """A Remote session that can also send Chrome DevTools commands through the Grid.
-    ``launched_proxy``: the proxy the whole browser was started with (a profile's), if any."""
-
-    launched_proxy: str | None = None
-    job_context: Any = None  # the session pool's JobContext for the job it is leased to
-    stack_control: StackControl | None = None  # ends a browser that outlives its quit
-    renderer_watch: RendererWatch | None = (
-        None  # why its renderers die (consumer.browser.renderer_deaths)
-    )
-
-    def execute_cdp_cmd(self, cmd: str, cmd_args: dict[str, Any]) -> dict[str, Any]:
-        result: dict[str, Any] = self.execute(
-            "executeCdpCommand", {"cmd": cmd, "params": cmd_args}
-        )["value"]
-        return result
-
-    def quit(self) -> None:
-        """End the session and return once its browser's processes are gone (killed after
-        BROWSER_EXIT_TIMEOUT_S). The session pool frees the session's permit when this returns:
-        the next session's Chromium never starts beside one still exiting, so a host runs no
-        more browsers than its capacity, even for an instant."""
-        profile_dir = session_profile_dir(self)
-        browser = processes_naming(profile_dir) if profile_dir is not None else []
-        if self.renderer_watch is not None:
-            self.renderer_watch.close()
-        try:
-            super().quit()
-        finally:
-            if self.stack_control is not None:
-                self.stack_control.await_browser_exit(browser, BROWSER_EXIT_TIMEOUT_S)
-            else:
-                await_exit(browser, BROWSER_EXIT_TIMEOUT_S)
-
-
-def session_profile_dir(driver: Any) -> Path | None:
-    """The user-data-dir chromedriver reported for the session's browser, if any."""
-    with contextlib.suppress(Exception):
-        profile = (getattr(driver, "capabilities", None) or {}).get("chrome", {})
-        user_data_dir = profile.get("userDataDir")
-        if user_data_dir:
-            return Path(user_data_dir)
-    return None
 
 
 class BrowserStack:
@@ -302,60 +246,13 @@ class BrowserStack:
     # -- sessions ----------------------------------------------------------------------
 
     def chrome_options(self, launch: BrowserLaunch | None = None) -> ChromeOptions:
-        options = ChromeOptions()
-        if launch is not None:  # a persistent profile's; else chromedriver makes a directory
-            options.add_argument(f"--user-data-dir={launch.user_data_dir}")
-            if launch.proxy:
-                options.add_argument(f"--proxy-server={proxy_server_arg(launch.proxy)}")
-        options.binary_location = str(self.settings.chromium_binary)
-        for arg in CHROME_ARGS:
-            options.add_argument(arg)
-        if needs_no_sandbox(self.settings.chromium_sandbox, self._control.browser_uid):
-            options.add_argument("--no-sandbox")
-        width, height = self.settings.screen_width_px, self.settings.screen_height_px
-        options.add_argument(f"--window-size={width},{height}")
-        # BiDi: a fresh user context per job in a warm session (consumer.browser.sessions).
-        options.enable_bidi = True
-        return options
+        return chrome_options(self.settings, self._control.browser_uid, launch)
 
     def new_driver(self, launch: BrowserLaunch | None = None) -> StackWebDriver:
         """A fresh session from the Grid (started as ``launch`` says, a persistent profile's
         browser, when given); any failure to get one is a StackError."""
-        settings = self.settings
-        # The HTTP timeout must outlast a page load, or the client gives up first.
-        http_timeout = max(settings.session_create_timeout_s, settings.page_load_timeout_s + 30)
-        auth = self._grid_auth
-        config = ClientConfig(
-            remote_server_addr=self.grid_url,
-            timeout=int(http_timeout),
-            proxy=Proxy({"proxyType": ProxyType.DIRECT}),
-            username=auth.username if auth else None,
-            password=auth.password if auth else None,
-        )
-        connection = ChromiumRemoteConnection(
-            self.grid_url, vendor_prefix="goog", browser_name="chrome", client_config=config
-        )
-        started = time.monotonic()
-        try:
-            driver = StackWebDriver(
-                command_executor=connection, options=self.chrome_options(launch)
-            )
-            driver.launched_proxy = launch.proxy if launch else None
-            driver.stack_control = self._control
-            driver.renderer_watch = RendererWatch.start(driver.capabilities)
-        except (WebDriverException, OSError) as exc:
-            error = _session_error(http_timeout, started)
-            raise error(f"no browser session from the Grid of {self.host}: {exc}") from exc
-        except Exception as exc:  # urllib3 errors when the Grid is gone
-            error = _session_error(http_timeout, started)
-            raise error(f"Grid of {self.host} unreachable: {exc!r}") from exc
-        try:
-            driver.set_page_load_timeout(settings.page_load_timeout_s)
-            driver.set_script_timeout(settings.script_timeout_s)
-        except Exception as exc:
-            _quit_quietly(driver)
-            raise StackError(f"new session of {self.host} does not answer: {exc}") from exc
-        return driver
+        grid = GridSession(self.host, self.grid_url, self._grid_auth, self._control)
+        return open_session(self.settings, grid, launch)
 
     def end_session(self, driver: Any, timeout_s: float = 5.0) -> int:
         """Kill one session's browser (a hung job's): its Chromium processes, found by the
@@ -364,7 +261,7 @@ class BrowserStack:
         processes killed; never raises."""
         profile_dir = session_profile_dir(driver)
         killed = self._control.end_browser(profile_dir, timeout_s) if profile_dir else 0
-        _quit_quietly(driver)  # the Grid frees the slot and ends chromedriver
+        quit_driver(driver)  # never raises; the Grid frees the slot and ends chromedriver
         return killed
 
     # -- internals ---------------------------------------------------------------------
@@ -448,14 +345,3 @@ class BrowserStack:
             f"Grid of {self.host} not ready after {self.settings.stack_start_timeout_s:.0f} s; "
             f"log tail:\n{self._control.log_tail()}"
         )
-
-
-def _session_error(limit_s: float, started: float) -> type[StackError]:
-    """A failed session start's error: SessionStartPaused when the call outlasted its limit
-    because this process was paused (consumer.browser.start_deadline.paused_past)."""
-    paused = paused_past(limit_s, started, time.monotonic())
-    return SessionStartPaused if paused else StackError
-
-
-def _quit_quietly(driver: Remote) -> None:
-    quit_driver(driver)  # never raises: the session is gone, or stop() ends its processes

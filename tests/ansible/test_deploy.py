@@ -462,9 +462,10 @@ def test_the_browser_runs_as_its_own_user_sandboxed(deployment: Deployment) -> N
     assert status == "completed", deployment.scrapefleet("jobs", "show", job_id).stdout
     browser_user = f"{pwd.getpwnam(_service_user(host)).pw_name}-browser"
     browser_uid = pwd.getpwnam(browser_user).pw_uid
-    stack = [p for p in psutil.process_iter(["uids", "name", "cmdline", "ppid"])
+    # Copies: process_iter reuses its Process objects, and a later call replaces their info.
+    stack = [dict(p.info) for p in psutil.process_iter(["uids", "name", "cmdline", "ppid"])
              if p.info["uids"] and p.info["uids"].real == browser_uid]  # fmt: skip
-    names = {p.info["name"] for p in stack}
+    names = {p["name"] for p in stack}
     assert "Xvfb" in names and "java" in names, names
     consumer_uid = pwd.getpwnam(_service_user(host)).pw_uid
     chromium_as_consumer = [
@@ -476,7 +477,7 @@ def test_the_browser_runs_as_its_own_user_sandboxed(deployment: Deployment) -> N
     agent_pid = deployment.main_pid(host, AGENT_UNIT)
     assert agent_pid is not None, _logs(deployment)
     assert psutil.Process(agent_pid).uids().real == browser_uid
-    started = {p.info["name"] for p in stack if p.info["ppid"] == agent_pid}
+    started = {p["name"] for p in stack if p["ppid"] == agent_pid}
     assert {"Xvfb", "java"} <= started, started
     # The consumer holds no capability, in its unit or in its running process; neither does the
     # agent.
