@@ -81,27 +81,38 @@ class BrowserAgent:
             return {"path": str(ready_profile_dir(profile_dir(self.profiles_dir, fields["name"])))}
         if verb == "prepare":
             return self._prepare(fields["stack"], fields["token"])
-        control = self._control(fields["stack"], fields["token"])
+        if verb in ("start_xvfb", "start_grid"):  # into the directories prepare made
+            control = self._prepared(fields["stack"])
+        else:
+            control = self._control(fields["stack"], fields["token"])
         return _STACK_VERBS[verb](self, control, fields)
 
     def _control(self, name: str, token: str) -> LocalStackControl:
-        """The stack of that name; one it does not know (started by an agent before this one, a
-        consumer's stack after a restart) is found by its work directory's mark."""
+        """The stack of that name, as prepared; one it does not know (a consumer's stack from
+        before its restart) is looked at through its work directory's mark, and not kept."""
         with self._lock:
             control = self._stacks.get(name)
-            if control is None:
-                control = LocalStackControl(self.programs, None, self.stacks_dir / name, token)
-                self._stacks[name] = control
+        if control is not None:
             return control
+        return LocalStackControl(self.programs, None, self.stacks_dir / name, token)
+
+    def _prepared(self, name: str) -> LocalStackControl:
+        with self._lock:
+            control = self._stacks.get(name)
+        if control is None:
+            raise ProtocolError(f"stack {name} is not prepared")
+        return control
 
     def _prepare(self, name: str, token: str) -> dict[str, Any]:
         with self._lock:
             earlier = self._stacks.pop(name, None)
         if earlier is not None and any(earlier.running()):
             earlier.stop()  # the consumer stops before it starts again: a stray start
-        control = self._control(name, token)
+        control = LocalStackControl(self.programs, None, self.stacks_dir / name, token)
         control.work_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         control.prepare()
+        with self._lock:
+            self._stacks[name] = control
         return {"tmp_dir": str(control.tmp_dir)}
 
     def _stop(self, control: LocalStackControl, fields: dict[str, Any]) -> dict[str, Any]:

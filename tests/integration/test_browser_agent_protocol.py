@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import shutil
 import socket
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -76,6 +78,10 @@ def _ask(socket_path: Path, request: dict[str, Any]) -> dict[str, Any]:
         ({**STACK, "verb": "prepare", "stack": "../../etc"}, "prepare: stack must be"),
         ({**STACK, "verb": "stop", "token": "x; rm -rf /"}, "stop: token must be"),
         ({"verb": "profile_ready", "name": "../escape"}, "profile_ready: name must be"),
+        (
+            {**STACK, "verb": "start_xvfb", "display": 99, "width": 800, "height": 600},
+            "stack h1/a is not prepared",
+        ),
     ],
 )
 def test_a_request_outside_the_protocol_is_refused_naming_what(
@@ -110,3 +116,21 @@ def test_the_agent_signals_no_process_that_is_not_one_of_its_stacks(agent: Path)
     finally:
         bystander.kill()
         bystander.wait()
+
+
+def test_only_the_named_client_user_is_answered() -> None:
+    """With --client-user, a process of any other user that reaches the socket is refused."""
+    if os.geteuid() != 0:
+        pytest.skip("running the agent as another user needs root (as CI runs the tests)")
+    nobody = pwd.getpwnam("nobody")
+    # Under /tmp, reachable by nobody: pytest's own tmp dirs are private to root.
+    folder = Path(tempfile.mkdtemp(prefix="sf-agent-"))
+    try:
+        folder.chmod(0o755)
+        os.chown(folder, nobody.pw_uid, nobody.pw_gid)
+        socket_path = folder / "agent.sock"
+        with running_agent("nobody", socket_path, folder / "agent", None, "daemon"):
+            answer = _ask(socket_path, {"verb": "hello"})  # from root, not the named client
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    assert answer == {"ok": False, "error": "not a client of this agent"}
