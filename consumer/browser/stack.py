@@ -43,21 +43,16 @@ from scrapefleet.consumer.browser.agent_client import stack_control
 from scrapefleet.consumer.browser.grid_auth import GridCredentials
 from scrapefleet.consumer.browser.sessions import BrowserLaunch, first_line, quit_driver
 from scrapefleet.consumer.browser.stack_driver import (
-    CHROME_ARGS as CHROME_ARGS,  # where consumer.browser.headless and the tests take them
-)
-from scrapefleet.consumer.browser.stack_driver import (
     GridSession,
     StackWebDriver,
     chrome_options,
     open_session,
     session_profile_dir,
-)
-from scrapefleet.consumer.browser.stack_driver import (
-    SessionStartPaused as SessionStartPaused,  # the stack supervisor's, from here
+    session_wait_s,
 )
 from scrapefleet.consumer.browser.stack_host import free_port
 from scrapefleet.consumer.browser.stack_launch import GridConfig
-from scrapefleet.consumer.browser.start_deadline import RunningDeadline
+from scrapefleet.consumer.browser.start_deadline import RunningDeadline, paused_past
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +65,11 @@ _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 class GridExited(StackError):
     """The Grid's process exited while it started."""
+
+
+class SessionStartPaused(StackError):
+    """A new session failed because this process was paused past the wait's limit (SIGSTOP, a
+    VM paused): not the stack's fault, and a start does not count it as a try."""
 
 
 class StackHealth(StrEnum):
@@ -252,7 +252,14 @@ class BrowserStack:
         """A fresh session from the Grid (started as ``launch`` says, a persistent profile's
         browser, when given); any failure to get one is a StackError."""
         grid = GridSession(self.host, self.grid_url, self._grid_auth, self._control)
-        return open_session(self.settings, grid, launch)
+        started = time.monotonic()
+        try:
+            return open_session(self.settings, grid, launch)
+        except StackError as exc:
+            # The call outlasted its limit because this process was paused (start_deadline).
+            if paused_past(session_wait_s(self.settings), started, time.monotonic()):
+                raise SessionStartPaused(str(exc)) from exc
+            raise
 
     def end_session(self, driver: Any, timeout_s: float = 5.0) -> int:
         """Kill one session's browser (a hung job's): its Chromium processes, found by the

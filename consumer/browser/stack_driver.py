@@ -10,7 +10,6 @@ outlive the quit.
 from __future__ import annotations
 
 import contextlib
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,6 @@ from scrapefleet.consumer.browser.run_as import needs_no_sandbox
 from scrapefleet.consumer.browser.sessions import BrowserLaunch, quit_driver
 from scrapefleet.consumer.browser.stack_launch import StackControl
 from scrapefleet.consumer.browser.stack_processes import await_exit, processes_naming
-from scrapefleet.consumer.browser.start_deadline import paused_past
 
 CHROME_ARGS = (
     "--disable-dev-shm-usage",  # /dev/shm is small in containers; Chromium crashes on it
@@ -48,11 +46,6 @@ CHROME_ARGS = (
 # Chromium lingers up to ~1.5 s after its session is deleted (measured here); one that takes
 # longer than this is killed, so that a quit always ends with the browser gone.
 BROWSER_EXIT_TIMEOUT_S = 5.0
-
-
-class SessionStartPaused(StackError):
-    """A new session failed because this process was paused past the wait's limit (SIGSTOP, a
-    VM paused): not the stack's fault, and a start does not count it as a try."""
 
 
 class StackWebDriver(Remote):
@@ -110,6 +103,12 @@ class GridSession:
     control: StackControl
 
 
+def session_wait_s(settings: Any) -> float:
+    """How long the client waits for the Grid: it must outlast a page load, or the client gives
+    up first."""
+    return float(max(settings.session_create_timeout_s, settings.page_load_timeout_s + 30))
+
+
 def chrome_options(
     settings: Any, browser_uid: int, launch: BrowserLaunch | None = None
 ) -> ChromeOptions:
@@ -135,8 +134,7 @@ def open_session(
 ) -> StackWebDriver:
     """A fresh session from ``grid`` (started as ``launch`` says, a persistent profile's
     browser, when given); any failure to get one is a StackError."""
-    # The HTTP timeout must outlast a page load, or the client gives up first.
-    http_timeout = max(settings.session_create_timeout_s, settings.page_load_timeout_s + 30)
+    http_timeout = session_wait_s(settings)
     config = ClientConfig(
         remote_server_addr=grid.url,
         timeout=int(http_timeout),
@@ -148,18 +146,15 @@ def open_session(
         grid.url, vendor_prefix="goog", browser_name="chrome", client_config=config
     )
     options = chrome_options(settings, grid.control.browser_uid, launch)
-    started = time.monotonic()
     try:
         driver = StackWebDriver(command_executor=connection, options=options)
         driver.launched_proxy = launch.proxy if launch else None
         driver.stack_control = grid.control
         driver.renderer_watch = RendererWatch.start(driver.capabilities)
     except (WebDriverException, OSError) as exc:
-        error = _session_error(http_timeout, started)
-        raise error(f"no browser session from the Grid of {grid.host}: {exc}") from exc
+        raise StackError(f"no browser session from the Grid of {grid.host}: {exc}") from exc
     except Exception as exc:  # urllib3 errors when the Grid is gone
-        error = _session_error(http_timeout, started)
-        raise error(f"Grid of {grid.host} unreachable: {exc!r}") from exc
+        raise StackError(f"Grid of {grid.host} unreachable: {exc!r}") from exc
     try:
         driver.set_page_load_timeout(settings.page_load_timeout_s)
         driver.set_script_timeout(settings.script_timeout_s)
@@ -167,10 +162,3 @@ def open_session(
         quit_driver(driver)  # never raises: the session is gone, or stop() ends its processes
         raise StackError(f"new session of {grid.host} does not answer: {exc}") from exc
     return driver
-
-
-def _session_error(limit_s: float, started: float) -> type[StackError]:
-    """A failed session start's error: SessionStartPaused when the call outlasted its limit
-    because this process was paused (consumer.browser.start_deadline.paused_past)."""
-    paused = paused_past(limit_s, started, time.monotonic())
-    return SessionStartPaused if paused else StackError
