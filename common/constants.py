@@ -1,7 +1,8 @@
 """scrapefleet's fixed numbers (those no setting changes), each with its unit in its name.
 
-A setting's default is written once, on its field in common.settings (``setting_default(name)``
-reads it); code that needs a fixed number imports it from here rather than writing a literal.
+A setting's default is written once, on its field in common.setting_groups
+(``setting_default(name)`` reads it); code that needs a fixed number imports it from here rather
+than writing a literal.
 """
 
 from typing import Final

@@ -110,23 +110,24 @@ def job_proxy(params: HttpGetParams, settings: Settings) -> str | None:
 
 @register("http_get", HttpGetParams)
 def http_get(params: HttpGetParams) -> dict[str, Any]:
-    from scrapefleet.common.http import client as http_client
+    from scrapefleet.common.http.page_text import decode_html, parse_title
+    from scrapefleet.common.http.response_body import bounded_headers
 
     if params.obey_robots and (reason := _robots_skip(params)):
         return {"status": None, "final_url": None, "title": None, "skipped": reason}
     fetched = fetch_page(params)
     content_type = fetched.headers.get("content-type")
-    title = http_client.parse_title(fetched.body, content_type) if fetched.decoded else None
+    title = parse_title(fetched.body, content_type) if fetched.decoded else None
     result = {
         "status": fetched.status,
         "final_url": fetched.final_url,
         "title": title,
         "bytes": len(fetched.body),
         "truncated": fetched.truncated,
-        "headers": http_client.bounded_headers(fetched.headers),
+        "headers": bounded_headers(fetched.headers),
     }
     if params.fields:  # read from the page's text as a browser decodes it
-        html = http_client.decode_html(fetched.body, content_type) if fetched.decoded else ""
+        html = decode_html(fetched.body, content_type) if fetched.decoded else ""
         result["fields"] = read_fields(html, fetched.final_url, params.fields)
     return result
 

@@ -260,6 +260,7 @@ def must_retry(status: int | None) -> bool:
 @register(CRAWL_KIND, CrawlParams)
 def crawl(params: CrawlParams) -> Spawned:
     from scrapefleet.common.http import client as http_client
+    from scrapefleet.common.http.page_text import decode_html, parse_title
     from scrapefleet.common.settings import load_settings
 
     settings = load_settings()
@@ -275,13 +276,13 @@ def crawl(params: CrawlParams) -> Spawned:
     content_type = fetched.headers.get("content-type")
     html = ""
     if fetched.decoded and (content_type is None or content_type.startswith(HTML_TYPES)):
-        html = http_client.decode_html(fetched.body, content_type)
+        html = decode_html(fetched.body, content_type)
     return crawled_page(
         params,
         CRAWL_KIND,
         final_url=fetched.final_url,
         status=fetched.status,
-        title=http_client.parse_title(fetched.body, content_type) if html else None,
+        title=parse_title(fetched.body, content_type) if html else None,
         html=html,
         allowed=partial(_robots_allow, robots, user_agent),
         bytes=len(fetched.body),

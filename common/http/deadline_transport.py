@@ -5,7 +5,7 @@ never trips them. Here DNS, connect, TLS and every read and write are given only
 of a deadline (a ``time.monotonic()`` value) that a callable returns: a fixed one for a webhook
 POST, the current request's for a pooled connection (which outlives any one request).
 
-Used by the ``http_get`` client (common.http.client) and the webhook sender
+Used by the ``http_get`` client's transport (common.http.pooling_transport) and the webhook sender
 (producer.webhook_http).
 """
 

@@ -8,7 +8,7 @@ reach: its Selenium Grid and metrics on loopback, the database, the cloud's meta
 ``http_allow_networks``:
 
 - Every address a host name resolves to is checked, at every hop (redirects included), and the
-  connection goes to exactly the addresses checked (common.http.client's transport resolves,
+  connection goes to exactly the addresses checked (common.http.pooling_transport resolves,
   checks and connects in one place): a DNS answer that changes between the check and the connect
   (rebinding) is never asked for.
 - Through a proxy the proxy resolves the target: the rule then applies to the proxy's own

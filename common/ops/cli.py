@@ -205,7 +205,9 @@ def hosts_add(
 def _check_host_name(name: str) -> None:
     """A host's name becomes a database role's, a status file's and a log field: the same
     rule as every host name in the settings (letters, digits, '-', dot-separated labels)."""
-    if not settings.HOST_NAME.fullmatch(name):
+    from scrapefleet.common.setting_groups.operator_settings import HOST_NAME
+
+    if not HOST_NAME.fullmatch(name):
         shown = name if len(name) <= 80 else f"{name[:80]}..."
         raise SubmitError(
             f"host name {shown!r} ({len(name)} characters): letters, digits and '-' in labels"

@@ -17,9 +17,9 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from scrapefleet.common.store.sql_text import statement
 from scrapefleet.common.store.statuses import HostState
 
 NAMED_HOSTS = 3  # hosts named in a reason; more are "and N more"
@@ -48,15 +48,22 @@ def wait_reason(kind: str, hosts: Sequence[HostKinds]) -> str | None:
     return f"waiting: no active host runs kind {kind!r} ({named}{more})"
 
 
-HOST_KINDS_SQL = sa.text("SELECT name, state, kinds FROM hosts ORDER BY name")
+HOST_KINDS_SQL = statement("SELECT name, state, kinds FROM hosts ORDER BY name")
 # Pending kinds no active host runs, with their counts; nothing at all to read while no host
 # reports its kinds (the first EXISTS), and a handful of host rows per pending row otherwise.
-WAITING_KINDS_SQL = sa.text(
-    "SELECT j.kind, count(*) AS jobs FROM jobs j"
-    " WHERE j.status = 'pending' AND EXISTS (SELECT 1 FROM hosts WHERE kinds IS NOT NULL)"
-    "   AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.state = 'active'"
-    "     AND (h.kinds IS NULL OR jsonb_exists(h.kinds, j.kind)))"
-    f" GROUP BY j.kind ORDER BY j.kind LIMIT {MAX_WAITING_KINDS}"
+# ``:limit``: MAX_WAITING_KINDS.
+WAITING_KINDS_SQL = statement(
+    """
+SELECT j.kind, count(*) AS jobs
+FROM jobs j
+WHERE j.status = {job.pending} AND EXISTS (SELECT 1 FROM hosts WHERE kinds IS NOT NULL)
+  AND NOT EXISTS (
+    SELECT 1 FROM hosts h WHERE h.state = {host.active}
+    AND (h.kinds IS NULL OR jsonb_exists(h.kinds, j.kind))
+  )
+GROUP BY j.kind
+ORDER BY j.kind LIMIT :limit
+"""
 )
 
 
@@ -76,7 +83,7 @@ def job_wait_reason(conn: Connection, job: dict[str, Any]) -> str | None:
 
 def waiting_kinds(conn: Connection) -> list[dict[str, Any]]:
     """Pending kinds no active host runs: kind, jobs, reason (at most MAX_WAITING_KINDS)."""
-    rows = conn.execute(WAITING_KINDS_SQL).all()
+    rows = conn.execute(WAITING_KINDS_SQL, {"limit": MAX_WAITING_KINDS}).all()
     if not rows:
         return []
     hosts = read_host_kinds(conn)

@@ -19,13 +19,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from scrapefleet.common.constants import PRODUCER_STALE_INTERVALS, PRODUCER_STALE_MIN_S
 from scrapefleet.common.reads import queries
 from scrapefleet.common.store.fleet import ProducerRole
-from scrapefleet.common.store.statuses import UNFINISHED, sql_list
+from scrapefleet.common.store.sql_text import statement
 
 NO_SECRET = "not sent: no webhook_secret configured"
 
@@ -199,16 +198,24 @@ def delivery_state(delivery: dict[str, Any], webhook_secret_set: bool | None) ->
 
 # ---------------------------------------------------------------- the read
 
-_ROWS_SQL = sa.text(
-    "SELECT name, host, pid, version, role, interval_s, webhook_secret_set, started_at,"
-    " last_seen_at, last_cycle_at, last_cycle_duration_s FROM producers"
+NOW_SQL = statement("SELECT now()")
+_ROWS_SQL = statement(
+    """
+SELECT name, host, pid, version, role, interval_s, webhook_secret_set, started_at,
+  last_seen_at, last_cycle_at, last_cycle_duration_s
+FROM producers
+"""
 )
 # Deliveries not delivered nor given up: the due-deliveries partial index holds exactly these.
-_UNSENT_WEBHOOKS_SQL = sa.text(
-    "SELECT count(*) FROM webhook_deliveries WHERE next_attempt_at IS NOT NULL"
+_UNSENT_WEBHOOKS_SQL = statement(
+    """
+SELECT count(*) FROM webhook_deliveries WHERE next_attempt_at IS NOT NULL
+"""
 )
-_UNFINISHED_CALLBACKS_SQL = sa.text(
-    f"SELECT count(*) FROM jobs WHERE callback_url IS NOT NULL AND status IN {sql_list(UNFINISHED)}"
+_UNFINISHED_CALLBACKS_SQL = statement(
+    """
+SELECT count(*) FROM jobs WHERE callback_url IS NOT NULL AND status IN {unfinished}
+"""
 )
 
 
@@ -222,7 +229,7 @@ def unfinished_callback_jobs(conn: Connection) -> int:
 
 
 def read_producer_status(conn: Connection) -> ProducerStatus:
-    now = conn.execute(sa.text("SELECT now()")).scalar_one()
+    now = conn.execute(NOW_SQL).scalar_one()
     rows = [ProducerRow(**r._mapping) for r in conn.execute(_ROWS_SQL)]
     return summarize(rows, now, queries.fleet_control(conn), unsent_webhooks(conn))
 

@@ -15,19 +15,28 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
+
+from scrapefleet.common.store.sql_text import statement
+
+PROGRESS_SQL = statement("SELECT * FROM progress")
+# The first rows of each outcome view, by the view's name.
+OUTCOME_VIEW_SQL = {
+    "host_outcomes": statement("SELECT * FROM host_outcomes LIMIT :n"),
+    "kind_outcomes": statement("SELECT * FROM kind_outcomes LIMIT :n"),
+    "failure_groups": statement("SELECT * FROM failure_groups LIMIT :n"),
+}
 
 
 def read_progress(conn: Connection) -> dict[str, Any]:
-    return dict(conn.execute(sa.text("SELECT * FROM progress")).one()._mapping)
+    return dict(conn.execute(PROGRESS_SQL).one()._mapping)
 
 
 def read_rows(conn: Connection, view: str, limit: int = 20) -> list[dict[str, Any]]:
     """The first ``limit`` rows of one of the outcome views."""
-    if view not in ("host_outcomes", "kind_outcomes", "failure_groups"):
+    if view not in OUTCOME_VIEW_SQL:
         raise ValueError(f"not an outcome view: {view}")
-    rows = conn.execute(sa.text(f"SELECT * FROM {view} LIMIT :n"), {"n": limit})
+    rows = conn.execute(OUTCOME_VIEW_SQL[view], {"n": limit})
     return [dict(r._mapping) for r in rows]
 
 

@@ -6,16 +6,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from scrapefleet.common.errors import NotFound
-from scrapefleet.common.store.operator import JOB_FILTER_SQL
 from scrapefleet.common.store.records import JobFilter
-from scrapefleet.common.store.statuses import IN_FLIGHT, HostState, JobStatus, sql_list
-
-_PENDING = f"status = '{JobStatus.PENDING}'"
-_IN_FLIGHT = f"status IN {sql_list(IN_FLIGHT)}"
+from scrapefleet.common.store.sql_text import statement
 
 
 @dataclass(frozen=True)
@@ -33,13 +28,15 @@ class HostRow:
 
 
 # Its columns are HostRow's fields, in order (a test holds them to each other).
-_HOST_COLUMNS = (
-    "h.name, h.capacity, h.state, a.address, coalesce(a.ssh_port, 22) AS ssh_port,"
-    " coalesce(a.ssh_user, 'scrapefleet') AS ssh_user, a.ssh_key_file,"
-    " a.known_hosts_file, h.probe_failures, h.memory_available_bytes"
+HOSTS_SQL = statement(
+    """
+SELECT h.name, h.capacity, h.state, a.address, coalesce(a.ssh_port, 22) AS ssh_port,
+  coalesce(a.ssh_user, 'scrapefleet') AS ssh_user, a.ssh_key_file,
+  a.known_hosts_file, h.probe_failures, h.memory_available_bytes
+FROM hosts h LEFT JOIN host_access a ON a.host = h.name
+ORDER BY h.name
+"""
 )
-_HOSTS_FROM = "hosts h LEFT JOIN host_access a ON a.host = h.name"
-HOSTS_SQL = sa.text(f"SELECT {_HOST_COLUMNS} FROM {_HOSTS_FROM} ORDER BY h.name")
 
 
 def hosts(conn: Connection) -> list[HostRow]:
@@ -68,15 +65,74 @@ class FleetSnapshot:
 
 
 # A row per host (one row of NULL host columns when there is none), each with the pause and the
-# host's in-flight count: three reads of every producer cycle in one statement.
-FLEET_SNAPSHOT_SQL = sa.text(
-    "SELECT coalesce((SELECT assignment_paused FROM fleet_control), false) AS paused,"
-    f" f.n AS in_flight, f.browser AS browser_in_flight, {_HOST_COLUMNS}"
-    f" FROM (SELECT) AS one LEFT JOIN ({_HOSTS_FROM}"
-    "   LEFT JOIN (SELECT host, count(*) AS n, count(*) FILTER (WHERE needs_browser) AS browser"
-    f"     FROM jobs WHERE {_IN_FLIGHT} GROUP BY host) AS f"
-    "   ON f.host = h.name) ON true"
-    " ORDER BY h.name"
+# host's in-flight count: three reads of every producer cycle in one statement. The host
+# columns are HOSTS_SQL's, word for word (a test checks).
+FLEET_SNAPSHOT_SQL = statement(
+    """
+SELECT coalesce((SELECT assignment_paused FROM fleet_control), false) AS paused,
+  f.n AS in_flight, f.browser AS browser_in_flight,
+  h.name, h.capacity, h.state, a.address, coalesce(a.ssh_port, 22) AS ssh_port,
+  coalesce(a.ssh_user, 'scrapefleet') AS ssh_user, a.ssh_key_file,
+  a.known_hosts_file, h.probe_failures, h.memory_available_bytes
+FROM (SELECT) AS one
+LEFT JOIN (
+  hosts h LEFT JOIN host_access a ON a.host = h.name
+  LEFT JOIN (
+    SELECT host, count(*) AS n, count(*) FILTER (WHERE needs_browser) AS browser
+    FROM jobs WHERE status IN {in_flight} GROUP BY host
+  ) AS f ON f.host = h.name
+) ON true
+ORDER BY h.name
+"""
+)
+BUSY_LOCK_KEYS_SQL = statement(
+    """
+SELECT lock_key FROM jobs WHERE lock_key IS NOT NULL AND status IN {in_flight}
+"""
+)
+STATUS_COUNTS_SQL = statement("SELECT * FROM job_status_counts")
+# The partial pending index keeps this small.
+PENDING_BROWSER_JOBS_SQL = statement(
+    """
+SELECT count(*) FROM jobs WHERE status = {job.pending} AND needs_browser
+"""
+)
+HOST_LOAD_SQL = statement("SELECT * FROM host_load")
+JOB_SQL = statement("SELECT * FROM jobs WHERE id = :id")
+JOB_EVENTS_SQL = statement(
+    """
+SELECT at, from_status, to_status, host, message, error_class
+FROM job_events
+WHERE job_id = :id
+ORDER BY id
+"""
+)
+JOB_STATUSES_SQL = statement("SELECT id, status FROM jobs WHERE id = ANY(:ids)")
+# The operator's filter is common.store.operator.JOB_FILTER_SQL word for word (a test checks):
+# what a retry or cancel would move.
+JOBS_MATCHING_BY_STATUS_SQL = statement(
+    """
+SELECT status, count(*) AS n
+FROM jobs
+WHERE (CAST(:ids AS bigint[]) IS NULL OR id = ANY(CAST(:ids AS bigint[])))
+  AND (CAST(:kind AS text) IS NULL OR kind = :kind)
+  AND (CAST(:host AS text) IS NULL OR host = :host)
+GROUP BY status
+"""
+)
+HOST_EXISTS_SQL = statement("SELECT 1 FROM hosts WHERE name = :name")
+# A function (migration 0008): a consumer's own role sees no pending job.
+HOST_IS_IDLE_SQL = statement(
+    """
+SELECT NOT EXISTS (SELECT 1 FROM jobs WHERE host = :host AND status IN {in_flight})
+  AND NOT any_pending_job()
+"""
+)
+HAS_UNFINISHED_JOBS_SQL = statement(
+    """
+SELECT EXISTS (SELECT 1 FROM jobs WHERE status = {job.pending})
+  OR EXISTS (SELECT 1 FROM jobs WHERE status IN {in_flight})
+"""
 )
 
 
@@ -91,97 +147,61 @@ def fleet_snapshot(conn: Connection) -> FleetSnapshot:
 
 def busy_lock_keys(conn: Connection) -> set[str]:
     """Lock keys held by a queued or running job anywhere in the fleet."""
-    rows = conn.execute(
-        sa.text(f"SELECT lock_key FROM jobs WHERE lock_key IS NOT NULL AND {_IN_FLIGHT}")
-    )
+    rows = conn.execute(BUSY_LOCK_KEYS_SQL)
     return {r.lock_key for r in rows}
 
 
 def status_counts(conn: Connection) -> dict[str, int]:
-    return {r.status: r.jobs for r in conn.execute(sa.text("SELECT * FROM job_status_counts"))}
+    return {r.status: r.jobs for r in conn.execute(STATUS_COUNTS_SQL)}
 
 
 def pending_browser_jobs(conn: Connection) -> int:
     """Pending jobs that need a browser (the partial pending index keeps this small)."""
-    return int(
-        conn.execute(
-            sa.text(f"SELECT count(*) FROM jobs WHERE {_PENDING} AND needs_browser")
-        ).scalar_one()
-    )
+    return int(conn.execute(PENDING_BROWSER_JOBS_SQL).scalar_one())
 
 
 def host_load(conn: Connection) -> list[dict[str, Any]]:
     """The host_load view: per host state, load, and why its probe fails (migration 0003)."""
-    return [dict(r._mapping) for r in conn.execute(sa.text("SELECT * FROM host_load"))]
+    return [dict(r._mapping) for r in conn.execute(HOST_LOAD_SQL)]
 
 
 def job(conn: Connection, job_id: int) -> dict[str, Any]:
-    row = conn.execute(sa.text("SELECT * FROM jobs WHERE id = :id"), {"id": job_id}).first()
+    row = conn.execute(JOB_SQL, {"id": job_id}).first()
     if row is None:
         raise NotFound(f"no job with id {job_id}")
     return dict(row._mapping)
 
 
 def job_events(conn: Connection, job_id: int) -> list[dict[str, Any]]:
-    rows = conn.execute(
-        sa.text(
-            "SELECT at, from_status, to_status, host, message, error_class FROM job_events"
-            " WHERE job_id = :id ORDER BY id"
-        ),
-        {"id": job_id},
-    )
+    rows = conn.execute(JOB_EVENTS_SQL, {"id": job_id})
     return [dict(r._mapping) for r in rows]
 
 
 def job_statuses(conn: Connection, job_ids: Sequence[int]) -> dict[int, str]:
-    rows = conn.execute(
-        sa.text("SELECT id, status FROM jobs WHERE id = ANY(:ids)"), {"ids": list(job_ids)}
-    )
+    rows = conn.execute(JOB_STATUSES_SQL, {"ids": list(job_ids)})
     return {r.id: r.status for r in rows}
 
 
 def jobs_matching_by_status(conn: Connection, which: JobFilter) -> dict[str, int]:
     """How many jobs an operator's filter matches, per status: what a retry or cancel would
     move before it moves it, and why it would move nothing. Same filter as the store's."""
-    rows = conn.execute(
-        sa.text(f"SELECT status, count(*) AS n FROM jobs WHERE {JOB_FILTER_SQL} GROUP BY status"),
-        which.params(),
-    )
+    rows = conn.execute(JOBS_MATCHING_BY_STATUS_SQL, which.params())
     return {r.status: r.n for r in rows}
 
 
 def host_exists(conn: Connection, name: str) -> bool:
-    return (
-        conn.execute(sa.text("SELECT 1 FROM hosts WHERE name = :name"), {"name": name}).first()
-        is not None
-    )
+    return conn.execute(HOST_EXISTS_SQL, {"name": name}).first() is not None
 
 
 def host_is_idle(conn: Connection, host: str) -> bool:
     """Nothing queued or processing on ``host`` and nothing pending anywhere (a pending job may
     yet be assigned here): what a consumer's run-until-idle mode waits for."""
-    return bool(
-        conn.execute(
-            sa.text(
-                f"SELECT NOT EXISTS (SELECT 1 FROM jobs WHERE host = :host AND {_IN_FLIGHT})"
-                # A function (migration 0008): a consumer's own role sees no pending job.
-                " AND NOT any_pending_job()"
-            ),
-            {"host": host},
-        ).scalar_one()
-    )
+    return bool(conn.execute(HOST_IS_IDLE_SQL, {"host": host}).scalar_one())
 
 
 def has_unfinished_jobs(conn: Connection) -> bool:
     """True while any job is pending, queued or processing (the daemons' "until idle")."""
-    return bool(
-        conn.execute(
-            sa.text(
-                f"SELECT EXISTS (SELECT 1 FROM jobs WHERE {_PENDING})"
-                f" OR EXISTS (SELECT 1 FROM jobs WHERE {_IN_FLIGHT})"
-            )
-        ).scalar_one()
-    )
+    return bool(conn.execute(HAS_UNFINISHED_JOBS_SQL).scalar_one())
 
 
 # ---------------------------------------------------------------- operator switches and figures
@@ -195,40 +215,67 @@ class FleetControl:
     reason: str | None = None
 
 
+FLEET_CONTROL_SQL = statement(
+    """
+SELECT assignment_paused, changed_by, changed_at, reason FROM fleet_control
+"""
+)
+JOBS_BY_STATUS_AND_KIND_SQL = statement(
+    """
+SELECT status, kind, count(*) AS n FROM jobs GROUP BY 1, 2
+"""
+)
+# A restart is its own event; a reboot is the host's move into the 'rebooting' state.
+HOST_MAINTENANCE_COUNTS_SQL = statement(
+    """
+SELECT host,
+  count(*) FILTER (WHERE event = 'restart') AS restarts,
+  count(*) FILTER (WHERE event = 'state' AND to_state = {host.rebooting}) AS reboots
+FROM host_events
+WHERE event IN ('restart', 'state')
+GROUP BY host
+"""
+)
+# The rate_limits view, paused first, then the most slowed, then the most pending: every key,
+# or (HELD) only the keys held to something.
+RATE_KEYS_SQL = statement(
+    """
+SELECT key, in_flight, started_last_minute, pending, concurrency_limit, per_minute_limit, factor,
+  paused_until
+FROM rate_limits
+ORDER BY paused_until IS NULL, factor, pending DESC, key LIMIT :limit
+"""
+)
+RATE_KEYS_HELD_SQL = statement(
+    """
+SELECT key, in_flight, started_last_minute, pending, concurrency_limit, per_minute_limit, factor,
+  paused_until
+FROM rate_limits
+WHERE concurrency_limit IS NOT NULL OR per_minute_limit IS NOT NULL
+  OR factor < 1 OR paused_until IS NOT NULL
+ORDER BY paused_until IS NULL, factor, pending DESC, key LIMIT :limit
+"""
+)
+
+
 def fleet_control(conn: Connection) -> FleetControl:
     """The fleet-wide switches; no row (a fresh or truncated table) means nothing is paused."""
-    row = conn.execute(
-        sa.text("SELECT assignment_paused, changed_by, changed_at, reason FROM fleet_control")
-    ).first()
+    row = conn.execute(FLEET_CONTROL_SQL).first()
     return FleetControl(**row._mapping) if row is not None else FleetControl(False)
 
 
 def jobs_by_status_and_kind(conn: Connection) -> dict[tuple[str, str], int]:
     """Counts for the metrics gauge. One scan of the hot table, which retention keeps to the
     recent past; the producer runs it every metrics_refresh_s, not every cycle."""
-    rows = conn.execute(sa.text("SELECT status, kind, count(*) AS n FROM jobs GROUP BY 1, 2"))
+    rows = conn.execute(JOBS_BY_STATUS_AND_KIND_SQL)
     return {(r.status, r.kind): r.n for r in rows}
 
 
 def host_maintenance_counts(conn: Connection) -> dict[str, tuple[int, int]]:
     """host -> (browser-stack restarts, reboots) as host_events records them: a restart is its
     own event; a reboot is the host's move into the 'rebooting' state."""
-    rows = conn.execute(
-        sa.text(
-            "SELECT host,"
-            " count(*) FILTER (WHERE event = 'restart') AS restarts,"
-            f" count(*) FILTER (WHERE event = 'state' AND to_state = '{HostState.REBOOTING}')"
-            " AS reboots"
-            " FROM host_events WHERE event IN ('restart', 'state') GROUP BY host"
-        )
-    )
+    rows = conn.execute(HOST_MAINTENANCE_COUNTS_SQL)
     return {r.host: (r.restarts, r.reboots) for r in rows}
-
-
-RATE_KEY_COLUMNS = (
-    "key, in_flight, started_last_minute, pending, concurrency_limit, per_minute_limit, factor,"
-    " paused_until"
-)
 
 
 def rate_keys(conn: Connection, *, every_key: bool, limit: int) -> list[dict[str, Any]]:
@@ -236,37 +283,29 @@ def rate_keys(conn: Connection, *, every_key: bool, limit: int) -> list[dict[str
     slowed, then the most pending. Without ``every_key``, only keys held to something: a limit
     (named or the default), a slow-down or a pause; a fleet crawling 100,000 sites would
     otherwise list each of them."""
-    held = (
-        ""
-        if every_key
-        else " WHERE concurrency_limit IS NOT NULL OR per_minute_limit IS NOT NULL"
-        " OR factor < 1 OR paused_until IS NOT NULL"
-    )
-    rows = conn.execute(
-        sa.text(
-            f"SELECT {RATE_KEY_COLUMNS} FROM rate_limits{held}"
-            " ORDER BY paused_until IS NULL, factor, pending DESC, key LIMIT :limit"
-        ),
-        {"limit": limit},
-    )
+    statement = RATE_KEYS_SQL if every_key else RATE_KEYS_HELD_SQL
+    rows = conn.execute(statement, {"limit": limit})
     return [dict(r._mapping) for r in rows]
 
 
 # Each schedule for its metrics: the schedules view, how overdue its next slot is, and its last
 # run whose every job completed (archived jobs included).
-SCHEDULE_FIGURES_SQL = sa.text(
-    "SELECT s.name, s.paused, s.next_run_at,"
-    "  CASE WHEN s.paused THEN 0"
-    "       ELSE greatest(extract(epoch FROM now() - s.next_run_at), 0) END AS overdue_s,"
-    "  s.last_fired_at, s.last_lag_s,"
-    "  (SELECT max(r.fired_at) FROM schedule_runs r JOIN schedule_defs d ON d.id = r.schedule_id"
-    "   WHERE d.name = s.name AND cardinality(r.job_ids) > 0"
-    "     AND (SELECT count(*) FROM ("
-    "            SELECT 1 FROM jobs WHERE id = ANY (r.job_ids) AND status = 'completed'"
-    "            UNION ALL"
-    "            SELECT 1 FROM jobs_archive WHERE id = ANY (r.job_ids) AND status = 'completed'"
-    "          ) done) = cardinality(r.job_ids)) AS last_success_at"
-    " FROM schedules s ORDER BY s.name LIMIT :limit"
+SCHEDULE_FIGURES_SQL = statement(
+    """
+SELECT s.name, s.paused, s.next_run_at,
+  CASE WHEN s.paused THEN 0
+       ELSE greatest(extract(epoch FROM now() - s.next_run_at), 0) END AS overdue_s,
+  s.last_fired_at, s.last_lag_s,
+  (SELECT max(r.fired_at) FROM schedule_runs r JOIN schedule_defs d ON d.id = r.schedule_id
+   WHERE d.name = s.name AND cardinality(r.job_ids) > 0
+     AND (SELECT count(*) FROM (
+            SELECT 1 FROM jobs WHERE id = ANY (r.job_ids) AND status = {job.completed}
+            UNION ALL
+            SELECT 1 FROM jobs_archive WHERE id = ANY (r.job_ids) AND status = {job.completed}
+          ) done) = cardinality(r.job_ids)) AS last_success_at
+FROM schedules s
+ORDER BY s.name LIMIT :limit
+"""
 )
 
 
@@ -276,10 +315,14 @@ def schedule_figures(conn: Connection, limit: int) -> list[dict[str, Any]]:
 
 # The host each just-rescued job was taken from: its audit row of the rescue keeps the host
 # (jobs_audit writes the old host when the new one is NULL).
-RESCUED_FROM_SQL = sa.text(
-    "SELECT host, count(DISTINCT job_id) AS jobs FROM job_events"
-    " WHERE job_id = ANY(:ids) AND message LIKE 'rescued:%' AND host IS NOT NULL"
-    " GROUP BY host ORDER BY host"
+RESCUED_FROM_SQL = statement(
+    """
+SELECT host, count(DISTINCT job_id) AS jobs
+FROM job_events
+WHERE job_id = ANY(:ids) AND message LIKE 'rescued:%' AND host IS NOT NULL
+GROUP BY host
+ORDER BY host
+"""
 )
 
 

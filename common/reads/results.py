@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from scrapefleet.common.actions.error_classes import ERROR_CLASSES
-from scrapefleet.common.db.tables import JOB_STATUSES
+from scrapefleet.common.db.schema_base import JOB_STATUSES
 from scrapefleet.common.errors import SubmitError
+from scrapefleet.common.store.sql_text import statement
 
 BATCH_ROWS = 2000
 COLUMNS = (
@@ -38,19 +38,139 @@ COLUMNS = (
     "crawl_id",
     "depth",
 )
-_SELECT = ", ".join(COLUMNS)
-_WHERE = (
-    " WHERE (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[])))"
-    " AND (CAST(:kind AS text) IS NULL OR kind = :kind)"
-    " AND (CAST(:host AS text) IS NULL OR host = :host)"
-    " AND (CAST(:since AS timestamptz) IS NULL OR coalesce(finished_at, created_at) >= :since)"
-    " AND (CAST(:profile AS text) IS NULL OR profile = :profile)"
-    " AND (CAST(:crawl AS bigint) IS NULL OR crawl_id = :crawl)"
-    " AND (CAST(:error_class AS text) IS NULL OR error_class = :error_class)"
-    # Ran there, or was rescued or released from there, at any attempt: job_events keeps the
-    # host of every move, where jobs.host is only the last one.
-    " AND (CAST(:was_on AS text) IS NULL OR host = :was_on"
-    "      OR id IN (SELECT job_id FROM job_events WHERE host = :was_on))"
+# ResultFilter.params(): a part given as NULL matches every job. Each statement below holds it
+# word for word, once for jobs and once for jobs_archive (a test checks), and selects COLUMNS.
+RESULT_FILTER_SQL = """
+WHERE (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[])))
+  AND (CAST(:kind AS text) IS NULL OR kind = :kind)
+  AND (CAST(:host AS text) IS NULL OR host = :host)
+  AND (CAST(:since AS timestamptz) IS NULL OR coalesce(finished_at, created_at) >= :since)
+  AND (CAST(:profile AS text) IS NULL OR profile = :profile)
+  AND (CAST(:crawl AS bigint) IS NULL OR crawl_id = :crawl)
+  AND (CAST(:error_class AS text) IS NULL OR error_class = :error_class)
+  -- Ran there, or was rescued or released from there, at any attempt: job_events keeps the
+  -- host of every move, where jobs.host is only the last one.
+  AND (CAST(:was_on AS text) IS NULL OR host = :was_on
+    OR id IN (SELECT job_id FROM job_events WHERE host = :was_on))
+""".strip()
+# A listing: newest first, cut at the limit.
+LIST_RESULTS_SQL = statement(
+    """
+SELECT * FROM (
+SELECT id, kind, status, host, attempts, created_at, started_at, finished_at, payload, result,
+  last_error, error_class, profile, crawl_id, depth
+FROM jobs
+WHERE (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[])))
+  AND (CAST(:kind AS text) IS NULL OR kind = :kind)
+  AND (CAST(:host AS text) IS NULL OR host = :host)
+  AND (CAST(:since AS timestamptz) IS NULL OR coalesce(finished_at, created_at) >= :since)
+  AND (CAST(:profile AS text) IS NULL OR profile = :profile)
+  AND (CAST(:crawl AS bigint) IS NULL OR crawl_id = :crawl)
+  AND (CAST(:error_class AS text) IS NULL OR error_class = :error_class)
+  -- Ran there, or was rescued or released from there, at any attempt: job_events keeps the
+  -- host of every move, where jobs.host is only the last one.
+  AND (CAST(:was_on AS text) IS NULL OR host = :was_on
+    OR id IN (SELECT job_id FROM job_events WHERE host = :was_on))
+UNION ALL
+SELECT id, kind, status, host, attempts, created_at, started_at, finished_at, payload, result,
+  last_error, error_class, profile, crawl_id, depth
+FROM jobs_archive
+WHERE (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[])))
+  AND (CAST(:kind AS text) IS NULL OR kind = :kind)
+  AND (CAST(:host AS text) IS NULL OR host = :host)
+  AND (CAST(:since AS timestamptz) IS NULL OR coalesce(finished_at, created_at) >= :since)
+  AND (CAST(:profile AS text) IS NULL OR profile = :profile)
+  AND (CAST(:crawl AS bigint) IS NULL OR crawl_id = :crawl)
+  AND (CAST(:error_class AS text) IS NULL OR error_class = :error_class)
+  -- Ran there, or was rescued or released from there, at any attempt: job_events keeps the
+  -- host of every move, where jobs.host is only the last one.
+  AND (CAST(:was_on AS text) IS NULL OR host = :was_on
+    OR id IN (SELECT job_id FROM job_events WHERE host = :was_on))
+) AS j
+ORDER BY id DESC LIMIT :limit
+"""
+)
+# A whole export: oldest first.
+EXPORT_RESULTS_SQL = statement(
+    """
+SELECT * FROM (
+SELECT id, kind, status, host, attempts, created_at, started_at, finished_at, payload, result,
+  last_error, error_class, profile, crawl_id, depth
+FROM jobs
+WHERE (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[])))
+  AND (CAST(:kind AS text) IS NULL OR kind = :kind)
+  AND (CAST(:host AS text) IS NULL OR host = :host)
+  AND (CAST(:since AS timestamptz) IS NULL OR coalesce(finished_at, created_at) >= :since)
+  AND (CAST(:profile AS text) IS NULL OR profile = :profile)
+  AND (CAST(:crawl AS bigint) IS NULL OR crawl_id = :crawl)
+  AND (CAST(:error_class AS text) IS NULL OR error_class = :error_class)
+  -- Ran there, or was rescued or released from there, at any attempt: job_events keeps the
+  -- host of every move, where jobs.host is only the last one.
+  AND (CAST(:was_on AS text) IS NULL OR host = :was_on
+    OR id IN (SELECT job_id FROM job_events WHERE host = :was_on))
+UNION ALL
+SELECT id, kind, status, host, attempts, created_at, started_at, finished_at, payload, result,
+  last_error, error_class, profile, crawl_id, depth
+FROM jobs_archive
+WHERE (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[])))
+  AND (CAST(:kind AS text) IS NULL OR kind = :kind)
+  AND (CAST(:host AS text) IS NULL OR host = :host)
+  AND (CAST(:since AS timestamptz) IS NULL OR coalesce(finished_at, created_at) >= :since)
+  AND (CAST(:profile AS text) IS NULL OR profile = :profile)
+  AND (CAST(:crawl AS bigint) IS NULL OR crawl_id = :crawl)
+  AND (CAST(:error_class AS text) IS NULL OR error_class = :error_class)
+  -- Ran there, or was rescued or released from there, at any attempt: job_events keeps the
+  -- host of every move, where jobs.host is only the last one.
+  AND (CAST(:was_on AS text) IS NULL OR host = :was_on
+    OR id IN (SELECT job_id FROM job_events WHERE host = :was_on))
+) AS j
+ORDER BY id
+"""
+)
+COUNT_RESULTS_SQL = statement(
+    """
+SELECT (
+SELECT count(*) FROM jobs
+WHERE (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[])))
+  AND (CAST(:kind AS text) IS NULL OR kind = :kind)
+  AND (CAST(:host AS text) IS NULL OR host = :host)
+  AND (CAST(:since AS timestamptz) IS NULL OR coalesce(finished_at, created_at) >= :since)
+  AND (CAST(:profile AS text) IS NULL OR profile = :profile)
+  AND (CAST(:crawl AS bigint) IS NULL OR crawl_id = :crawl)
+  AND (CAST(:error_class AS text) IS NULL OR error_class = :error_class)
+  -- Ran there, or was rescued or released from there, at any attempt: job_events keeps the
+  -- host of every move, where jobs.host is only the last one.
+  AND (CAST(:was_on AS text) IS NULL OR host = :was_on
+    OR id IN (SELECT job_id FROM job_events WHERE host = :was_on))
+) + (
+SELECT count(*) FROM jobs_archive
+WHERE (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[])))
+  AND (CAST(:kind AS text) IS NULL OR kind = :kind)
+  AND (CAST(:host AS text) IS NULL OR host = :host)
+  AND (CAST(:since AS timestamptz) IS NULL OR coalesce(finished_at, created_at) >= :since)
+  AND (CAST(:profile AS text) IS NULL OR profile = :profile)
+  AND (CAST(:crawl AS bigint) IS NULL OR crawl_id = :crawl)
+  AND (CAST(:error_class AS text) IS NULL OR error_class = :error_class)
+  -- Ran there, or was rescued or released from there, at any attempt: job_events keeps the
+  -- host of every move, where jobs.host is only the last one.
+  AND (CAST(:was_on AS text) IS NULL OR host = :was_on
+    OR id IN (SELECT job_id FROM job_events WHERE host = :was_on))
+)
+"""
+)
+# The finished ones among :ids (an archived job is finished).
+RESULTS_OF_SQL = statement(
+    """
+SELECT id, kind, status, host, attempts, created_at, started_at, finished_at, payload, result,
+  last_error, error_class, profile, crawl_id, depth
+FROM jobs
+WHERE id = ANY(:ids) AND status IN ({job.completed}, {job.failed}, {job.cancelled})
+UNION ALL
+SELECT id, kind, status, host, attempts, created_at, started_at, finished_at, payload, result,
+  last_error, error_class, profile, crawl_id, depth
+FROM jobs_archive
+WHERE id = ANY(:ids)
+"""
 )
 
 
@@ -105,42 +225,25 @@ class ResultFilter:
         return ", ".join(p for p in parts if p) or "every job"
 
 
-def _statement(which: ResultFilter) -> sa.TextClause:
-    # Newest first for a listing (it is cut at the limit); oldest first for a whole export.
-    order = " ORDER BY id DESC" if which.limit else " ORDER BY id"
-    limit = f" LIMIT {int(which.limit)}" if which.limit else ""
-    return sa.text(
-        f"SELECT * FROM (SELECT {_SELECT} FROM jobs{_WHERE}"
-        f" UNION ALL SELECT {_SELECT} FROM jobs_archive{_WHERE}) AS j{order}{limit}"
-    )
-
-
 def count_results(conn: Connection, which: ResultFilter) -> int:
-    total = sa.text(
-        f"SELECT (SELECT count(*) FROM jobs{_WHERE}) + (SELECT count(*) FROM jobs_archive{_WHERE})"
-    )
-    found = int(conn.execute(total, which.params()).scalar_one())
+    found = int(conn.execute(COUNT_RESULTS_SQL, which.params()).scalar_one())
     return min(found, which.limit) if which.limit else found
 
 
 def iter_results(engine: Engine, which: ResultFilter) -> Iterator[dict[str, Any]]:
     """Every matching job as a dict of COLUMNS, streamed."""
+    # Newest first for a listing (it is cut at the limit); oldest first for a whole export.
+    if which.limit:
+        statement, params = LIST_RESULTS_SQL, {**which.params(), "limit": which.limit}
+    else:
+        statement, params = EXPORT_RESULTS_SQL, which.params()
     with engine.connect() as conn:
-        rows = conn.execution_options(yield_per=BATCH_ROWS).execute(
-            _statement(which), which.params()
-        )
+        rows = conn.execution_options(yield_per=BATCH_ROWS).execute(statement, params)
         for row in rows:
             yield dict(row._mapping)
 
 
 def results_of(conn: Connection, job_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
     """The finished ones among ``job_ids``: id -> their row (status, result, last_error)."""
-    rows = conn.execute(
-        sa.text(
-            f"SELECT {_SELECT} FROM jobs WHERE id = ANY(:ids)"
-            " AND status IN ('completed', 'failed', 'cancelled')"
-            f" UNION ALL SELECT {_SELECT} FROM jobs_archive WHERE id = ANY(:ids)"
-        ),
-        {"ids": list(job_ids)},
-    )
+    rows = conn.execute(RESULTS_OF_SQL, {"ids": list(job_ids)})
     return {r.id: dict(r._mapping) for r in rows}

@@ -35,7 +35,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from scrapefleet.common.db.tables import HOST_STATES, JOB_STATUSES
+from scrapefleet.common.db.schema_base import HOST_STATES, JOB_STATUSES
 
 
 def _daemon_registry() -> CollectorRegistry:

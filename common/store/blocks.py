@@ -12,36 +12,38 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from scrapefleet.common.actions.error_classes import ErrorClass
 from scrapefleet.common.constants import CHANNEL_FINISHED
 from scrapefleet.common.store.events import set_audit_message
 from scrapefleet.common.store.profiles import cool_profile_after_block
-from scrapefleet.common.store.statuses import JobStatus
+from scrapefleet.common.store.sql_text import statement
 
 __all__ = ["BLOCKED_SQL", "release_blocked"]
 
 REASON_MAX_CHARS = 500  # of the audit message: a page's words are not ours to store whole
 
-_OUT = "blocks + 1 >= :max_blocks"  # this block is the last one allowed
-BLOCKED_SQL = sa.text(
-    "WITH ended AS ("
-    "  UPDATE jobs SET"
-    f"    status = CASE WHEN {_OUT} THEN '{JobStatus.FAILED}' ELSE '{JobStatus.PENDING}' END,"
-    f"    host = CASE WHEN {_OUT} THEN host END,"
-    f"    finished_at = CASE WHEN {_OUT} THEN now() END,"
-    "    last_error = CASE WHEN " + _OUT + " THEN :error || ' (blocked ' || (blocks + 1)"
-    "      || ' times)' ELSE :error END,"
-    "    artifacts = coalesce(CAST(:artifacts AS jsonb), artifacts),"
-    f"    error_class = '{ErrorClass.BLOCKED}', blocked_on_host = :host,"
-    "    attempts = greatest(attempts - 1, 0), blocks = blocks + 1,"
-    "    not_before = NULL, started_at = NULL, queued_at = NULL"
-    f"  WHERE id = :id AND status = '{JobStatus.PROCESSING}' AND claims = :claim"
-    "    AND host = :host"
-    "  RETURNING status)"
-    " SELECT status, pg_notify(:channel, :host) FROM ended"
+# ``blocks + 1 >= :max_blocks`` (the four CASEs' condition): this block is the last one
+# allowed, and the job ends failed. ``:error_class`` is ErrorClass.BLOCKED.
+BLOCKED_SQL = statement(
+    """
+WITH ended AS (
+  UPDATE jobs SET
+    status = CASE WHEN blocks + 1 >= :max_blocks THEN {job.failed} ELSE {job.pending} END,
+    host = CASE WHEN blocks + 1 >= :max_blocks THEN host END,
+    finished_at = CASE WHEN blocks + 1 >= :max_blocks THEN now() END,
+    last_error = CASE WHEN blocks + 1 >= :max_blocks
+      THEN :error || ' (blocked ' || (blocks + 1) || ' times)' ELSE :error END,
+    artifacts = coalesce(CAST(:artifacts AS jsonb), artifacts),
+    error_class = :error_class, blocked_on_host = :host,
+    attempts = greatest(attempts - 1, 0), blocks = blocks + 1,
+    not_before = NULL, started_at = NULL, queued_at = NULL
+  WHERE id = :id AND status = {job.processing} AND claims = :claim AND host = :host
+  RETURNING status
+)
+SELECT status, pg_notify(:channel, :host) FROM ended
+"""
 )
 
 
@@ -71,6 +73,7 @@ def release_blocked(
         "error": error or f"Blocked: {reason}",
         "artifacts": json.dumps(artifacts) if artifacts is not None else None,
         "channel": CHANNEL_FINISHED,
+        "error_class": ErrorClass.BLOCKED.value,
     }
     status = conn.execute(BLOCKED_SQL, params).scalar()
     set_audit_message(conn, "")  # the next change in this transaction says its own

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from scrapefleet.common.store.events import record_host_event
 from scrapefleet.common.store.releases import requeue_host_browser_jobs, requeue_host_queued
+from scrapefleet.common.store.sql_text import statement
 
 __all__ = [
     "SET_STACK_COUNTER_SQL",
@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 # Through the function a consumer's role may call (migration 0017), within its bounds.
-SET_STACK_COUNTER_SQL = sa.text("SELECT host_set_stack_counter(:name, :n)")
+SET_STACK_COUNTER_SQL = statement("SELECT host_set_stack_counter(:name, :n)")
 
 
 def reset_restart_counter(conn: Connection, name: str, details: dict[str, Any]) -> None:

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
+
+from scrapefleet.common.store.sql_text import statement
 
 __all__ = [
     "NO_HOLDS",
@@ -110,31 +111,44 @@ class LiveControls:
         }
 
 
-READ_CONTROLS_SQL = sa.text(
-    "SELECT scope, name, paused, concurrency, per_minute FROM live_controls"
+UPSERT_CONTROL_SQL = statement(
+    """
+INSERT INTO live_controls
+  (scope, name, paused, concurrency, per_minute, changed_by, changed_at, reason)
+VALUES (:scope, :name, :paused, :concurrency, :per_minute, :who, now(), :reason)
+ON CONFLICT (scope, name) DO UPDATE SET
+  paused = EXCLUDED.paused, concurrency = EXCLUDED.concurrency,
+  per_minute = EXCLUDED.per_minute, changed_by = EXCLUDED.changed_by, changed_at = now(),
+  reason = EXCLUDED.reason
+"""
 )
-LOCK_CONTROL_SQL = sa.text(
-    "SELECT paused, concurrency, per_minute FROM live_controls"
-    " WHERE scope = :scope AND name = :name FOR UPDATE"
+DELETE_CONTROL_SQL = statement("DELETE FROM live_controls WHERE scope = :scope AND name = :name")
+RECORD_CHANGE_SQL = statement(
+    """
+INSERT INTO control_changes (changed_by, scope, name, change, before, after, reason)
+VALUES (:who, :scope, :name, :change, CAST(:before AS jsonb), CAST(:after AS jsonb), :reason)
+"""
 )
-UPSERT_CONTROL_SQL = sa.text(
-    "INSERT INTO live_controls"
-    "   (scope, name, paused, concurrency, per_minute, changed_by, changed_at, reason)"
-    " VALUES (:scope, :name, :paused, :concurrency, :per_minute, :who, now(), :reason)"
-    " ON CONFLICT (scope, name) DO UPDATE SET paused = EXCLUDED.paused,"
-    "   concurrency = EXCLUDED.concurrency, per_minute = EXCLUDED.per_minute,"
-    "   changed_by = EXCLUDED.changed_by, changed_at = now(), reason = EXCLUDED.reason"
-)
-DELETE_CONTROL_SQL = sa.text("DELETE FROM live_controls WHERE scope = :scope AND name = :name")
-RECORD_CHANGE_SQL = sa.text(
-    "INSERT INTO control_changes (changed_by, scope, name, change, before, after, reason)"
-    " VALUES (:who, :scope, :name, :change,"
-    "   CAST(:before AS jsonb), CAST(:after AS jsonb), :reason)"
+LOCK_CONTROL_SQL = statement(
+    """
+SELECT paused, concurrency, per_minute FROM live_controls
+WHERE scope = :scope AND name = :name
+FOR UPDATE
+"""
 )
 # The advisory lock key space of a first change (no row to lock yet): two operators pausing the
 # same new key at once write one row and one change, not two.
-_NEW_ROW_LOCK_SQL = sa.text(
-    "SELECT pg_advisory_xact_lock(hashtext('live_controls'), hashtext(:key))"
+_NEW_ROW_LOCK_SQL = statement(
+    """
+SELECT pg_advisory_xact_lock(hashtext('live_controls'), hashtext(:key))
+"""
+)
+
+# Reads.
+READ_CONTROLS_SQL = statement(
+    """
+SELECT scope, name, paused, concurrency, per_minute FROM live_controls
+"""
 )
 
 

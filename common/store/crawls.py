@@ -19,37 +19,43 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from scrapefleet.common.db.executes import Executes
-from scrapefleet.common.store.statuses import JobStatus
+from scrapefleet.common.store.sql_text import statement
 
 __all__ = ["SPAWN_SQL", "START_CRAWL_SQL", "spawn_children", "start_crawl"]
 
-SPAWN_SQL = sa.text(
-    "SELECT parent_job, children_inserted FROM spawn_children(:host, CAST(:spawns AS jsonb))"
+SPAWN_SQL = statement(
+    """
+SELECT parent_job, children_inserted FROM spawn_children(:host, CAST(:spawns AS jsonb))
+"""
 )
 # The root job and its crawl in one statement: its id taken first, so that it is its own
 # crawl_id; the seed's dedupe key is seen from the start (a link back to it spawns nothing).
 # Its pages spawn pages of its own kind only (spawn_kinds: the database drops any other kind a
 # host hands it).
-START_CRAWL_SQL = sa.text(
-    "WITH new_id AS (SELECT nextval(pg_get_serial_sequence('jobs', 'id')) AS id),"
-    " root AS ("
-    "  INSERT INTO jobs (id, kind, payload, priority, max_attempts, needs_browser, crawl_id,"
-    "    depth, status)"
-    "  SELECT id, :kind, CAST(:payload AS jsonb), :priority, :max_attempts, :needs_browser, id,"
-    f"    0, '{JobStatus.PENDING}' FROM new_id"
-    "  RETURNING id),"
-    " run AS ("
-    "  INSERT INTO crawl_runs (id, seed, max_depth, max_jobs, spawn_kinds)"
-    "  SELECT id, :seed, :max_depth, :max_jobs, ARRAY[CAST(:kind AS text)] FROM root"
-    "  RETURNING id),"
-    " seen AS ("
-    "  INSERT INTO crawl_seen (crawl_id, dedupe_key, depth, job_id)"
-    "  SELECT id, CAST(:dedupe_key AS text), 0, id FROM root WHERE :dedupe_key IS NOT NULL)"
-    " SELECT id FROM run"
+START_CRAWL_SQL = statement(
+    """
+WITH new_id AS (
+  SELECT nextval(pg_get_serial_sequence('jobs', 'id')) AS id
+), root AS (
+  INSERT INTO jobs (id, kind, payload, priority, max_attempts, needs_browser, crawl_id,
+    depth, status)
+  SELECT id, :kind, CAST(:payload AS jsonb), :priority, :max_attempts, :needs_browser, id,
+    0, {job.pending}
+  FROM new_id
+  RETURNING id
+), run AS (
+  INSERT INTO crawl_runs (id, seed, max_depth, max_jobs, spawn_kinds)
+  SELECT id, :seed, :max_depth, :max_jobs, ARRAY[CAST(:kind AS text)] FROM root
+  RETURNING id
+), seen AS (
+  INSERT INTO crawl_seen (crawl_id, dedupe_key, depth, job_id)
+  SELECT id, CAST(:dedupe_key AS text), 0, id FROM root WHERE :dedupe_key IS NOT NULL
+)
+SELECT id FROM run
+"""
 )
 
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
+
+from scrapefleet.common.store.sql_text import statement
 
 __all__ = [
     "INSERT_HOST_EVENT_SQL",
@@ -18,10 +19,12 @@ __all__ = [
     "set_audit_message",
 ]
 
-SET_AUDIT_MESSAGE_SQL = sa.text("SELECT set_config('scrapefleet.audit_message', :m, true)")
-INSERT_HOST_EVENT_SQL = sa.text(
-    "INSERT INTO host_events (host, event, from_state, to_state, message, details)"
-    " VALUES (:host, :event, :from_state, :to_state, :message, CAST(:details AS jsonb))"
+SET_AUDIT_MESSAGE_SQL = statement("SELECT set_config('scrapefleet.audit_message', :m, true)")
+INSERT_HOST_EVENT_SQL = statement(
+    """
+INSERT INTO host_events (host, event, from_state, to_state, message, details)
+VALUES (:host, :event, :from_state, :to_state, :message, CAST(:details AS jsonb))
+"""
 )
 
 

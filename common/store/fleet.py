@@ -15,8 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
+
+from scrapefleet.common.store.sql_text import statement
 
 __all__ = [
     "LEADER_CYCLE_SQL",
@@ -50,35 +51,51 @@ class ProducerIdentity:
     webhook_secret_set: bool
 
 
-_COLUMNS = "name, host, pid, version, role, interval_s, webhook_secret_set"
-_VALUES = ":name, :host, :pid, :version, :role, :interval_s, :webhook_secret_set"
-_IDENTITY = (
-    "host = EXCLUDED.host, pid = EXCLUDED.pid, version = EXCLUDED.version,"
-    " role = EXCLUDED.role, interval_s = EXCLUDED.interval_s,"
-    " webhook_secret_set = EXCLUDED.webhook_secret_set, last_seen_at = now()"
-)
-
 # A new process (or a name reused after a reboot) starts afresh: no cycle of its own yet.
-REGISTER_PRODUCER_SQL = sa.text(
-    f"INSERT INTO producers ({_COLUMNS}) VALUES ({_VALUES})"
-    f" ON CONFLICT (name) DO UPDATE SET {_IDENTITY}, started_at = now(),"
-    " last_cycle_at = NULL, last_cycle_duration_s = NULL"
+REGISTER_PRODUCER_SQL = statement(
+    """
+INSERT INTO producers (name, host, pid, version, role, interval_s, webhook_secret_set)
+VALUES (:name, :host, :pid, :version, :role, :interval_s, :webhook_secret_set)
+ON CONFLICT (name) DO UPDATE SET
+  host = EXCLUDED.host, pid = EXCLUDED.pid, version = EXCLUDED.version,
+  role = EXCLUDED.role, interval_s = EXCLUDED.interval_s,
+  webhook_secret_set = EXCLUDED.webhook_secret_set, last_seen_at = now(),
+  started_at = now(), last_cycle_at = NULL, last_cycle_duration_s = NULL
+"""
 )
-LEADER_CYCLE_SQL = sa.text(
-    f"INSERT INTO producers ({_COLUMNS}, last_cycle_at, last_cycle_duration_s)"
-    f" VALUES ({_VALUES}, now(), :duration)"
-    f" ON CONFLICT (name) DO UPDATE SET {_IDENTITY}, last_cycle_at = now(),"
-    " last_cycle_duration_s = EXCLUDED.last_cycle_duration_s"
+# The leader's cycle: its identity as REGISTER_PRODUCER_SQL writes it, and the cycle's times.
+LEADER_CYCLE_SQL = statement(
+    """
+INSERT INTO producers (name, host, pid, version, role, interval_s, webhook_secret_set,
+  last_cycle_at, last_cycle_duration_s)
+VALUES (:name, :host, :pid, :version, :role, :interval_s, :webhook_secret_set,
+  now(), :duration)
+ON CONFLICT (name) DO UPDATE SET
+  host = EXCLUDED.host, pid = EXCLUDED.pid, version = EXCLUDED.version,
+  role = EXCLUDED.role, interval_s = EXCLUDED.interval_s,
+  webhook_secret_set = EXCLUDED.webhook_secret_set, last_seen_at = now(),
+  last_cycle_at = now(), last_cycle_duration_s = EXCLUDED.last_cycle_duration_s
+"""
 )
-STANDBY_TRY_SQL = sa.text(
-    f"INSERT INTO producers ({_COLUMNS}) VALUES ({_VALUES})"
-    f" ON CONFLICT (name) DO UPDATE SET {_IDENTITY}"
+# A standby's try: its identity only.
+STANDBY_TRY_SQL = statement(
+    """
+INSERT INTO producers (name, host, pid, version, role, interval_s, webhook_secret_set)
+VALUES (:name, :host, :pid, :version, :role, :interval_s, :webhook_secret_set)
+ON CONFLICT (name) DO UPDATE SET
+  host = EXCLUDED.host, pid = EXCLUDED.pid, version = EXCLUDED.version,
+  role = EXCLUDED.role, interval_s = EXCLUDED.interval_s,
+  webhook_secret_set = EXCLUDED.webhook_secret_set, last_seen_at = now()
+"""
 )
-STOPPED_SQL = sa.text(
-    f"UPDATE producers SET role = '{ProducerRole.STOPPED}', last_seen_at = now() WHERE name = :name"
+# ``:role``: ProducerRole.STOPPED.
+STOPPED_SQL = statement(
+    "UPDATE producers SET role = :role, last_seen_at = now() WHERE name = :name"
 )
-PRUNE_PRODUCERS_SQL = sa.text(
-    "DELETE FROM producers WHERE last_seen_at < now() - make_interval(secs => :keep)"
+PRUNE_PRODUCERS_SQL = statement(
+    """
+DELETE FROM producers WHERE last_seen_at < now() - make_interval(secs => :keep)
+"""
 )
 
 
@@ -115,7 +132,7 @@ def record_standby_try(conn: Connection, me: ProducerIdentity) -> None:
 
 
 def record_producer_stopped(conn: Connection, name: str) -> None:
-    conn.execute(STOPPED_SQL, {"name": name})
+    conn.execute(STOPPED_SQL, {"name": name, "role": ProducerRole.STOPPED.value})
 
 
 def prune_producers(conn: Connection, keep_s: float) -> int:

@@ -16,7 +16,8 @@ from scrapefleet.common.errors import HostBusy, NotFound, ScrapefleetError, Subm
 from scrapefleet.common.store.events import record_host_event
 from scrapefleet.common.store.records import HostSpec, Registration
 from scrapefleet.common.store.releases import requeue_host_queued
-from scrapefleet.common.store.statuses import HostState, JobStatus
+from scrapefleet.common.store.sql_text import statement
+from scrapefleet.common.store.statuses import HostState
 
 __all__ = [
     "ADD_HOST_SQL",
@@ -33,49 +34,66 @@ __all__ = [
 
 # Create, or update the settings of a host that exists (so provisioning can re-run). How the
 # producer reaches it goes to host_access, which no consumer role may write.
-ADD_HOST_SQL = sa.text(
-    "INSERT INTO hosts AS h (name, capacity) VALUES (:name, :capacity)"
-    " ON CONFLICT (name) DO UPDATE SET capacity = EXCLUDED.capacity"
-    " RETURNING (xmax = 0) AS created"
+ADD_HOST_SQL = statement(
+    """
+INSERT INTO hosts AS h (name, capacity) VALUES (:name, :capacity)
+ON CONFLICT (name) DO UPDATE SET capacity = EXCLUDED.capacity
+RETURNING (xmax = 0) AS created
+"""
 )
-SET_HOST_ACCESS_SQL = sa.text(
-    "INSERT INTO host_access (host, address, ssh_port, ssh_user, ssh_key_file, known_hosts_file)"
-    " VALUES (:name, :address, :ssh_port, :ssh_user, :ssh_key_file, :known_hosts_file)"
-    " ON CONFLICT (host) DO UPDATE SET address = EXCLUDED.address,"
-    " ssh_port = EXCLUDED.ssh_port, ssh_user = EXCLUDED.ssh_user,"
-    " ssh_key_file = EXCLUDED.ssh_key_file, known_hosts_file = EXCLUDED.known_hosts_file"
+SET_HOST_ACCESS_SQL = statement(
+    """
+INSERT INTO host_access (host, address, ssh_port, ssh_user, ssh_key_file, known_hosts_file)
+VALUES (:name, :address, :ssh_port, :ssh_user, :ssh_key_file, :known_hosts_file)
+ON CONFLICT (host) DO UPDATE SET
+  address = EXCLUDED.address, ssh_port = EXCLUDED.ssh_port, ssh_user = EXCLUDED.ssh_user,
+  ssh_key_file = EXCLUDED.ssh_key_file, known_hosts_file = EXCLUDED.known_hosts_file
+"""
 )
 # A consumer's writes to its own row go through functions (migration 0017) that let its role
 # make only a consumer's moves, with its own row's bounds; the producer and the owner call them
 # unrestricted. A consumer creating its own row at its first start: no access row (a local
 # probe until an operator adds one). A new boot id resets the since-boot counter.
-REGISTER_SQL = sa.text(
-    "SELECT capacity, state, jobs_since_restart, jobs_since_boot, created"
-    " FROM host_register(:name, :capacity, :boot_id)"
+REGISTER_SQL = statement(
+    """
+SELECT capacity, state, jobs_since_restart, jobs_since_boot, created
+FROM host_register(:name, :capacity, :boot_id)
+"""
 )
-READ_HOST_STATE_SQL = sa.text("SELECT state, state_reason FROM hosts WHERE name = :name")
 # The state moved out of, or NULL when nothing moved (with skip_locked: also when another
 # session holds the row, as a consumer may for as long as it likes).
-SET_HOST_STATE_SQL = sa.text(
-    "SELECT host_set_state(:name, :to_state, :reason, CAST(:expected AS text[]),"
-    " :skip_locked) AS from_state"
+SET_HOST_STATE_SQL = statement(
+    """
+SELECT host_set_state(:name, :to_state, :reason, CAST(:expected AS text[]), :skip_locked)
+  AS from_state
+"""
 )
+CLEAR_PROBE_FAILURES_SQL = statement(
+    """
+UPDATE hosts SET probe_failures = 0, last_probe_error = NULL WHERE name = :name
+"""
+)
+DELETE_HOST_SQL = statement("DELETE FROM hosts WHERE name = :name")
+
 # An operator's command waits this long for a row another session holds, then says so.
 OPERATOR_LOCK_TIMEOUT = "3s"
-LOCK_HOST_FOR_OPERATOR_SQL = sa.text("SELECT 1 FROM hosts WHERE name = :name FOR NO KEY UPDATE")
-LOCK_TIMEOUT_SQL = sa.text("SELECT current_setting('lock_timeout')")
-SET_LOCK_TIMEOUT_SQL = sa.text("SELECT set_config('lock_timeout', :timeout, true)")
-CLEAR_PROBE_FAILURES_SQL = sa.text(
-    "UPDATE hosts SET probe_failures = 0, last_probe_error = NULL WHERE name = :name"
+LOCK_HOST_FOR_OPERATOR_SQL = statement("SELECT 1 FROM hosts WHERE name = :name FOR NO KEY UPDATE")
+LOCK_TIMEOUT_SQL = statement("SELECT current_setting('lock_timeout')")
+SET_LOCK_TIMEOUT_SQL = statement("SELECT set_config('lock_timeout', :timeout, true)")
+
+# Reads.
+READ_HOST_STATE_SQL = statement("SELECT state, state_reason FROM hosts WHERE name = :name")
+HOST_EXISTS_SQL = statement("SELECT 1 FROM hosts WHERE name = :name")
+COUNT_RUNNING_SQL = statement(
+    """
+SELECT count(*) FROM jobs WHERE host = :name AND status = {job.processing}
+"""
 )
-COUNT_RUNNING_SQL = sa.text(
-    f"SELECT count(*) FROM jobs WHERE host = :name AND status = '{JobStatus.PROCESSING}'"
+COUNT_QUEUED_SQL = statement(
+    """
+SELECT count(*) FROM jobs WHERE host = :name AND status = {job.queued}
+"""
 )
-COUNT_QUEUED_SQL = sa.text(
-    f"SELECT count(*) FROM jobs WHERE host = :name AND status = '{JobStatus.QUEUED}'"
-)
-DELETE_HOST_SQL = sa.text("DELETE FROM hosts WHERE name = :name")
-HOST_EXISTS_SQL = sa.text("SELECT 1 FROM hosts WHERE name = :name")
 
 LOCK_NOT_AVAILABLE = "55P03"  # SQLSTATE lock_not_available (lock_timeout, NOWAIT)
 

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from scrapefleet.common.errors import SubmitError
@@ -13,7 +12,8 @@ from scrapefleet.common.settings import setting_default
 from scrapefleet.common.store.events import set_audit_message
 from scrapefleet.common.store.hosts import operator_waits
 from scrapefleet.common.store.records import JobFilter
-from scrapefleet.common.store.statuses import JobStatus, sources, sql_list
+from scrapefleet.common.store.sql_text import statement
+from scrapefleet.common.store.statuses import JobStatus, sources
 
 __all__ = [
     "CANCEL_SOURCES",
@@ -30,31 +30,38 @@ __all__ = [
     "stop_jobs",
 ]
 
-# JobFilter.params(): a part given as NULL matches every job; never all three are NULL.
-_FILTER = (
-    "(CAST(:ids AS bigint[]) IS NULL OR id = ANY(CAST(:ids AS bigint[])))"
-    " AND (CAST(:kind AS text) IS NULL OR kind = :kind)"
-    " AND (CAST(:host AS text) IS NULL OR host = :host)"
-)
-JOB_FILTER_SQL = _FILTER  # the same filter for the reads that count or explain a command
+# JobFilter.params(): a part given as NULL matches every job; never all three are NULL. The
+# statements below hold it word for word (a test checks), and so do the reads that count or
+# explain a command (common.reads.queries).
+JOB_FILTER_SQL = """(CAST(:ids AS bigint[]) IS NULL OR id = ANY(CAST(:ids AS bigint[])))
+  AND (CAST(:kind AS text) IS NULL OR kind = :kind)
+  AND (CAST(:host AS text) IS NULL OR host = :host)"""
+# Each statement's statuses are its move's sources in statuses.TRANSITIONS (a test checks).
 # A job already processing is left to finish: cancelling takes only what has not started.
 CANCEL_SOURCES = sources("cancel_jobs", JobStatus.CANCELLED)
-CANCEL_SQL = sa.text(
-    f"UPDATE jobs SET status = '{JobStatus.CANCELLED}', finished_at = now()"
-    f" WHERE status IN {sql_list(CANCEL_SOURCES)} AND {_FILTER}"
-    " RETURNING id"
+CANCEL_SQL = statement(
+    """
+UPDATE jobs SET status = {job.cancelled}, finished_at = now()
+WHERE status IN ({job.pending}, {job.queued})
+  AND (CAST(:ids AS bigint[]) IS NULL OR id = ANY(CAST(:ids AS bigint[])))
+  AND (CAST(:kind AS text) IS NULL OR kind = :kind)
+  AND (CAST(:host AS text) IS NULL OR host = :host)
+RETURNING id
+"""
 )
 _RETRY_SOURCES = sources("retry_jobs", JobStatus.PENDING)
 # A running job: cancelled here; its consumer sees at its next heartbeat that the job is no
 # longer its own, ends the attempt's browser session and drops its late outcome. Until it
 # confirms that end (or for :linger seconds) the job's lock key stays held.
-STOP_SQL = sa.text(
-    f"UPDATE jobs SET status = '{JobStatus.CANCELLED}', finished_at = now(),"
-    " last_error = 'stopped by operator',"
-    " lingering_host = host, lingering_claim = claims,"
-    " lingering_until = now() + make_interval(secs => :linger)"
-    f" WHERE status IN {sql_list(sources('stop_jobs', JobStatus.CANCELLED))}"
-    " AND id = ANY(:ids) RETURNING id"
+STOP_SQL = statement(
+    """
+UPDATE jobs SET status = {job.cancelled}, finished_at = now(),
+  last_error = 'stopped by operator',
+  lingering_host = host, lingering_claim = claims,
+  lingering_until = now() + make_interval(secs => :linger)
+WHERE status IN ({job.processing}) AND id = ANY(:ids)
+RETURNING id
+"""
 )
 
 
@@ -68,30 +75,45 @@ def retry_sources(include_cancelled: bool) -> tuple[JobStatus, ...]:
     )
 
 
-def _retry_sql(statuses: tuple[JobStatus, ...]) -> sa.TextClause:
-    return sa.text(
-        f"UPDATE jobs SET status = '{JobStatus.PENDING}', attempts = 0, blocks = 0, host = NULL,"
-        " not_before = NULL, queued_at = NULL, started_at = NULL, finished_at = NULL"
-        f" WHERE status IN {sql_list(statuses)} AND {_FILTER}"
-        " RETURNING id"
-    )
-
-
-RETRY_SQL = _retry_sql(retry_sources(include_cancelled=False))
-RETRY_INCLUDING_CANCELLED_SQL = _retry_sql(retry_sources(include_cancelled=True))
+# A retry: a fresh set of attempts. Failed jobs; cancelled ones too only when the operator says
+# so (retry_sources).
+RETRY_SQL = statement(
+    """
+UPDATE jobs SET status = {job.pending}, attempts = 0, blocks = 0, host = NULL,
+  not_before = NULL, queued_at = NULL, started_at = NULL, finished_at = NULL
+WHERE status IN ({job.failed})
+  AND (CAST(:ids AS bigint[]) IS NULL OR id = ANY(CAST(:ids AS bigint[])))
+  AND (CAST(:kind AS text) IS NULL OR kind = :kind)
+  AND (CAST(:host AS text) IS NULL OR host = :host)
+RETURNING id
+"""
+)
+RETRY_INCLUDING_CANCELLED_SQL = statement(
+    """
+UPDATE jobs SET status = {job.pending}, attempts = 0, blocks = 0, host = NULL,
+  not_before = NULL, queued_at = NULL, started_at = NULL, finished_at = NULL
+WHERE status IN ({job.failed}, {job.cancelled})
+  AND (CAST(:ids AS bigint[]) IS NULL OR id = ANY(CAST(:ids AS bigint[])))
+  AND (CAST(:kind AS text) IS NULL OR kind = :kind)
+  AND (CAST(:host AS text) IS NULL OR host = :host)
+RETURNING id
+"""
+)
 # The single row is created if a fresh (or truncated) database has none.
 # Only a change is written (and stamped with who and why): pausing a paused fleet or resuming
 # one that is not paused leaves the row, and its history, as it was. With no row yet the fleet
 # has never been paused, so a resume inserts nothing.
-SET_ASSIGNMENT_PAUSED_SQL = sa.text(
-    "INSERT INTO fleet_control (id, assignment_paused, changed_by, changed_at, reason)"
-    " SELECT true, :paused, :who, now(), :reason WHERE :paused"
-    "   OR EXISTS (SELECT 1 FROM fleet_control WHERE assignment_paused)"
-    " ON CONFLICT (id) DO UPDATE SET assignment_paused = EXCLUDED.assignment_paused,"
-    " changed_by = EXCLUDED.changed_by, changed_at = EXCLUDED.changed_at,"
-    " reason = EXCLUDED.reason"
-    " WHERE fleet_control.assignment_paused <> EXCLUDED.assignment_paused"
-    " RETURNING id"
+SET_ASSIGNMENT_PAUSED_SQL = statement(
+    """
+INSERT INTO fleet_control (id, assignment_paused, changed_by, changed_at, reason)
+SELECT true, :paused, :who, now(), :reason
+WHERE :paused OR EXISTS (SELECT 1 FROM fleet_control WHERE assignment_paused)
+ON CONFLICT (id) DO UPDATE SET
+  assignment_paused = EXCLUDED.assignment_paused, changed_by = EXCLUDED.changed_by,
+  changed_at = EXCLUDED.changed_at, reason = EXCLUDED.reason
+WHERE fleet_control.assignment_paused <> EXCLUDED.assignment_paused
+RETURNING id
+"""
 )
 
 

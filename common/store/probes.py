@@ -6,11 +6,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from scrapefleet.common.status.document import HostStatus
 from scrapefleet.common.store.events import record_host_event
+from scrapefleet.common.store.sql_text import statement
 
 __all__ = [
     "PROBES_SUCCEEDED_SQL",
@@ -22,20 +22,25 @@ __all__ = [
 ]
 
 # Returns the values before the report, for the events that mark a change.
-PROBE_SUCCEEDED_SQL = sa.text(
-    "WITH old AS (SELECT name, probe_failures, last_probe_error, browser_state, browser_limit,"
-    "   kinds FROM hosts"
-    "   WHERE name = :name FOR NO KEY UPDATE SKIP LOCKED)"
-    " UPDATE hosts h SET last_seen_at = now(), probe_failures = 0,"
-    "   last_probe_error = NULL, reported_running = :running,"
-    "   memory_available_bytes = :memory, boot_id = :boot_id,"
-    "   browser_state = :browser, browser_reason = :browser_reason,"
-    "   browser_retry_at = to_timestamp(CAST(:browser_retry_at AS double precision)),"
-    "   browser_limit = :browser_limit, browser_limit_reason = :browser_limit_reason,"
-    "   kinds = CAST(:kinds AS jsonb)"
-    " FROM old WHERE h.name = old.name"
-    " RETURNING old.probe_failures, old.last_probe_error, old.browser_state, old.browser_limit,"
-    "   old.kinds"
+PROBE_SUCCEEDED_SQL = statement(
+    """
+WITH old AS (
+  SELECT name, probe_failures, last_probe_error, browser_state, browser_limit, kinds
+  FROM hosts
+  WHERE name = :name FOR NO KEY UPDATE SKIP LOCKED
+)
+UPDATE hosts h SET last_seen_at = now(), probe_failures = 0,
+  last_probe_error = NULL, reported_running = :running,
+  memory_available_bytes = :memory, boot_id = :boot_id,
+  browser_state = :browser, browser_reason = :browser_reason,
+  browser_retry_at = to_timestamp(CAST(:browser_retry_at AS double precision)),
+  browser_limit = :browser_limit, browser_limit_reason = :browser_limit_reason,
+  kinds = CAST(:kinds AS jsonb)
+FROM old
+WHERE h.name = old.name
+RETURNING old.probe_failures, old.last_probe_error, old.browser_state, old.browser_limit,
+  old.kinds
+"""
 )
 # The same for many hosts in one statement: a producer of a thousand hosts would otherwise spend
 # most of its cycle on a round trip (and a savepoint) per host. Rows locked in name order, as
@@ -43,33 +48,46 @@ PROBE_SUCCEEDED_SQL = sa.text(
 # SKIP LOCKED in all three: a consumer's session may hold its own row as long as it likes (its
 # role sets its own statement_timeout), and the producer must not wait for it, nor the other
 # hosts' health with it: a row held is left for the next cycle.
-PROBES_SUCCEEDED_SQL = sa.text(
-    "WITH report AS (SELECT * FROM unnest(CAST(:names AS text[]), CAST(:running AS int[]),"
-    "     CAST(:memory AS bigint[]), CAST(:boot_ids AS text[]), CAST(:browser AS text[]),"
-    "     CAST(:browser_reason AS text[]), CAST(:browser_retry_at AS double precision[]),"
-    "     CAST(:browser_limit AS int[]), CAST(:browser_limit_reason AS text[]),"
-    "     CAST(:kinds AS text[]))"
-    "   AS r(name, running, memory, boot_id, browser, browser_reason, browser_retry_at,"
-    "        browser_limit, browser_limit_reason, kinds)),"
-    " old AS (SELECT h.name, h.probe_failures, h.last_probe_error, h.browser_state,"
-    "   h.browser_limit, h.kinds"
-    "   FROM hosts h JOIN report r ON r.name = h.name ORDER BY h.name"
-    "   FOR NO KEY UPDATE OF h SKIP LOCKED)"
-    " UPDATE hosts h SET last_seen_at = now(), probe_failures = 0,"
-    "   last_probe_error = NULL, reported_running = r.running,"
-    "   memory_available_bytes = r.memory, boot_id = r.boot_id,"
-    "   browser_state = r.browser, browser_reason = r.browser_reason,"
-    "   browser_retry_at = to_timestamp(r.browser_retry_at),"
-    "   browser_limit = r.browser_limit, browser_limit_reason = r.browser_limit_reason,"
-    "   kinds = CAST(r.kinds AS jsonb)"
-    " FROM old JOIN report r ON r.name = old.name WHERE h.name = old.name"
-    " RETURNING h.name, old.probe_failures, old.last_probe_error, old.browser_state,"
-    "   old.browser_limit, old.kinds"
+PROBES_SUCCEEDED_SQL = statement(
+    """
+WITH report AS (
+  SELECT * FROM unnest(CAST(:names AS text[]), CAST(:running AS int[]),
+      CAST(:memory AS bigint[]), CAST(:boot_ids AS text[]), CAST(:browser AS text[]),
+      CAST(:browser_reason AS text[]), CAST(:browser_retry_at AS double precision[]),
+      CAST(:browser_limit AS int[]), CAST(:browser_limit_reason AS text[]),
+      CAST(:kinds AS text[]))
+    AS r(name, running, memory, boot_id, browser, browser_reason, browser_retry_at,
+         browser_limit, browser_limit_reason, kinds)
+), old AS (
+  SELECT h.name, h.probe_failures, h.last_probe_error, h.browser_state,
+    h.browser_limit, h.kinds
+  FROM hosts h JOIN report r ON r.name = h.name
+  ORDER BY h.name
+  FOR NO KEY UPDATE OF h SKIP LOCKED
 )
-PROBE_FAILED_SQL = sa.text(
-    "WITH free AS (SELECT name FROM hosts WHERE name = :name FOR NO KEY UPDATE SKIP LOCKED)"
-    " UPDATE hosts h SET probe_failures = h.probe_failures + 1, last_probe_error = :reason"
-    " FROM free WHERE h.name = free.name RETURNING h.probe_failures"
+UPDATE hosts h SET last_seen_at = now(), probe_failures = 0,
+  last_probe_error = NULL, reported_running = r.running,
+  memory_available_bytes = r.memory, boot_id = r.boot_id,
+  browser_state = r.browser, browser_reason = r.browser_reason,
+  browser_retry_at = to_timestamp(r.browser_retry_at),
+  browser_limit = r.browser_limit, browser_limit_reason = r.browser_limit_reason,
+  kinds = CAST(r.kinds AS jsonb)
+FROM old JOIN report r ON r.name = old.name
+WHERE h.name = old.name
+RETURNING h.name, old.probe_failures, old.last_probe_error, old.browser_state,
+  old.browser_limit, old.kinds
+"""
+)
+PROBE_FAILED_SQL = statement(
+    """
+WITH free AS (
+  SELECT name FROM hosts WHERE name = :name FOR NO KEY UPDATE SKIP LOCKED
+)
+UPDATE hosts h SET probe_failures = h.probe_failures + 1, last_probe_error = :reason
+FROM free
+WHERE h.name = free.name
+RETURNING h.probe_failures
+"""
 )
 
 

@@ -14,13 +14,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from scrapefleet.common.browser.profile_names import ProfileState
 from scrapefleet.common.errors import NotFound, ScrapefleetError
 from scrapefleet.common.store.hosts import require_host
-from scrapefleet.common.store.statuses import IN_FLIGHT, sql_list
+from scrapefleet.common.store.sql_text import statement
 
 __all__ = [
     "BIND_PROFILES_SQL",
@@ -35,10 +33,6 @@ __all__ = [
     "profile_rows",
     "reset_profile",
 ]
-
-_IN_FLIGHT = f"status IN {sql_list(IN_FLIGHT)}"
-_COOLING, _READY = ProfileState.COOLING.value, ProfileState.READY.value
-_COLUMNS = "name, host, state, cooldown_until, last_used_at, jobs, blocks, created_at"
 
 
 class ProfileBusy(ScrapefleetError):
@@ -57,49 +51,85 @@ class ProfileRow:
 
 # The chosen profile goes on each job, and each profile's row is made (bound to the job's
 # host) or counted; an existing binding is never changed here (the planner keeps to it).
-BIND_PROFILES_SQL = sa.text(
-    "WITH chosen AS ("
-    "  SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:names AS text[]),"
-    "    CAST(:hosts AS text[])) AS c(id, name, host)),"
-    " marked AS ("
-    "  UPDATE jobs SET profile = chosen.name FROM chosen WHERE jobs.id = chosen.id"
-    "  RETURNING chosen.name, chosen.host)"
-    " INSERT INTO profiles AS p (name, host, jobs, last_used_at)"
-    " SELECT name, min(host), count(*), now() FROM marked GROUP BY name"
-    " ON CONFLICT (name) DO UPDATE SET"
-    "   host = coalesce(p.host, EXCLUDED.host), jobs = p.jobs + EXCLUDED.jobs,"
-    "   last_used_at = now(),"
-    f"  state = CASE WHEN p.cooldown_until > now() THEN p.state ELSE '{_READY}' END"
+BIND_PROFILES_SQL = statement(
+    """
+WITH chosen AS (
+  SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:names AS text[]),
+    CAST(:hosts AS text[])) AS c(id, name, host)
+), marked AS (
+  UPDATE jobs SET profile = chosen.name FROM chosen WHERE jobs.id = chosen.id
+  RETURNING chosen.name, chosen.host
 )
-COOL_AFTER_BLOCK_SQL = sa.text(
-    f"UPDATE profiles AS p SET state = '{_COOLING}', blocks = p.blocks + 1,"
-    "   cooldown_until = greatest(p.cooldown_until, now() + make_interval(secs => :seconds))"
-    " FROM jobs WHERE jobs.id = :job_id AND p.name = jobs.profile"
-    " RETURNING p.name"
+INSERT INTO profiles AS p (name, host, jobs, last_used_at)
+SELECT name, min(host), count(*), now() FROM marked GROUP BY name
+ON CONFLICT (name) DO UPDATE SET
+  host = coalesce(p.host, EXCLUDED.host), jobs = p.jobs + EXCLUDED.jobs,
+  last_used_at = now(),
+  state = CASE WHEN p.cooldown_until > now() THEN p.state ELSE {profile.ready} END
+"""
 )
-_LOCK_FREE_SQL = sa.text(
-    "SELECT name FROM profiles WHERE name = ANY(CAST(:names AS text[])) ORDER BY name"
-    " FOR NO KEY UPDATE SKIP LOCKED"
+# A later cool-down already set is kept.
+COOL_AFTER_BLOCK_SQL = statement(
+    """
+UPDATE profiles AS p SET state = {profile.cooling}, blocks = p.blocks + 1,
+  cooldown_until = greatest(p.cooldown_until, now() + make_interval(secs => :seconds))
+FROM jobs
+WHERE jobs.id = :job_id AND p.name = jobs.profile
+RETURNING p.name
+"""
+)
+# An operator's commands.
+_RESET_SQL = statement(
+    """
+UPDATE profiles SET state = {profile.ready}, cooldown_until = NULL, blocks = 0
+WHERE name = :name
+RETURNING name
+"""
+)
+_COOL_SQL = statement(
+    """
+UPDATE profiles SET state = {profile.cooling},
+  cooldown_until = now() + make_interval(secs => :seconds)
+WHERE name = :name
+RETURNING cooldown_until
+"""
+)
+_MOVE_SQL = statement("UPDATE profiles SET host = :host WHERE name = :name RETURNING name")
+
+# Reads. The planner's: the rows free now, locked for the assignment (a row another session
+# holds is skipped, not waited for), then each name's row, if any, and the host of a queued or
+# running job of it.
+_LOCK_FREE_SQL = statement(
+    """
+SELECT name FROM profiles
+WHERE name = ANY(CAST(:names AS text[]))
+ORDER BY name
+FOR NO KEY UPDATE SKIP LOCKED
+"""
 )
 HELD_ELSEWHERE = "(row held by another session)"  # a ProfileRow's busy_on when locked
-_ROWS_SQL = sa.text(
-    "SELECT n.name, p.name IS NOT NULL AS stored, p.host, p.cooldown_until,"
-    f"  (SELECT j.host FROM jobs j WHERE j.profile = n.name AND j.{_IN_FLIGHT} LIMIT 1)"
-    "    AS busy_on"
-    " FROM unnest(CAST(:names AS text[])) AS n(name) LEFT JOIN profiles p ON p.name = n.name"
+_ROWS_SQL = statement(
+    """
+SELECT n.name, p.name IS NOT NULL AS stored, p.host, p.cooldown_until,
+  (SELECT j.host FROM jobs j WHERE j.profile = n.name AND j.status IN {in_flight} LIMIT 1)
+    AS busy_on
+FROM unnest(CAST(:names AS text[])) AS n(name)
+LEFT JOIN profiles p ON p.name = n.name
+"""
 )
-_LIST_SQL = sa.text(f"SELECT {_COLUMNS} FROM profiles ORDER BY name")
-_RESET_SQL = sa.text(
-    f"UPDATE profiles SET state = '{_READY}', cooldown_until = NULL, blocks = 0"
-    " WHERE name = :name RETURNING name"
+_LIST_SQL = statement(
+    """
+SELECT name, host, state, cooldown_until, last_used_at, jobs, blocks, created_at
+FROM profiles
+ORDER BY name
+"""
 )
-_COOL_SQL = sa.text(
-    f"UPDATE profiles SET state = '{_COOLING}',"
-    "   cooldown_until = now() + make_interval(secs => :seconds)"
-    " WHERE name = :name RETURNING cooldown_until"
+# A job of the profile queued or running, which a move must wait for.
+_HELD_SQL = statement(
+    """
+SELECT id, host FROM jobs WHERE profile = :name AND status IN {in_flight} LIMIT 1
+"""
 )
-_MOVE_SQL = sa.text("UPDATE profiles SET host = :host WHERE name = :name RETURNING name")
-_HELD_SQL = sa.text(f"SELECT id, host FROM jobs WHERE profile = :name AND {_IN_FLIGHT} LIMIT 1")
 
 
 def profile_rows(conn: Connection, names: Iterable[str]) -> dict[str, ProfileRow]:

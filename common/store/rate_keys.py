@@ -9,11 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from scrapefleet.common.actions.error_classes import ErrorClass
-from scrapefleet.common.constants import MAX_CRAWL_DELAY_S, RATE_WINDOW_S
+from scrapefleet.common.constants import MAX_CRAWL_DELAY_S
 from scrapefleet.common.jobs.rate_limits import (
     CRAWL_KINDS,
     RATE_KEY_DEFAULT_ROW,
@@ -23,15 +22,10 @@ from scrapefleet.common.jobs.rate_limits import (
     Slowdown,
     ThrottleSeen,
 )
-from scrapefleet.common.store.assignment import (
-    PENDING_COLUMNS,
-    READY_NOW,
-    lock_pending_jobs,
-    pending_jobs,
-)
+from scrapefleet.common.store.assignment import lock_pending_jobs, pending_jobs
 from scrapefleet.common.store.controls import NO_HOLDS, Holds
 from scrapefleet.common.store.records import PendingJob
-from scrapefleet.common.store.statuses import IN_FLIGHT, JobStatus, sql_list
+from scrapefleet.common.store.sql_text import statement
 
 __all__ = [
     "RATE_IN_FLIGHT_SQL",
@@ -47,101 +41,309 @@ __all__ = [
     "window_counts",
 ]
 
-_IN_FLIGHT = f"status IN {sql_list(IN_FLIGHT)}"
 # Every job queued or running: a few rows per slot of the fleet, whatever the history.
-RATE_IN_FLIGHT_SQL = sa.text(
-    f"SELECT rate_key, kind, count(*) AS n FROM jobs WHERE {_IN_FLIGHT} GROUP BY rate_key, kind"
+RATE_IN_FLIGHT_SQL = statement(
+    """
+SELECT rate_key, kind, count(*) AS n
+FROM jobs
+WHERE status IN {in_flight}
+GROUP BY rate_key, kind
+"""
 )
 # The trailing window's use: attempts started in it, and jobs queued, which start within
-# moments (the started_at and in-flight partial indexes, OR-ed). A row counts once.
-_RECENT = f"started_at > now() - make_interval(secs => {RATE_WINDOW_S})"
-RATE_WINDOW_SQL = sa.text(
-    "SELECT rate_key, kind, count(*) AS n FROM jobs"
-    f" WHERE {_RECENT} OR status = '{JobStatus.QUEUED}' GROUP BY rate_key, kind"
+# moments (the started_at and in-flight partial indexes, OR-ed). A row counts once. The window
+# is common.constants.RATE_WINDOW_S written out (a test holds the two together): a literal,
+# not a parameter, so that the producer's generic plan is estimated on it.
+RATE_WINDOW_SQL = statement(
+    """
+SELECT rate_key, kind, count(*) AS n
+FROM jobs
+WHERE started_at > now() - make_interval(secs => 60.0) OR status = {job.queued}
+GROUP BY rate_key, kind
+"""
 )
 
 # Keys (kinds) with budget left but a limit: each read for at most its budget, best first, on
 # the pending index by key (kind). The main pending read leaves them out, so a backlog of
-# thousands on one key costs this read a handful of rows and the others nothing.
-_TIGHT = (
-    "SELECT j.* FROM unnest(CAST(:names AS text[]), CAST(:budgets AS int[])) AS t(name, budget)"
-    f" CROSS JOIN LATERAL (SELECT {PENDING_COLUMNS} FROM jobs"
-    f"  WHERE status = '{JobStatus.PENDING}'{{browser}} AND {{column}} = t.name"
-    + READY_NOW
-    + " {skip} ORDER BY priority DESC, id LIMIT t.budget FOR UPDATE SKIP LOCKED) AS j"
+# thousands on one key costs this read a handful of rows and the others nothing. The pending
+# job's conditions are common.store.assignment.READY_NOW word for word (a test checks), and
+# when no host can take a browser job now, browser jobs are left out by the statement itself,
+# as by the main read. Four statements: by key or by kind, with or without browser jobs.
+TIGHT_KEYS_SQL = statement(
+    """
+SELECT j.*
+FROM unnest(CAST(:names AS text[]), CAST(:budgets AS int[])) AS t(name, budget)
+CROSS JOIN LATERAL (
+SELECT id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile,
+  blocked_on_host, CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host,
+  pinned_host
+FROM jobs
+WHERE status = {job.pending} AND rate_key = t.name
+  AND (not_before IS NULL OR not_before <= now())
+  -- Jobs whose lock key is held by a queued or processing job are left out: they cannot be
+  -- assigned now, and reading them would let a large batch sharing one busy key fill the
+  -- whole scan window and starve every other pending job. The NOT EXISTS probes the unique
+  -- partial index on in-flight lock keys.
+  AND (lock_key IS NULL OR NOT EXISTS (
+    SELECT 1 FROM jobs AS held WHERE held.lock_key = jobs.lock_key
+    AND held.status IN {in_flight}))
+  -- A lock key is held, too, by an attempt ended in the database that may still run on its
+  -- host (rescued, stopped, timed out: migration 0016), the job's own included, until that
+  -- host confirms the end or its lingering_until passes (docs/attempts-and-locks.md).
+  AND (lock_key IS NULL OR NOT EXISTS (
+    SELECT 1 FROM jobs AS lingering WHERE lingering.lock_key = jobs.lock_key
+    AND lingering.lock_key IS NOT NULL AND lingering.lingering_until IS NOT NULL
+    AND lingering.lingering_until > now()))
+  -- The same for profiles: a job of a pool waits, unread, while every profile of its pool is
+  -- held by a job, cooling down, or bound to a host that is not active
+  -- (producer.profile_rules decides again, with the planner's clock).
+  AND (profile_pool IS NULL OR EXISTS (
+    SELECT 1 FROM unnest(jobs.profile_pool) AS pool(name)
+    WHERE NOT EXISTS (SELECT 1 FROM jobs AS held WHERE held.profile = pool.name
+      AND held.status IN {in_flight})
+    AND NOT EXISTS (SELECT 1 FROM profiles AS pr
+      LEFT JOIN hosts AS bound ON bound.name = pr.host WHERE pr.name = pool.name
+      AND (pr.cooldown_until > now()
+        OR (pr.host IS NOT NULL AND bound.state IS DISTINCT FROM {host.active})))))
+  -- What an operator paused live (common.store.controls.Holds: empty arrays, nothing held),
+  -- and the kinds no host with a free slot runs (only_kinds NULL: any kind).
+  AND (rate_key IS NULL OR rate_key <> ALL(CAST(:held_keys AS text[])))
+  AND kind <> ALL(CAST(:held_kinds AS text[]))
+  AND (crawl_id IS NULL OR crawl_id <> ALL(CAST(:held_crawls AS bigint[])))
+  AND (CAST(:only_kinds AS text[]) IS NULL OR kind = ANY(CAST(:only_kinds AS text[])))
+  -- Kinds at their limit are left out here too (an empty array: none).
+  AND kind <> ALL(CAST(:skip AS text[]))
+ORDER BY priority DESC, id LIMIT t.budget FOR UPDATE SKIP LOCKED
+) AS j
+"""
 )
-_BY = {
-    "rate_key": "AND kind <> ALL(CAST(:skip AS text[]))",
-    "kind": "AND (rate_key IS NULL OR rate_key <> ALL(CAST(:skip AS text[])))",
+TIGHT_KEYS_NO_BROWSER_SQL = statement(
+    """
+SELECT j.*
+FROM unnest(CAST(:names AS text[]), CAST(:budgets AS int[])) AS t(name, budget)
+CROSS JOIN LATERAL (
+SELECT id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile,
+  blocked_on_host, CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host,
+  pinned_host
+FROM jobs
+WHERE status = {job.pending} AND NOT needs_browser AND rate_key = t.name
+  AND (not_before IS NULL OR not_before <= now())
+  -- Jobs whose lock key is held by a queued or processing job are left out: they cannot be
+  -- assigned now, and reading them would let a large batch sharing one busy key fill the
+  -- whole scan window and starve every other pending job. The NOT EXISTS probes the unique
+  -- partial index on in-flight lock keys.
+  AND (lock_key IS NULL OR NOT EXISTS (
+    SELECT 1 FROM jobs AS held WHERE held.lock_key = jobs.lock_key
+    AND held.status IN {in_flight}))
+  -- A lock key is held, too, by an attempt ended in the database that may still run on its
+  -- host (rescued, stopped, timed out: migration 0016), the job's own included, until that
+  -- host confirms the end or its lingering_until passes (docs/attempts-and-locks.md).
+  AND (lock_key IS NULL OR NOT EXISTS (
+    SELECT 1 FROM jobs AS lingering WHERE lingering.lock_key = jobs.lock_key
+    AND lingering.lock_key IS NOT NULL AND lingering.lingering_until IS NOT NULL
+    AND lingering.lingering_until > now()))
+  -- The same for profiles: a job of a pool waits, unread, while every profile of its pool is
+  -- held by a job, cooling down, or bound to a host that is not active
+  -- (producer.profile_rules decides again, with the planner's clock).
+  AND (profile_pool IS NULL OR EXISTS (
+    SELECT 1 FROM unnest(jobs.profile_pool) AS pool(name)
+    WHERE NOT EXISTS (SELECT 1 FROM jobs AS held WHERE held.profile = pool.name
+      AND held.status IN {in_flight})
+    AND NOT EXISTS (SELECT 1 FROM profiles AS pr
+      LEFT JOIN hosts AS bound ON bound.name = pr.host WHERE pr.name = pool.name
+      AND (pr.cooldown_until > now()
+        OR (pr.host IS NOT NULL AND bound.state IS DISTINCT FROM {host.active})))))
+  -- What an operator paused live (common.store.controls.Holds: empty arrays, nothing held),
+  -- and the kinds no host with a free slot runs (only_kinds NULL: any kind).
+  AND (rate_key IS NULL OR rate_key <> ALL(CAST(:held_keys AS text[])))
+  AND kind <> ALL(CAST(:held_kinds AS text[]))
+  AND (crawl_id IS NULL OR crawl_id <> ALL(CAST(:held_crawls AS bigint[])))
+  AND (CAST(:only_kinds AS text[]) IS NULL OR kind = ANY(CAST(:only_kinds AS text[])))
+  -- Kinds at their limit are left out here too (an empty array: none).
+  AND kind <> ALL(CAST(:skip AS text[]))
+ORDER BY priority DESC, id LIMIT t.budget FOR UPDATE SKIP LOCKED
+) AS j
+"""
+)
+TIGHT_KINDS_SQL = statement(
+    """
+SELECT j.*
+FROM unnest(CAST(:names AS text[]), CAST(:budgets AS int[])) AS t(name, budget)
+CROSS JOIN LATERAL (
+SELECT id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile,
+  blocked_on_host, CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host,
+  pinned_host
+FROM jobs
+WHERE status = {job.pending} AND kind = t.name
+  AND (not_before IS NULL OR not_before <= now())
+  -- Jobs whose lock key is held by a queued or processing job are left out: they cannot be
+  -- assigned now, and reading them would let a large batch sharing one busy key fill the
+  -- whole scan window and starve every other pending job. The NOT EXISTS probes the unique
+  -- partial index on in-flight lock keys.
+  AND (lock_key IS NULL OR NOT EXISTS (
+    SELECT 1 FROM jobs AS held WHERE held.lock_key = jobs.lock_key
+    AND held.status IN {in_flight}))
+  -- A lock key is held, too, by an attempt ended in the database that may still run on its
+  -- host (rescued, stopped, timed out: migration 0016), the job's own included, until that
+  -- host confirms the end or its lingering_until passes (docs/attempts-and-locks.md).
+  AND (lock_key IS NULL OR NOT EXISTS (
+    SELECT 1 FROM jobs AS lingering WHERE lingering.lock_key = jobs.lock_key
+    AND lingering.lock_key IS NOT NULL AND lingering.lingering_until IS NOT NULL
+    AND lingering.lingering_until > now()))
+  -- The same for profiles: a job of a pool waits, unread, while every profile of its pool is
+  -- held by a job, cooling down, or bound to a host that is not active
+  -- (producer.profile_rules decides again, with the planner's clock).
+  AND (profile_pool IS NULL OR EXISTS (
+    SELECT 1 FROM unnest(jobs.profile_pool) AS pool(name)
+    WHERE NOT EXISTS (SELECT 1 FROM jobs AS held WHERE held.profile = pool.name
+      AND held.status IN {in_flight})
+    AND NOT EXISTS (SELECT 1 FROM profiles AS pr
+      LEFT JOIN hosts AS bound ON bound.name = pr.host WHERE pr.name = pool.name
+      AND (pr.cooldown_until > now()
+        OR (pr.host IS NOT NULL AND bound.state IS DISTINCT FROM {host.active})))))
+  -- What an operator paused live (common.store.controls.Holds: empty arrays, nothing held),
+  -- and the kinds no host with a free slot runs (only_kinds NULL: any kind).
+  AND (rate_key IS NULL OR rate_key <> ALL(CAST(:held_keys AS text[])))
+  AND kind <> ALL(CAST(:held_kinds AS text[]))
+  AND (crawl_id IS NULL OR crawl_id <> ALL(CAST(:held_crawls AS bigint[])))
+  AND (CAST(:only_kinds AS text[]) IS NULL OR kind = ANY(CAST(:only_kinds AS text[])))
+  -- Rate keys at their limit, and those read by key, are left out here (an empty
+  -- array: none).
+  AND (rate_key IS NULL OR rate_key <> ALL(CAST(:skip AS text[])))
+ORDER BY priority DESC, id LIMIT t.budget FOR UPDATE SKIP LOCKED
+) AS j
+"""
+)
+TIGHT_KINDS_NO_BROWSER_SQL = statement(
+    """
+SELECT j.*
+FROM unnest(CAST(:names AS text[]), CAST(:budgets AS int[])) AS t(name, budget)
+CROSS JOIN LATERAL (
+SELECT id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile,
+  blocked_on_host, CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host,
+  pinned_host
+FROM jobs
+WHERE status = {job.pending} AND NOT needs_browser AND kind = t.name
+  AND (not_before IS NULL OR not_before <= now())
+  -- Jobs whose lock key is held by a queued or processing job are left out: they cannot be
+  -- assigned now, and reading them would let a large batch sharing one busy key fill the
+  -- whole scan window and starve every other pending job. The NOT EXISTS probes the unique
+  -- partial index on in-flight lock keys.
+  AND (lock_key IS NULL OR NOT EXISTS (
+    SELECT 1 FROM jobs AS held WHERE held.lock_key = jobs.lock_key
+    AND held.status IN {in_flight}))
+  -- A lock key is held, too, by an attempt ended in the database that may still run on its
+  -- host (rescued, stopped, timed out: migration 0016), the job's own included, until that
+  -- host confirms the end or its lingering_until passes (docs/attempts-and-locks.md).
+  AND (lock_key IS NULL OR NOT EXISTS (
+    SELECT 1 FROM jobs AS lingering WHERE lingering.lock_key = jobs.lock_key
+    AND lingering.lock_key IS NOT NULL AND lingering.lingering_until IS NOT NULL
+    AND lingering.lingering_until > now()))
+  -- The same for profiles: a job of a pool waits, unread, while every profile of its pool is
+  -- held by a job, cooling down, or bound to a host that is not active
+  -- (producer.profile_rules decides again, with the planner's clock).
+  AND (profile_pool IS NULL OR EXISTS (
+    SELECT 1 FROM unnest(jobs.profile_pool) AS pool(name)
+    WHERE NOT EXISTS (SELECT 1 FROM jobs AS held WHERE held.profile = pool.name
+      AND held.status IN {in_flight})
+    AND NOT EXISTS (SELECT 1 FROM profiles AS pr
+      LEFT JOIN hosts AS bound ON bound.name = pr.host WHERE pr.name = pool.name
+      AND (pr.cooldown_until > now()
+        OR (pr.host IS NOT NULL AND bound.state IS DISTINCT FROM {host.active})))))
+  -- What an operator paused live (common.store.controls.Holds: empty arrays, nothing held),
+  -- and the kinds no host with a free slot runs (only_kinds NULL: any kind).
+  AND (rate_key IS NULL OR rate_key <> ALL(CAST(:held_keys AS text[])))
+  AND kind <> ALL(CAST(:held_kinds AS text[]))
+  AND (crawl_id IS NULL OR crawl_id <> ALL(CAST(:held_crawls AS bigint[])))
+  AND (CAST(:only_kinds AS text[]) IS NULL OR kind = ANY(CAST(:only_kinds AS text[])))
+  -- Rate keys at their limit, and those read by key, are left out here (an empty
+  -- array: none).
+  AND (rate_key IS NULL OR rate_key <> ALL(CAST(:skip AS text[])))
+ORDER BY priority DESC, id LIMIT t.budget FOR UPDATE SKIP LOCKED
+) AS j
+"""
+)
+_TIGHT_SQL = {
+    ("rate_key", True): TIGHT_KEYS_SQL,
+    ("rate_key", False): TIGHT_KEYS_NO_BROWSER_SQL,
+    ("kind", True): TIGHT_KINDS_SQL,
+    ("kind", False): TIGHT_KINDS_NO_BROWSER_SQL,
 }
-
-
-def _tight(column: str, browser_ok: bool) -> sa.TextClause:
-    browser = "" if browser_ok else " AND NOT needs_browser"
-    return sa.text(_TIGHT.format(browser=browser, column=column, skip=_BY[column]))
-
-
-TIGHT_KEYS_SQL = _tight("rate_key", True)
-TIGHT_KINDS_SQL = _tight("kind", True)
-_TIGHT_SQL = {(column, ok): _tight(column, ok) for column in _BY for ok in (True, False)}
 
 # What the attempts of each key said since the last look (job_events by id): push-backs (an
 # attempt that ended rate limited or blocked: the class on its own audit row, so a job handed
 # back by a crashing host later is no push-back) with the latest time such a job may run again
 # (its Retry-After), and completions. One indexed range of the audit table per cycle.
-_PUSHED_BACK = sql_list((ErrorClass.RATE_LIMITED, ErrorClass.BLOCKED))
-_S = JobStatus
-# A crawl page's result says its site's Crawl-delay (common.crawl.action): a host's word, so
-# read only as a JSON number and held to 0..MAX_CRAWL_DELAY_S (a bad value is no delay, and
-# the most a lying host can do is slow a site it crawls, as a false push-back could).
-_CRAWL_DONE = (
-    f"e.to_status = '{_S.COMPLETED}' AND j.kind IN {sql_list(CRAWL_KINDS)}"
-    " AND jsonb_typeof(j.result -> 'crawl_delay_s') = 'number'"
+# Completions are read only while some key is slowed (``recovering``): most cycles join no job
+# at all. ``last_event`` is the range's end whether or not any row in it mattered.
+# ``:pushed_back`` is the classes rate_limited and blocked, ``:crawl_kinds`` the crawl actions'
+# kinds (throttles_since binds them from their enums).
+THROTTLES_SQL = statement(
+    """
+SELECT m.last_event, g.*
+FROM (
+  SELECT coalesce(max(id), :after) AS last_event FROM job_events WHERE id > :after
+) AS m
+LEFT JOIN LATERAL (
+  SELECT j.rate_key,
+    count(*) FILTER (WHERE e.error_class = ANY(CAST(:pushed_back AS text[]))) AS throttled,
+    max(j.not_before) FILTER (WHERE e.to_status = {job.pending}
+      AND e.error_class = :rate_limited) AS retry_at,
+    count(*) FILTER (WHERE e.to_status = {job.completed}) AS completed,
+    -- A crawl page's result says its site's Crawl-delay (common.crawl.action): a host's word,
+    -- so read only as a JSON number and held to 0 up to MAX_CRAWL_DELAY_S (a bad value is no
+    -- delay, and the most a lying host can do is slow a site it crawls, as a false push-back
+    -- could).
+    max(CASE WHEN jsonb_typeof(j.result -> 'crawl_delay_s') = 'number'
+      THEN CAST(GREATEST(0, LEAST(CAST(j.result -> 'crawl_delay_s' AS numeric),
+        CAST(:max_crawl_delay AS numeric))) AS float8) END)
+      FILTER (WHERE e.to_status = {job.completed}
+        AND j.kind = ANY(CAST(:crawl_kinds AS text[]))
+        AND jsonb_typeof(j.result -> 'crawl_delay_s') = 'number') AS crawl_delay
+  FROM job_events e JOIN jobs j ON j.id = e.job_id
+  WHERE e.id > :after AND e.id <= m.last_event AND e.from_status = {job.processing}
+    AND (e.error_class = ANY(CAST(:pushed_back AS text[]))
+      OR (e.to_status = {job.completed} AND j.kind = ANY(CAST(:crawl_kinds AS text[]))
+        AND jsonb_typeof(j.result -> 'crawl_delay_s') = 'number')
+      OR (CAST(:recovering AS boolean) AND e.to_status = {job.completed}))
+    AND j.rate_key IS NOT NULL
+  GROUP BY j.rate_key
+) AS g ON true
+"""
 )
-_CRAWL_DELAY = (
-    f"CASE WHEN jsonb_typeof(j.result -> 'crawl_delay_s') = 'number' THEN CAST(GREATEST(0,"
-    f" LEAST(CAST(j.result -> 'crawl_delay_s' AS numeric), {MAX_CRAWL_DELAY_S:g})) AS float8) END"
-)
-# Completions are read only while some key is slowed (``recovering``): most cycles join no
-# job at all. ``last_event`` is the range's end whether or not any row in it mattered.
-THROTTLES_SQL = sa.text(
-    "SELECT m.last_event, g.* FROM"
-    " (SELECT coalesce(max(id), :after) AS last_event FROM job_events WHERE id > :after) AS m"
-    " LEFT JOIN LATERAL (SELECT j.rate_key,"
-    f"   count(*) FILTER (WHERE e.error_class IN {_PUSHED_BACK}) AS throttled,"
-    f"   max(j.not_before) FILTER (WHERE e.to_status = '{_S.PENDING}'"
-    f"     AND e.error_class = '{ErrorClass.RATE_LIMITED}') AS retry_at,"
-    f"   count(*) FILTER (WHERE e.to_status = '{_S.COMPLETED}') AS completed,"
-    f"   max({_CRAWL_DELAY}) FILTER (WHERE {_CRAWL_DONE}) AS crawl_delay"
-    "  FROM job_events e JOIN jobs j ON j.id = e.job_id"
-    f"  WHERE e.id > :after AND e.id <= m.last_event AND e.from_status = '{_S.PROCESSING}'"
-    f"    AND (e.error_class IN {_PUSHED_BACK} OR ({_CRAWL_DONE})"
-    f"      OR (CAST(:recovering AS boolean) AND e.to_status = '{_S.COMPLETED}'))"
-    "    AND j.rate_key IS NOT NULL"
-    "  GROUP BY j.rate_key) AS g ON true"
-)
-LAST_EVENT_SQL = sa.text("SELECT coalesce(max(id), 0) FROM job_events")
+LAST_EVENT_SQL = statement("SELECT coalesce(max(id), 0) FROM job_events")
 
-READ_RATE_KEYS_SQL = sa.text(
-    "SELECT key, factor, paused_until FROM rate_keys"
-    f" WHERE key <> '{RATE_KEY_DEFAULT_ROW}' AND (factor < 1 OR paused_until > now())"
+# Every key slowed down or paused; ``:default_row`` is the default limits' row, never a key.
+READ_RATE_KEYS_SQL = statement(
+    """
+SELECT key, factor, paused_until
+FROM rate_keys
+WHERE key <> :default_row AND (factor < 1 OR paused_until > now())
+"""
 )
 # The producer's whole picture at once: its configured limits (named keys and the default row)
-# and every slowdown; rows that say nothing any more (not named, factor 1, no pause) go.
-UPSERT_RATE_KEY_SQL = sa.text(
-    "INSERT INTO rate_keys (key, named, concurrency, per_minute, factor, paused_until, updated_at)"
-    " SELECT * , now() FROM unnest(CAST(:keys AS text[]), CAST(:named AS boolean[]),"
-    "   CAST(:concurrency AS int[]), CAST(:per_minute AS int[]), CAST(:factor AS float8[]),"
-    "   CAST(:paused_until AS timestamptz[]))"
-    " ON CONFLICT (key) DO UPDATE SET named = excluded.named,"
-    "   concurrency = excluded.concurrency, per_minute = excluded.per_minute,"
-    "   factor = excluded.factor, paused_until = excluded.paused_until, updated_at = now()"
-    " WHERE (rate_keys.named, rate_keys.concurrency, rate_keys.per_minute, rate_keys.factor,"
-    "   rate_keys.paused_until) IS DISTINCT FROM (excluded.named, excluded.concurrency,"
-    "   excluded.per_minute, excluded.factor, excluded.paused_until)"
+# and every slowdown; rows that say nothing any more (not named, factor 1, no pause) go. A row
+# that says what it said is not written again.
+UPSERT_RATE_KEY_SQL = statement(
+    """
+INSERT INTO rate_keys (key, named, concurrency, per_minute, factor, paused_until, updated_at)
+SELECT *, now()
+FROM unnest(CAST(:keys AS text[]), CAST(:named AS boolean[]), CAST(:concurrency AS int[]),
+  CAST(:per_minute AS int[]), CAST(:factor AS float8[]), CAST(:paused_until AS timestamptz[]))
+ON CONFLICT (key) DO UPDATE SET
+  named = excluded.named, concurrency = excluded.concurrency,
+  per_minute = excluded.per_minute, factor = excluded.factor,
+  paused_until = excluded.paused_until, updated_at = now()
+WHERE (rate_keys.named, rate_keys.concurrency, rate_keys.per_minute, rate_keys.factor,
+    rate_keys.paused_until)
+  IS DISTINCT FROM (excluded.named, excluded.concurrency, excluded.per_minute,
+    excluded.factor, excluded.paused_until)
+"""
 )
-DELETE_OTHER_RATE_KEYS_SQL = sa.text(
-    "DELETE FROM rate_keys WHERE key <> ALL(CAST(:keys AS text[]))"
+DELETE_OTHER_RATE_KEYS_SQL = statement(
+    """
+DELETE FROM rate_keys WHERE key <> ALL(CAST(:keys AS text[]))
+"""
 )
 
 
@@ -195,7 +397,8 @@ def lock_pending_within_limits(
 
 def rate_slowdowns(conn: Connection) -> dict[str, Slowdown]:
     """Every key slowed down or paused, as last saved."""
-    return {r.key: Slowdown(r.factor, r.paused_until) for r in conn.execute(READ_RATE_KEYS_SQL)}
+    rows = conn.execute(READ_RATE_KEYS_SQL, {"default_row": RATE_KEY_DEFAULT_ROW})
+    return {r.key: Slowdown(r.factor, r.paused_until) for r in rows}
 
 
 def throttles_since(
@@ -208,7 +411,14 @@ def throttles_since(
         return {}, int(conn.execute(LAST_EVENT_SQL).scalar_one())
     seen: dict[str, ThrottleSeen] = {}
     last = after_event
-    params = {"after": after_event, "recovering": recovering}
+    params = {
+        "after": after_event,
+        "recovering": recovering,
+        "pushed_back": [ErrorClass.RATE_LIMITED.value, ErrorClass.BLOCKED.value],
+        "rate_limited": ErrorClass.RATE_LIMITED.value,
+        "crawl_kinds": list(CRAWL_KINDS),
+        "max_crawl_delay": MAX_CRAWL_DELAY_S,
+    }
     for r in conn.execute(THROTTLES_SQL, params):
         last = int(r.last_event)
         if r.rate_key is not None:

@@ -4,33 +4,51 @@ from __future__ import annotations
 
 from datetime import datetime
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from scrapefleet.common.db import tables
-from scrapefleet.common.store.statuses import sources, sql_list
+from scrapefleet.common.store.sql_text import statement
 
 __all__ = ["ARCHIVED_COLUMNS", "ARCHIVE_BATCH_SQL", "archive_finished_jobs"]
 
 # Every column the two tables share, read from the table definitions: a hand-kept list once
 # lost one (jobs.releases), and with it that figure of every archived job.
 ARCHIVED_COLUMNS = tuple(c.name for c in tables.jobs.columns if c.name in tables.jobs_archive.c)
-_COLUMNS = ", ".join(ARCHIVED_COLUMNS)
-_ARCHIVABLE = sources("archive_finished_jobs", None)
 
 # Oldest first, moved in one statement per batch: the DELETE's RETURNING feeds the INSERT, so a
 # row is in exactly one of the two tables at every commit. SKIP LOCKED: a row some operator is
 # touching right now waits for the next batch, the mover never waits for it.
-# jobs_finished_at_idx finds the candidates.
-ARCHIVE_BATCH_SQL = sa.text(
-    "WITH moved AS ("
-    "  DELETE FROM jobs WHERE id IN ("
-    "    SELECT id FROM jobs"
-    "    WHERE finished_at IS NOT NULL AND finished_at < :cutoff"
-    f"      AND status IN {sql_list(_ARCHIVABLE)}"
-    "    ORDER BY finished_at LIMIT :batch FOR UPDATE SKIP LOCKED)"
-    f"  RETURNING {_COLUMNS})"
-    f" INSERT INTO jobs_archive ({_COLUMNS}) SELECT {_COLUMNS} FROM moved"
+# jobs_finished_at_idx finds the candidates. The statuses are the archive's sources in
+# statuses.TRANSITIONS, and each column list is ARCHIVED_COLUMNS (a test holds them to both).
+ARCHIVE_BATCH_SQL = statement(
+    """
+WITH moved AS (
+  DELETE FROM jobs WHERE id IN (
+    SELECT id FROM jobs
+    WHERE finished_at IS NOT NULL AND finished_at < :cutoff
+      AND status IN ({job.completed}, {job.failed}, {job.cancelled})
+    ORDER BY finished_at LIMIT :batch FOR UPDATE SKIP LOCKED
+  )
+  RETURNING id, kind, payload, priority, status, host, attempts, max_attempts, releases,
+    not_before, last_error, result, artifacts, dedupe_key, lock_key, created_at, queued_at,
+    started_at, finished_at, heartbeat_at, callback_url, needs_browser, last_host,
+    profile_pool, profile, parent_id, depth, crawl_id, rate_key, error_class, blocks,
+    blocked_on_host, claims, lingering_host, lingering_claim, lingering_until, page_releases,
+    spawned_claim, pinned_host
+)
+INSERT INTO jobs_archive (id, kind, payload, priority, status, host, attempts, max_attempts,
+  releases, not_before, last_error, result, artifacts, dedupe_key, lock_key, created_at,
+  queued_at, started_at, finished_at, heartbeat_at, callback_url, needs_browser, last_host,
+  profile_pool, profile, parent_id, depth, crawl_id, rate_key, error_class, blocks,
+  blocked_on_host, claims, lingering_host, lingering_claim, lingering_until, page_releases,
+  spawned_claim, pinned_host)
+SELECT id, kind, payload, priority, status, host, attempts, max_attempts, releases,
+  not_before, last_error, result, artifacts, dedupe_key, lock_key, created_at, queued_at,
+  started_at, finished_at, heartbeat_at, callback_url, needs_browser, last_host, profile_pool,
+  profile, parent_id, depth, crawl_id, rate_key, error_class, blocks, blocked_on_host, claims,
+  lingering_host, lingering_claim, lingering_until, page_releases, spawned_claim, pinned_host
+FROM moved
+"""
 )
 
 

@@ -3,16 +3,19 @@
 
 from __future__ import annotations
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
+
+from scrapefleet.common.store.sql_text import statement
 
 __all__ = ["FORGET_DB_ROLE_SQL", "REGISTER_DB_ROLE_SQL", "forget_db_role", "register_db_role"]
 
-REGISTER_DB_ROLE_SQL = sa.text(
-    "INSERT INTO db_roles (role_name, duty, host) VALUES (:role, :duty, :host)"
-    " ON CONFLICT (role_name) DO UPDATE SET duty = EXCLUDED.duty, host = EXCLUDED.host"
+REGISTER_DB_ROLE_SQL = statement(
+    """
+INSERT INTO db_roles (role_name, duty, host) VALUES (:role, :duty, :host)
+ON CONFLICT (role_name) DO UPDATE SET duty = EXCLUDED.duty, host = EXCLUDED.host
+"""
 )
-FORGET_DB_ROLE_SQL = sa.text("DELETE FROM db_roles WHERE role_name = :role")
+FORGET_DB_ROLE_SQL = statement("DELETE FROM db_roles WHERE role_name = :role")
 
 
 def register_db_role(conn: Connection, role: str, duty: str, host: str | None = None) -> None:

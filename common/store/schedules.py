@@ -21,12 +21,11 @@ from dataclasses import asdict, dataclass, fields
 from datetime import datetime
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from scrapefleet.common.errors import NotFound, SubmitError
 from scrapefleet.common.store.records import NewJob
-from scrapefleet.common.store.statuses import UNFINISHED, sql_list
+from scrapefleet.common.store.sql_text import statement
 from scrapefleet.common.store.submit import insert_jobs
 
 __all__ = [
@@ -45,49 +44,70 @@ __all__ = [
     "set_schedule_paused",
 ]
 
-ADD_SCHEDULE_SQL = sa.text(
-    "INSERT INTO schedule_defs"
-    "  (name, cron, every_s, timezone, jobs, catch_up, overlap, next_run_at, created_at)"
-    " VALUES (:name, :cron, :every_s, :timezone, CAST(:jobs AS jsonb), :catch_up, :overlap,"
-    "  :next_run_at, :created_at)"
-    " ON CONFLICT (name) DO NOTHING"
-    " RETURNING id"
+ADD_SCHEDULE_SQL = statement(
+    """
+INSERT INTO schedule_defs
+  (name, cron, every_s, timezone, jobs, catch_up, overlap, next_run_at, created_at)
+VALUES (:name, :cron, :every_s, :timezone, CAST(:jobs AS jsonb), :catch_up, :overlap,
+  :next_run_at, :created_at)
+ON CONFLICT (name) DO NOTHING
+RETURNING id
+"""
 )
-DUE_SQL = sa.text(
-    "SELECT id, name, cron, every_s, timezone, jobs, catch_up, overlap, next_run_at, created_at"
-    " FROM schedule_defs"
-    " WHERE NOT paused AND next_run_at <= :now ORDER BY next_run_at, id"
+# A slot is claimed by moving next_run_at on from the value read: one producer wins it.
+CLAIM_SLOT_SQL = statement(
+    """
+UPDATE schedule_defs SET next_run_at = :next_run_at, updated_at = now()
+WHERE id = :id AND next_run_at = :expected AND NOT paused
+RETURNING id
+"""
 )
-CLAIM_SLOT_SQL = sa.text(
-    "UPDATE schedule_defs SET next_run_at = :next_run_at, updated_at = now()"
-    " WHERE id = :id AND next_run_at = :expected AND NOT paused"
-    " RETURNING id"
+RECORD_RUN_SQL = statement(
+    """
+INSERT INTO schedule_runs (schedule_id, slot, fired_at, outcome, missed, fired_by)
+VALUES (:id, :slot, :fired_at, :outcome, :missed, :fired_by)
+ON CONFLICT (schedule_id, slot) DO NOTHING
+RETURNING schedule_id
+"""
 )
-RECORD_RUN_SQL = sa.text(
-    "INSERT INTO schedule_runs (schedule_id, slot, fired_at, outcome, missed, fired_by)"
-    " VALUES (:id, :slot, :fired_at, :outcome, :missed, :fired_by)"
-    " ON CONFLICT (schedule_id, slot) DO NOTHING"
-    " RETURNING schedule_id"
+SET_RUN_JOBS_SQL = statement(
+    """
+UPDATE schedule_runs SET job_ids = :job_ids WHERE schedule_id = :id AND slot = :slot
+"""
 )
-SET_RUN_JOBS_SQL = sa.text(
-    "UPDATE schedule_runs SET job_ids = :job_ids WHERE schedule_id = :id AND slot = :slot"
+SET_PAUSED_SQL = statement(
+    """
+UPDATE schedule_defs SET paused = :paused, updated_at = now(),
+  next_run_at = coalesce(:next_run_at, next_run_at)
+WHERE name = :name AND paused IS DISTINCT FROM :paused
+RETURNING id
+"""
+)
+REMOVE_SQL = statement("DELETE FROM schedule_defs WHERE name = :name RETURNING id")
+
+# Reads.
+DUE_SQL = statement(
+    """
+SELECT id, name, cron, every_s, timezone, jobs, catch_up, overlap, next_run_at, created_at
+FROM schedule_defs
+WHERE NOT paused AND next_run_at <= :now
+ORDER BY next_run_at, id
+"""
 )
 # The last run that submitted jobs: any of them not finished yet?
-LAST_RUN_UNFINISHED_SQL = sa.text(
-    "WITH last_run AS ("
-    "  SELECT job_ids FROM schedule_runs WHERE schedule_id = :id AND cardinality(job_ids) > 0"
-    "  ORDER BY slot DESC LIMIT 1)"
-    " SELECT EXISTS (SELECT 1 FROM last_run, jobs WHERE jobs.id = ANY (last_run.job_ids)"
-    f"  AND jobs.status IN {sql_list(UNFINISHED)})"
+LAST_RUN_UNFINISHED_SQL = statement(
+    """
+WITH last_run AS (
+  SELECT job_ids FROM schedule_runs WHERE schedule_id = :id AND cardinality(job_ids) > 0
+  ORDER BY slot DESC LIMIT 1
 )
-SET_PAUSED_SQL = sa.text(
-    "UPDATE schedule_defs SET paused = :paused, updated_at = now(),"
-    "  next_run_at = coalesce(:next_run_at, next_run_at)"
-    " WHERE name = :name AND paused IS DISTINCT FROM :paused"
-    " RETURNING id"
+SELECT EXISTS (
+  SELECT 1 FROM last_run, jobs
+  WHERE jobs.id = ANY (last_run.job_ids) AND jobs.status IN {unfinished}
 )
-EXISTS_SQL = sa.text("SELECT id FROM schedule_defs WHERE name = :name")
-REMOVE_SQL = sa.text("DELETE FROM schedule_defs WHERE name = :name RETURNING id")
+"""
+)
+EXISTS_SQL = statement("SELECT id FROM schedule_defs WHERE name = :name")
 
 
 @dataclass(frozen=True)

@@ -9,19 +9,16 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 
-import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 
 from scrapefleet.common.actions.registry import get_action
 from scrapefleet.common.browser.profile_names import payload_profile_pool
-from scrapefleet.common.db import tables
 from scrapefleet.common.db.channels import assigned_channel
 from scrapefleet.common.errors import UnknownAction
 from scrapefleet.common.store.events import set_audit_message
 from scrapefleet.common.store.hosts import require_host
 from scrapefleet.common.store.records import InsertResult, NewJob
-from scrapefleet.common.store.statuses import UNFINISHED, JobStatus, sql_list
+from scrapefleet.common.store.sql_text import statement
 
 __all__ = [
     "CREATE_STAGING_SQL",
@@ -34,8 +31,7 @@ __all__ = [
 
 PROGRESS_EVERY_ROWS = 1000
 
-# The columns a submit sets, in NewJob's terms; the database fills in the rest. Their types come
-# from the table definitions, so the staging table cannot drift from jobs.
+# The columns a submit sets, in NewJob's terms; the database fills in the rest.
 SUBMITTED_COLUMNS = (
     "kind",
     "payload",
@@ -49,41 +45,64 @@ SUBMITTED_COLUMNS = (
     "profile_pool",
     "rate_key",
 )
-_TYPES = {
-    name: tables.jobs.c[name].type.compile(dialect=postgresql.dialect())
-    for name in SUBMITTED_COLUMNS
-}
-_COLUMNS = ", ".join(SUBMITTED_COLUMNS)
-
-CREATE_STAGING_SQL = sa.text(
-    "CREATE TEMP TABLE incoming_jobs (seq int, "
-    + ", ".join(f"{name} {_TYPES[name]}" for name in SUBMITTED_COLUMNS)
-    + ") ON COMMIT DROP"
+# The staging table has SUBMITTED_COLUMNS with the types of jobs' columns (a test holds them
+# to common.db.tables, so that it cannot drift from jobs), and the order of submission.
+CREATE_STAGING_SQL = statement(
+    """
+CREATE TEMP TABLE incoming_jobs (
+  seq int,
+  kind TEXT,
+  payload JSONB,
+  priority INTEGER,
+  max_attempts INTEGER,
+  not_before TIMESTAMP WITH TIME ZONE,
+  dedupe_key TEXT,
+  lock_key TEXT,
+  callback_url TEXT,
+  needs_browser BOOLEAN,
+  profile_pool TEXT[],
+  rate_key TEXT
+) ON COMMIT DROP
+"""
 )
-COPY_STAGING = f"COPY incoming_jobs (seq, {_COLUMNS}) FROM STDIN"
-# Rows whose dedupe key an unfinished job holds are skipped (the unique partial index decides).
-INSERT_FROM_STAGING_SQL = sa.text(
-    f"INSERT INTO jobs ({_COLUMNS}) SELECT {_COLUMNS} FROM incoming_jobs ORDER BY seq"
-    " ON CONFLICT (dedupe_key)"
-    f"   WHERE dedupe_key IS NOT NULL AND status IN {sql_list(UNFINISHED)}"
-    " DO NOTHING RETURNING id"
+COPY_STAGING = """
+COPY incoming_jobs (seq, kind, payload, priority, max_attempts, not_before, dedupe_key,
+  lock_key, callback_url, needs_browser, profile_pool, rate_key)
+FROM STDIN
+""".strip()
+# Rows whose dedupe key an unfinished job holds are skipped (the unique partial index decides:
+# the conflict's WHERE is its predicate).
+INSERT_FROM_STAGING_SQL = statement(
+    """
+INSERT INTO jobs (kind, payload, priority, max_attempts, not_before, dedupe_key, lock_key,
+  callback_url, needs_browser, profile_pool, rate_key)
+SELECT kind, payload, priority, max_attempts, not_before, dedupe_key, lock_key,
+  callback_url, needs_browser, profile_pool, rate_key
+FROM incoming_jobs
+ORDER BY seq
+ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND status IN {unfinished}
+DO NOTHING
+RETURNING id
+"""
 )
-DROP_STAGING_SQL = sa.text("DROP TABLE incoming_jobs")
+DROP_STAGING_SQL = statement("DROP TABLE incoming_jobs")
 # A pinned job skips the planner: queued on its host at once, so only that host's consumer can
 # claim it (a deploy's canary proves that THIS host runs jobs, not that some host does).
-PIN_TO_HOST_SQL = sa.text(
-    f"UPDATE jobs SET status = '{JobStatus.QUEUED}', host = :host, pinned_host = :host,"
-    " queued_at = now()"
-    f" WHERE id = ANY(CAST(:ids AS bigint[])) AND status = '{JobStatus.PENDING}' RETURNING id"
+PIN_TO_HOST_SQL = statement(
+    """
+UPDATE jobs SET status = {job.queued}, host = :host, pinned_host = :host, queued_at = now()
+WHERE id = ANY(CAST(:ids AS bigint[])) AND status = {job.pending}
+RETURNING id
+"""
 )
-NOTIFY_HOST_SQL = sa.text("SELECT pg_notify(:channel, :host)")
+NOTIFY_HOST_SQL = statement("SELECT pg_notify(:channel, :host)")
 
 
 # A submit this large can turn the planner's picture of the pending jobs upside down (none
 # pending, says a fresh table's statistics): refresh it with the jobs (migration 0014), tens of
 # milliseconds, rather than read every pending row each producer cycle until autovacuum does.
 REFRESH_STATISTICS_AFTER_ROWS = 1_000
-REFRESH_STATISTICS_SQL = sa.text("SELECT refresh_job_statistics()")
+REFRESH_STATISTICS_SQL = statement("SELECT refresh_job_statistics()")
 
 
 def insert_jobs(

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from scrapefleet.common.store.records import DueWebhook
+from scrapefleet.common.store.sql_text import statement
 
 __all__ = [
     "DELIVERED_SQL",
@@ -27,50 +27,60 @@ __all__ = [
 # the sender's own words, never what a receiver answered, and never much of it.
 LAST_ERROR_CHARS = 300
 
-# A delivery's receiver: its URL's host[:port] without userinfo, lower case (the sender caps
-# its POSTs in flight per receiver; the statement skips those at their cap).
-RECEIVER_SQL = "lower(substring({url} from '^[A-Za-z][A-Za-z0-9+.-]*://(?:[^@/?#]*@)?([^/?#]*)'))"
-
 # The attempt is counted and the next one pushed a lease ahead before any POST: a producer that
 # dies mid-POST leaves the row due again after the lease, and a second producer never takes the
 # same row meanwhile (SKIP LOCKED). Only rows of receivers with room are taken: those at their
 # cap (``:full``) are not even looked at, the others get at most ``:per_receiver`` less what
 # they have in flight (``:busy``/``:busy_counts``), so one slow receiver's backlog never holds
 # a row of another receiver back. Rows looked at and not taken are left as they were.
-TAKE_DUE_WEBHOOKS_SQL = sa.text(
-    "WITH candidates AS ("
-    "  SELECT id, next_attempt_at, " + RECEIVER_SQL.format(url="url") + " AS receiver"
-    "  FROM webhook_deliveries"
-    "  WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= now()"
-    "    AND " + RECEIVER_SQL.format(url="url") + " <> ALL(CAST(:full AS text[]))"
-    "  ORDER BY next_attempt_at LIMIT :scan FOR UPDATE SKIP LOCKED),"
-    " busy AS ("
-    "  SELECT * FROM unnest(CAST(:busy AS text[]), CAST(:busy_counts AS int[]))"
-    "    AS b(receiver, in_flight)),"
-    " ranked AS ("
-    "  SELECT c.id, c.next_attempt_at,"
-    "    row_number() OVER (PARTITION BY c.receiver ORDER BY c.next_attempt_at, c.id)"
-    "      + coalesce(b.in_flight, 0) AS slot"
-    "  FROM candidates c LEFT JOIN busy b ON b.receiver = c.receiver),"
-    " chosen AS ("
-    "  SELECT id FROM ranked WHERE slot <= :per_receiver"
-    "  ORDER BY next_attempt_at, id LIMIT :limit)"
-    " UPDATE webhook_deliveries w SET attempts = w.attempts + 1,"
-    "   next_attempt_at = now() + make_interval(secs => :lease)"
-    " FROM chosen WHERE w.id = chosen.id"
-    " RETURNING w.id, w.job_id, w.status, w.url, w.payload, w.attempts, "
-    + RECEIVER_SQL.format(url="w.url")
-    + " AS receiver"
+TAKE_DUE_WEBHOOKS_SQL = statement(
+    """
+WITH candidates AS (
+  -- A delivery's receiver: its URL's host and port without userinfo, lower case (the sender
+  -- caps its POSTs in flight per receiver).
+  SELECT id, next_attempt_at,
+    lower(substring(url from '^[A-Za-z][A-Za-z0-9+.-]*://(?:[^@/?#]*@)?([^/?#]*)')) AS receiver
+  FROM webhook_deliveries
+  WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= now()
+    AND lower(substring(url from '^[A-Za-z][A-Za-z0-9+.-]*://(?:[^@/?#]*@)?([^/?#]*)'))
+      <> ALL(CAST(:full AS text[]))
+  ORDER BY next_attempt_at LIMIT :scan FOR UPDATE SKIP LOCKED
+), busy AS (
+  SELECT * FROM unnest(CAST(:busy AS text[]), CAST(:busy_counts AS int[]))
+    AS b(receiver, in_flight)
+), ranked AS (
+  -- Each candidate's place in its receiver's queue, after the POSTs it has in flight.
+  SELECT c.id, c.next_attempt_at,
+    row_number() OVER (PARTITION BY c.receiver ORDER BY c.next_attempt_at, c.id)
+      + coalesce(b.in_flight, 0) AS slot
+  FROM candidates c LEFT JOIN busy b ON b.receiver = c.receiver
+), chosen AS (
+  SELECT id FROM ranked WHERE slot <= :per_receiver
+  ORDER BY next_attempt_at, id LIMIT :limit
 )
-DELIVERED_SQL = sa.text(
-    "UPDATE webhook_deliveries SET delivered_at = now(), next_attempt_at = NULL,"
-    " response_code = :code, last_error = NULL WHERE id = :id"
+UPDATE webhook_deliveries w SET attempts = w.attempts + 1,
+  next_attempt_at = now() + make_interval(secs => :lease)
+FROM chosen
+WHERE w.id = chosen.id
+RETURNING w.id, w.job_id, w.status, w.url, w.payload, w.attempts,
+  lower(substring(w.url from '^[A-Za-z][A-Za-z0-9+.-]*://(?:[^@/?#]*@)?([^/?#]*)')) AS receiver
+"""
 )
-DELIVERY_FAILED_SQL = sa.text(
-    "UPDATE webhook_deliveries SET last_error = :error, response_code = :code,"
-    " next_attempt_at = :retry_at,"
-    " gave_up_at = CASE WHEN CAST(:retry_at AS timestamptz) IS NULL THEN now() END"
-    " WHERE id = :id AND delivered_at IS NULL"
+DELIVERED_SQL = statement(
+    """
+UPDATE webhook_deliveries SET delivered_at = now(), next_attempt_at = NULL,
+  response_code = :code, last_error = NULL
+WHERE id = :id
+"""
+)
+# No retry time: given up.
+DELIVERY_FAILED_SQL = statement(
+    """
+UPDATE webhook_deliveries SET last_error = :error, response_code = :code,
+  next_attempt_at = :retry_at,
+  gave_up_at = CASE WHEN CAST(:retry_at AS timestamptz) IS NULL THEN now() END
+WHERE id = :id AND delivered_at IS NULL
+"""
 )
 
 

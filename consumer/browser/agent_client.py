@@ -24,7 +24,7 @@ from scrapefleet.common.constants import PROFILE_DIR_FREE_WAIT_S
 from scrapefleet.common.errors import StackError
 from scrapefleet.consumer.browser import grid_jvm
 from scrapefleet.consumer.browser.agent_protocol import MAX_ANSWER_BYTES, encode
-from scrapefleet.consumer.browser.stack_launch import (
+from scrapefleet.consumer.browser.stack_control import (
     GridConfig,
     LocalStackControl,
     StackControl,
@@ -96,7 +96,7 @@ def uses_agent(agent_socket: Path | None, browser_user: str | None) -> bool:
         return True  # the agent's hello says what is wrong
 
 
-def stack_control(settings: Any, work_dir: Path, token: str) -> StackControl:
+def control_for(settings: Any, work_dir: Path, token: str) -> StackControl:
     """Where a stack's processes are started from: the agent, or this process."""
     if uses_agent(settings.browser_agent_socket, settings.browser_user):
         client = AgentClient(settings.browser_agent_socket)

@@ -4,7 +4,7 @@ A request names a ``verb`` and that verb's fields, nothing else: every field is 
 against its kind and bounds (a stack's name, a display number, a port, the Grid's credentials),
 an unknown verb or field is refused by name, and a request longer than MAX_REQUEST_BYTES is
 refused before it is parsed. No field is a path to run, an argument list or an environment: the
-agent builds every command line itself (consumer.browser.stack_launch).
+agent builds every command line itself (consumer.browser.stack_control).
 
 The answer is ``{"ok": true, ...}`` or ``{"ok": false, "error": "<one line>"}``.
 """

@@ -31,7 +31,8 @@ def has_bidi(driver: Any) -> bool:
 
 def connection(driver: Any) -> Any:
     """The session's BiDi websocket, opened on first use (with the pool's tuning: see
-    consumer.browser.sessions.tune_bidi). StackError when the session was started without BiDi."""
+    consumer.browser.driver_sessions.tune_bidi). StackError when the session was started
+    without BiDi."""
     if not has_bidi(driver):
         raise StackError(
             "the browser session has no BiDi websocket: start sessions with"

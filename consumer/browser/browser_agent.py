@@ -47,7 +47,7 @@ from scrapefleet.consumer.browser.agent_protocol import (
 )
 from scrapefleet.consumer.browser.grid_auth import GridCredentials
 from scrapefleet.consumer.browser.profile_sessions import profile_dir, ready_profile_dir
-from scrapefleet.consumer.browser.stack_launch import GridConfig, LocalStackControl, StackPrograms
+from scrapefleet.consumer.browser.stack_control import GridConfig, LocalStackControl, StackPrograms
 from scrapefleet.consumer.browser.stack_processes import (
     await_exit,
     end_stack_processes,

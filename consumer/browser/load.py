@@ -21,8 +21,8 @@ takes the limit below that: below it the pressure comes from elsewhere (another 
 host), and fewer browsers would only give it more of the CPU. Memory and slowness may take it
 down to one.
 
-Pure but for ``HostSampler``, the only I/O, and the consumer's stack supervisor owns
-the state and feeds it.
+Pure but for ``HostSampler``, the only I/O; consumer.browser.load_limit holds the state and
+feeds it, for the consumer's stack supervisor.
 """
 
 from __future__ import annotations

@@ -38,9 +38,9 @@ from scrapefleet.common.constants import PROFILE_DIR_FREE_WAIT_S
 from scrapefleet.common.errors import ScrapefleetError, StackError
 from scrapefleet.common.store import ClaimedJob
 from scrapefleet.consumer.browser.agent_client import agent_profile_dir, uses_agent
+from scrapefleet.consumer.browser.driver_sessions import BrowserLaunch
 from scrapefleet.consumer.browser.job_setup import host_defaults
 from scrapefleet.consumer.browser.run_as import BrowserUser, resolve_browser_user
-from scrapefleet.consumer.browser.sessions import BrowserLaunch
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ the Grid (consumer.browser.stack_driver), whose own slot cap and idle-session re
 second guard behind ours.
 
 The processes are started, measured and ended through a ``StackControl``: in this process
-(consumer.browser.stack_launch), or by the browser agent running as ``browser_user``
+(consumer.browser.stack_control), or by the browser agent running as ``browser_user``
 (consumer.browser.agent_client) on a host where the consumer holds no capability; then the
 directories above are the agent's, under its own directory. This module decides when: the
 start and its retries, readiness, health, restarts.
@@ -39,9 +39,10 @@ from selenium.webdriver import ChromeOptions
 
 from scrapefleet.common.errors import StackError
 from scrapefleet.common.settings import Settings
-from scrapefleet.consumer.browser.agent_client import stack_control
+from scrapefleet.consumer.browser.agent_client import control_for
+from scrapefleet.consumer.browser.driver_sessions import BrowserLaunch, first_line, quit_driver
 from scrapefleet.consumer.browser.grid_auth import GridCredentials
-from scrapefleet.consumer.browser.sessions import BrowserLaunch, first_line, quit_driver
+from scrapefleet.consumer.browser.stack_control import GridConfig
 from scrapefleet.consumer.browser.stack_driver import (
     GridSession,
     StackWebDriver,
@@ -51,7 +52,6 @@ from scrapefleet.consumer.browser.stack_driver import (
     session_wait_s,
 )
 from scrapefleet.consumer.browser.stack_host import free_port
-from scrapefleet.consumer.browser.stack_launch import GridConfig
 from scrapefleet.consumer.browser.start_deadline import RunningDeadline, paused_past
 
 log = logging.getLogger(__name__)
@@ -114,8 +114,8 @@ class BrowserStack:
         self._fixed_port = grid_port
         self.display: int | None = display
         self.grid_port: int | None = grid_port
-        # Here, or through the browser agent (consumer.browser.agent_client.stack_control).
-        self._control = stack_control(settings, self.work_dir, uuid.uuid4().hex)
+        # Here, or through the browser agent (consumer.browser.agent_client.control_for).
+        self._control = control_for(settings, self.work_dir, uuid.uuid4().hex)
         self._grid_auth: GridCredentials | None = None  # new at every start of the Grid
         self._started = False
         self._lock = threading.RLock()

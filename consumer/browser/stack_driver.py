@@ -26,7 +26,7 @@ from scrapefleet.consumer.browser.job_setup import proxy_server_arg
 from scrapefleet.consumer.browser.renderer_deaths import RendererWatch
 from scrapefleet.consumer.browser.run_as import needs_no_sandbox
 from scrapefleet.consumer.browser.sessions import BrowserLaunch, quit_driver
-from scrapefleet.consumer.browser.stack_launch import StackControl
+from scrapefleet.consumer.browser.stack_control import StackControl
 from scrapefleet.consumer.browser.stack_processes import await_exit, processes_naming
 
 CHROME_ARGS = (

@@ -1,8 +1,10 @@
 """The browser stack's one transition: ``step(state, event, now) -> (state, actions)``.
 
-Every decision of consumer.browser.stack_supervisor is made here, on plain values: the states are in
-consumer.browser.stack_states, the events and actions in consumer.browser.stack_events. ``now``, a
-timezone-aware datetime, comes with each event, so a test drives every timer by hand.
+Every decision of consumer.browser.stack_supervisor is made here, on plain values: the states
+are in consumer.browser.stack_states, the events and actions in consumer.browser.stack_events;
+what happens when a budget is spent (maintenance, the next stack, the switch) in
+consumer.browser.stack_restarts. ``now``, a timezone-aware datetime, comes with each event, so
+a test drives every timer by hand.
 """
 
 from __future__ import annotations
@@ -12,8 +14,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from scrapefleet.common.status.document import MAX_REASON_CHARS
-from scrapefleet.common.store.statuses import HostState
-from scrapefleet.consumer.browser.maintenance import decide_maintenance, retry_delay_s
+from scrapefleet.consumer.browser.maintenance import retry_delay_s
 from scrapefleet.consumer.browser.stack_events import (
     SET_ACTIVE,
     Action,
@@ -36,24 +37,24 @@ from scrapefleet.consumer.browser.stack_events import (
     RecordRebootRequest,
     RecordRestart,
     RecordStackFailure,
-    RecordStackRetired,
     RecordStackStart,
-    RecordStackSwitch,
     RunRebootCommand,
-    SetHostState,
     SetStackCounter,
     StackStopped,
     StartFailed,
-    StartNextStack,
     StartStack,
     StartSucceeded,
     StopOldStacks,
     StopStack,
-    SwitchStacks,
     Tick,
 )
+from scrapefleet.consumer.browser.stack_restarts import (
+    after_claim,
+    begin_drain,
+    stacks_retired,
+    switch_stacks,
+)
 from scrapefleet.consumer.browser.stack_states import (
-    STACK_DIRECTORIES,
     AwaitingReboot,
     Closed,
     Draining,
@@ -65,7 +66,6 @@ from scrapefleet.consumer.browser.stack_states import (
     Ready,
     Rebooting,
     Replacing,
-    Retiring,
     StackState,
     StartCause,
     Starting,
@@ -105,7 +105,7 @@ def _whatever_the_phase(
             running = is_running(state) or state.retiring is not None
             return replace(state, phase=Closed()), ((StopStack(),) if running else ())
         case OldStacksStopped() as retired:
-            return _retired(state, retired, now)
+            return stacks_retired(state, retired, now)
         case Tick(retiring_busy=busy, retiring_done=done) if (
             (busy == 0 or done > 0) and state.retiring is not None and not state.retiring.stopping
         ):
@@ -126,7 +126,7 @@ def _by_phase(state: StackState, event: Event, now: datetime) -> tuple[StackStat
         case Starting() as starting, StartFailed(error=error):
             return _start_failed(state, starting, error, now)
         case Ready(), Claimed(since_restart=since_restart):
-            return _after_claim(state, since_restart, now, fresh=False)
+            return after_claim(state, since_restart, now, fresh=False)
         case Ready() as ready, NextStackStarted() if ready.next is NextStack.STARTING:
             state = replace(state, start_s=_seconds_since(ready.next_since, now, state.start_s))
             return replace(state, phase=replace(ready, next=NextStack.READY)), (
@@ -139,10 +139,10 @@ def _by_phase(state: StackState, event: Event, now: datetime) -> tuple[StackStat
             )
         case Replacing() as replacing, NextStackStarted() as started:
             state = replace(state, start_s=_seconds_since(replacing.next_since, now, state.start_s))
-            return _switch(state, replacing.reason, replacing.since, started, now)
+            return switch_stacks(state, replacing.reason, replacing.since, started, now)
         case Replacing() as replacing, NextStackFailed(error=error):
             reason = f"{replacing.reason}; the next stack failed to start: {_first_line(error)}"
-            return _begin(state, Kind.RESTART, reason)
+            return begin_drain(state, Kind.RESTART, reason)
     return _by_later_phase(state, event, now)
 
 
@@ -153,7 +153,7 @@ def _by_later_phase(state: StackState, event: Event, now: datetime) -> tuple[Sta
             return _look_at_stack(state, tick, now)
         case Ready(), HealthChecked(healthy=False):
             released = f"{state.faults.releases} browser job(s) released in a row"
-            return _begin(state, Kind.RESTART, f"stack fault: Grid not ready after {released}")
+            return begin_drain(state, Kind.RESTART, f"stack fault: Grid not ready after {released}")
         case Draining() as draining, Tick() as tick if not (tick.busy or tick.unwritten):
             stopping = Stopping(draining.kind, draining.reason, now)
             measure = draining.kind is Kind.RESTART
@@ -207,7 +207,7 @@ def _started(
         Log(logging.INFO, f"browser stack started in {duration_s:.1f} s"),
     ]
     # The claim that started it (or the spent budget a failing stack sat on) may be due already.
-    state, due = _after_claim(state, starting.jobs, now, fresh=True)
+    state, due = after_claim(state, starting.jobs, now, fresh=True)
     return state, (*actions, *due)
 
 
@@ -233,42 +233,6 @@ def _start_failed(
     return replace(state, phase=failing), tuple(actions)
 
 
-def _after_claim(
-    state: StackState, since_restart: int, now: datetime, *, fresh: bool
-) -> tuple[StackState, Actions]:
-    """Begin the maintenance whose budget is spent, if any, or start the next stack when the
-    restart budget comes within ``overlap_lead``. ``fresh``: the stack has just started for
-    this claim (or after failing)."""
-    policy, since_boot = state.policy, state.since_boot
-    due = decide_maintenance(
-        since_restart, since_boot - state.reboot_base, policy.restart_every, policy.reboot_every
-    )
-    figures = f"after {since_restart} browser job(s) of this stack, {since_boot} since boot"
-    if due == "none":
-        return _start_next_if_near(state, since_restart, now)
-    if due == "restart":
-        return _restart(state, f"restart {figures}", now)
-    # Should this reboot not happen, the next is due a whole budget later.
-    state = replace(state, reboot_base=since_boot)
-    if policy.reboot_command:
-        return _begin(state, Kind.REBOOT, f"reboot {figures}")
-    # No reboot mechanism here: restart instead, unless the stack is as new as that would make it.
-    restart = not fresh or decide_maintenance(since_restart, 0, policy.restart_every, 0) != "none"
-    instead = "the browser stack is restarted instead" if restart else "its stack just started"
-    skipped = (
-        f"reboot skipped after {since_boot} browser job(s) since boot: no reboot_command is set,"
-        f" so scrapefleet never reboots this machine; {instead}"
-    )
-    actions: list[Action] = [RecordHostEvent("reboot_skipped", skipped)]
-    if not state.skip_warned:
-        state = replace(state, skip_warned=True)
-        actions.append(Log(logging.WARNING, skipped))
-    if restart:
-        state, begun = _begin(state, Kind.RESTART, f"restart instead of a reboot {figures}")
-        actions += begun
-    return state, tuple(actions)
-
-
 def _first_line(text: str) -> str:
     lines = text.strip().splitlines()
     return (lines[0] if lines else "no error message")[:MAX_REASON_CHARS]
@@ -278,131 +242,20 @@ def _seconds_since(since: datetime | None, now: datetime, default: float) -> flo
     return round((now - since).total_seconds(), 3) if since is not None else default
 
 
-def _budget_near(state: StackState, since_restart: int, now: datetime) -> bool:
-    """Is the restart budget within ``overlap_lead`` jobs, or, at this stack's claim rate so
-    far, within twice the time the last start took?"""
-    policy = state.policy
-    left = policy.restart_every - since_restart
-    if left <= policy.overlap_lead:
-        return True
-    # A rate needs more than the first round of claims: a stack that has just taken over
-    # claims up to its capacity at once, and that burst, read as a rate, would start the next
-    # stack at once and keep two stacks alive for the whole lifetime.
-    if state.lifetime_since is None or since_restart <= policy.overlap_lead:
-        return False
-    elapsed_s = (now - state.lifetime_since).total_seconds()
-    if elapsed_s <= 0:  # no rate yet: the jobs that started the stack
-        return False
-    return left * elapsed_s / since_restart <= 2 * state.start_s
-
-
-def _directory_free(state: StackState) -> bool:
-    """Is a work directory free for the next stack? The running stack holds one, each stack
-    still retiring one more (a retired stack's directory is reused once it has stopped)."""
-    retiring = state.retiring.stacks if state.retiring else 0
-    return 1 + retiring < STACK_DIRECTORIES
-
-
-def _start_next_if_near(
-    state: StackState, since_restart: int, now: datetime
-) -> tuple[StackState, Actions]:
-    policy, phase = state.policy, state.phase
-    if (
-        policy.overlap_lead > 0
-        and policy.restart_every > 0
-        and isinstance(phase, Ready)
-        and phase.next is NextStack.NONE
-        and _directory_free(state)
-        and _budget_near(state, since_restart, now)
-    ):
-        return replace(state, phase=Ready(NextStack.STARTING, next_since=now)), (
-            Log(logging.INFO, f"starting the next browser stack after {since_restart} job(s)"),
-            StartNextStack(),
-        )
-    return state, ()
-
-
-def _restart(state: StackState, reason: str, now: datetime) -> tuple[StackState, Actions]:
-    """The restart budget is spent: switch to the next stack (overlapped), or drain. Jobs
-    claimed before the switch still run on the old stack (the supervisor keeps track)."""
-    phase = state.phase
-    if state.policy.overlap_lead <= 0 or not isinstance(phase, Ready):
-        return _begin(state, Kind.RESTART, reason)
-    match phase.next:
-        case NextStack.READY:
-            return _switch(state, reason, now, NextStackStarted(), now)
-        case NextStack.STARTING:
-            return replace(state, phase=Replacing(reason, now, next_since=phase.next_since)), ()
-        case NextStack.FAILED:
-            return _begin(state, Kind.RESTART, f"{reason}; next stack failed: {phase.next_error}")
-    if not _directory_free(state):  # it starts once a retired one has stopped
-        return replace(state, phase=Replacing(reason, now, started=False)), ()
-    return replace(state, phase=Replacing(reason, now, next_since=now)), (StartNextStack(),)
-
-
-def _switch(
-    state: StackState, reason: str, since: datetime, started: NextStackStarted, now: datetime
-) -> tuple[StackState, Actions]:
-    """Jobs claimed from now on run on the next stack; the running one retires."""
-    no_claim_s = round(max((now - since).total_seconds(), 0.0), 3)
-    # One still retiring is stopped with this one; its own wait counts from its switch.
-    retiring = (
-        replace(state.retiring, stacks=state.retiring.stacks + 1)
-        if state.retiring
-        else Retiring(now)
-    )
-    state = replace(state, phase=Ready(), faults=Faults(), retiring=retiring, lifetime_since=now)
-    return state, (
-        SwitchStacks(),
-        RecordStackSwitch(reason, no_claim_s, started.pss_old_bytes, started.pss_new_bytes),
-        Log(logging.INFO, f"browser stack replaced ({reason}); claims paused {no_claim_s:.3f} s"),
-        SetStackCounter(0),  # last: the daemon claims again once the database says 0 too
-    )
-
-
-def _retired(
-    state: StackState, retired: OldStacksStopped, now: datetime
-) -> tuple[StackState, Actions]:
-    stopped, retiring = retired.stopped, state.retiring
-    waited_s = round((now - retiring.since).total_seconds(), 3) if retiring else 0.0
-    actions: list[Action] = [RecordStackRetired(stopped, waited_s)]
-    if stopped.leftover_pids:
-        pids = list(stopped.leftover_pids)
-        actions.append(Log(logging.ERROR, f"processes of a retired stack outlived it: {pids}"))
-    if retired.remaining and retiring is not None:  # retired meanwhile: its jobs still run
-        retiring = replace(retiring, stopping=False, stacks=retired.remaining)
-        state = replace(state, retiring=retiring)
-    else:
-        state = replace(state, retiring=None)
-    if isinstance(state.phase, Replacing) and not state.phase.started and _directory_free(state):
-        state = replace(state, phase=replace(state.phase, started=True, next_since=now))
-        actions.append(StartNextStack())
-    return state, tuple(actions)
-
-
-def _begin(state: StackState, kind: Kind, reason: str) -> tuple[StackState, Actions]:
-    """No more claims; the host says so at once, so the producer assigns nothing more."""
-    host_state = HostState.REBOOTING if kind is Kind.REBOOT else HostState.RESTARTING
-    return replace(state, phase=Draining(kind, reason)), (
-        Log(logging.INFO, f"{host_state}: {reason}"),
-        SetHostState(host_state, reason, (HostState.ACTIVE, HostState.RESTARTING)),
-    )
-
-
 def _look_at_stack(state: StackState, tick: Tick, now: datetime) -> tuple[StackState, Actions]:
     """Faults the job threads reported; a restart they call for starts in the same tick when
     nothing is in flight."""
     faults = state.faults
     hung = faults.hung_job(now, state.policy.hung_grace_s)
     if hung is not None:
-        state, actions = _begin(
+        state, actions = begin_drain(
             state, Kind.RESTART, f"job {hung}'s thread still busy after its browser ended"
         )
     elif faults.unseen_release:
         state = replace(state, faults=replace(faults, unseen_release=False))
         if faults.releases < state.policy.releases_before_restart:
             return state, (CheckHealth(),)  # one release: a restart only if the Grid is down
-        state, actions = _begin(
+        state, actions = begin_drain(
             state, Kind.RESTART, f"stack fault: {faults.releases} browser job(s) released in a row"
         )
     else:

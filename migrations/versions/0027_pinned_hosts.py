@@ -23,7 +23,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    # Archived with the job, as every column of jobs is (common.db.tables.jobs_archive).
+    # Archived with the job, as every column of jobs is (common.db.job_tables.jobs_archive).
     for table in ("jobs", "jobs_archive"):
         op.add_column(table, sa.Column("pinned_host", sa.Text))
 

@@ -1,9 +1,9 @@
 """Every table and view says what it answers in its COMMENT: the schema is its own reference
 (``\\d+ name`` in psql), and the documentation's SQL page is generated from these comments
 (tools/reference.py), so a view's meaning is written once. A table's is also its ``comment=`` in
-common.db.tables, which the schema test holds to the migrated database. A migration that recreates
-a view after this one sets its COMMENT again (a dropped view loses it; a test finds any relation
-without one). Downgrade: the comments before.
+its module of common.db (job_tables, host_tables, ...), which the schema test holds to the
+migrated database. A migration that recreates a view after this one sets its COMMENT again (a
+dropped view loses it; a test finds any relation without one). Downgrade: the comments before.
 
 Revision ID: 0030
 Revises: 0027

@@ -21,21 +21,24 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import psutil
 
 from scrapefleet.consumer.browser import stack as browser_stack
-from scrapefleet.consumer.browser.selenium_actions import FetchPageParams, fetch_page
-from scrapefleet.consumer.browser.sessions import (
+from scrapefleet.consumer.browser.driver_sessions import (
     close_context,
     open_context,
     quit_driver,
     tune_bidi,
 )
+from scrapefleet.consumer.browser.selenium_actions import FetchPageParams, fetch_page
+from scrapefleet.consumer.browser.sessions import SessionPool
 from scrapefleet.consumer.browser.stack import BrowserStack
 from tests.benchmarks.bench_browser import pages, settings_for
+from tests.benchmarks.doc_site import DocSite
+from tests.benchmarks.round_trips import counted_round_trips
 from tests.browser.site import LocalSite
 
 SESSIONS_AT_A_RESTART = 6
@@ -115,12 +118,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pages", type=int, default=30)
     parser.add_argument("--flag", action="append", default=[], help="a Chromium flag to add")
+    parser.add_argument(
+        "--real", action="store_true", help="PostgreSQL's HTML manual (postgresql-doc-15) pages"
+    )
     args = parser.parse_args()
     browser_stack.CHROME_ARGS = (*browser_stack.CHROME_ARGS, *args.flag)
 
-    with LocalSite() as site, tempfile.TemporaryDirectory(prefix="sf-contexts-") as tmp:
+    with ExitStack() as resources:
+        tmp = resources.enter_context(tempfile.TemporaryDirectory(prefix="sf-contexts-"))
         work = Path(tmp)
-        urls = pages(site, args.pages)
+        if args.real:
+            urls = resources.enter_context(DocSite()).pages(args.pages)
+        else:
+            urls = pages(resources.enter_context(LocalSite()), args.pages)
         settings = settings_for("postgresql://unused/none", work, SESSIONS_AT_A_RESTART, 0)
         with BrowserStack(settings, "contexts", SESSIONS_AT_A_RESTART, work / "stack") as stack:
             driver = stack.new_driver()
@@ -144,6 +154,24 @@ def main() -> None:
                 show("a fresh user context + its page", *per_page(stack, args.pages, fresh))
             print(f"renderers started per context: {len(renderers) / args.pages:.1f}")
             quit_driver(driver)
+
+            pool = SessionPool(stack.new_driver, 1, prepare_ahead=True)
+            with pool.lease("cleared") as first:  # warm: its first job opens the context
+                fetch_page(first, FetchPageParams(url=urls[0]))
+
+            def cleared() -> None:
+                for url in urls:
+                    with pool.lease("cleared") as leased:
+                        fetch_page(leased, FetchPageParams(url=url))
+
+            with counted_round_trips() as trips, new_renderers(stack) as renderers:
+                show("a slot cleared in place + its page", *per_page(stack, args.pages, cleared))
+            print(
+                f"round trips per cleared job: {trips.total / args.pages:.1f}"
+                f" ({trips.describe(args.pages)}); renderers started per job:"
+                f" {len(renderers) / args.pages:.1f}"
+            )
+            pool.close()
 
             # Measured while the sessions live: a process that exited takes its CPU with it.
             before = cpu_by_kind(stack)

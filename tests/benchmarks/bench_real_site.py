@@ -16,7 +16,11 @@ b. one run per isolation level (common.browser.isolation.ISOLATION_VALUES, read 
 c. the default with restarts off (no retirement, no stack restart);
 d. a plain loop: one headless ChromeDriver session of our own, the pages one by one
    (get + title + one script returning every a's href);
-e. six threads, each its own headless session like (d), sharing the pages through a queue.
+e. six threads, each its own headless session like (d), sharing the pages through a queue;
+f. the same six threads, each with a session of a host's browser stack (its Xvfb, Grid and
+   Chromium, started inside the timing as a consumer's is) reusing its one tab: what the stack
+   costs a script that keeps nothing apart and needs no database (``--only`` skips it unless
+   a word matches "grid").
 
 ``--overload`` instead runs two hosts (bench-1, bench-2: two Consumers, each its own stack and
 state directory) on the pages split between them, once alone and once beside a CPU hog
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import itertools
 import logging
 import os
@@ -43,6 +48,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 import sqlalchemy as sa
@@ -61,6 +67,7 @@ from scrapefleet.consumer.daemon import Consumer
 from tests.benchmarks.bench_browser import FIRST_JOBS, MB, Run, bench_database, settings_for
 from tests.benchmarks.bench_contexts import kind_of
 from tests.benchmarks.doc_site import DocSite
+from tests.benchmarks.round_trips import RoundTrips, counted_round_trips
 
 RESTART_EVERY: int = setting_default("restart_every")
 BROWSER_RETIRE_EVERY: int = setting_default("browser_retire_every")
@@ -72,6 +79,7 @@ FIELDS = {"links": {"css": "a", "attr": "href", "all": True}}
 LINKS_JS = "return Array.from(document.querySelectorAll('a'), (a) => a.href);"
 CHROMEDRIVER, CHROMIUM = "/usr/bin/chromedriver", "/usr/bin/chromium"
 SCRIPT_THREADS = 6
+STACK_START_LIMIT_S = 180.0
 CPU_SAMPLE_S = 0.25  # a renderer lives about as long as its page: sample well within that
 PROGRESS_S = 1.0
 PSS_EVERY = 5  # progress ticks between PSS readings away from the first and last pages
@@ -102,6 +110,7 @@ class RealRun(Run):
     releases: int = 0  # attempts handed back by a host (jobs.releases)
     requeues: int = 0  # queued jobs handed back before they ran (job_events)
     fault_lines: list[str] = field(default_factory=list)  # logged lines saying "stack fault"
+    round_trips: RoundTrips | None = None  # WebDriver and BiDi commands through the Grid
 
     @property
     def rate(self) -> float:
@@ -249,7 +258,7 @@ def run_hosts(
 
     run = RealRun(label, len(urls))
     limit_s = 120 + 10 * len(urls)  # a bound, far above any run seen here
-    with FaultLog() as faults, CpuSampler(stacks_and_me) as cpu:
+    with FaultLog() as faults, CpuSampler(stacks_and_me) as cpu, counted_round_trips() as trips:
         started = time.monotonic()
         for thread in threads:
             thread.start()
@@ -278,6 +287,7 @@ def run_hosts(
             raise
     run.cpu_s, run.machine_cpu_s, run.fault_lines = cpu.cpu_s, cpu.machine_cpu_s, faults.lines
     run.bench_cpu_s, run.load = cpu.bench_cpu_s, os.getloadavg()[0]
+    run.round_trips = trips
     _read_outcome(engine, run)
     return run
 
@@ -407,9 +417,60 @@ def own_chrome() -> tuple[webdriver.Chrome, psutil.Process]:
     return driver, psutil.Process(service.process.pid)
 
 
-def scripted(urls: list[str], threads: int, label: str) -> RealRun:
+def _page_outcomes(
+    driver: Any, pages: queue.SimpleQueue[str], stop: threading.Event, label: str
+) -> Iterator[str]:
+    """Pages from the queue until it is empty (or the run is stopped): "done" or "failed"."""
+    while not stop.is_set():
+        try:
+            url = pages.get_nowait()
+        except queue.Empty:
+            return
+        try:
+            driver.get(url)
+            _ = driver.title, driver.execute_script(LINKS_JS)
+            yield "done"
+        except WebDriverException as exc:
+            print(f"  {label}: {url}: {exc.msg}", file=sys.stderr)
+            yield "failed"
+
+
+def _watch_scripts(
+    run: RealRun,
+    workers: list[threading.Thread],
+    started: float,
+    stop: threading.Event,
+    finished: Callable[[], int],
+    trees: Callable[[], Iterable[psutil.Process]],
+) -> None:
+    """Until the workers are done (or the run's time limit): progress, and PSS when due."""
+    limit_s = 120 + 10 * run.jobs  # bounded; a page load times out in 60 s
+    for tick in itertools.count():
+        if not wait_a_tick(workers):
+            return
+        if time.monotonic() - started > limit_s:
+            print(f"  {run.label}: still running after {limit_s} s; stopping", flush=True)
+            stop.set()
+            for worker in workers:
+                worker.join(90)  # the page under way: within its page-load timeout
+            return
+        done = finished()
+        if pss_due(tick, done, run.jobs):
+            browsers = [p for p in trees() if p.pid != os.getpid()]
+            run.samples.append((time.monotonic() - started, done, pss_bytes(browsers)))
+        print(f"  {run.label}: {done}/{run.jobs} pages", flush=True)
+
+
+def scripted(
+    urls: list[str],
+    threads: int,
+    label: str,
+    grid_work: Path | None = None,
+) -> RealRun:
     """``threads`` threads, each its own session, taking pages from one queue. Timed from
-    before the sessions start, as a consumer run is timed from before its stack starts."""
+    before the sessions start, as a consumer run is timed from before its stack starts.
+    ``grid_work``: the sessions come from a browser stack started there (inside the timing),
+    its processes counted as a consumer host's are; else each is a headless ChromeDriver."""
     pages: queue.SimpleQueue[str] = queue.SimpleQueue()
     for url in urls:
         pages.put(url)
@@ -418,23 +479,23 @@ def scripted(urls: list[str], threads: int, label: str) -> RealRun:
     lock = threading.Lock()
     stop = threading.Event()  # the run's time limit
 
+    stacks: list[browser_stack.BrowserStack] = []
+    stack_ready = threading.Event()
+
+    def session() -> Any:
+        if grid_work is None:
+            driver, service = own_chrome()
+            with lock:
+                drivers.append(service)
+            return driver
+        if not stack_ready.wait(STACK_START_LIMIT_S) or not stacks:
+            raise RuntimeError(f"{label}: the browser stack did not start")
+        return stacks[0].new_driver()
+
     def work() -> None:
-        driver, service = own_chrome()
-        with lock:
-            drivers.append(service)
+        driver = session()
         try:
-            while not stop.is_set():
-                try:
-                    url = pages.get_nowait()
-                except queue.Empty:
-                    return
-                try:
-                    driver.get(url)
-                    _ = driver.title, driver.execute_script(LINKS_JS)
-                    outcome = "done"
-                except WebDriverException as exc:
-                    print(f"  {label}: {url}: {exc.msg}", file=sys.stderr)
-                    outcome = "failed"
+            for outcome in _page_outcomes(driver, pages, stop, label):
                 with lock:
                     counts[outcome] += 1
         finally:
@@ -442,6 +503,8 @@ def scripted(urls: list[str], threads: int, label: str) -> RealRun:
 
     def trees() -> Iterator[psutil.Process]:
         yield psutil.Process()
+        for stack in list(stacks):
+            yield from stack.processes()
         for service in list(drivers):
             try:
                 yield from (service, *service.children(recursive=True))
@@ -450,25 +513,20 @@ def scripted(urls: list[str], threads: int, label: str) -> RealRun:
 
     run = RealRun(label, len(urls))
     workers = [threading.Thread(target=work, daemon=True) for _ in range(threads)]
-    with CpuSampler(trees) as cpu:
+    with CpuSampler(trees) as cpu, contextlib.ExitStack() as resources:
         started = time.monotonic()
         for worker in workers:
             worker.start()
-        limit_s = 120 + 10 * len(urls)  # bounded; a page load times out in 60 s
-        for tick in itertools.count():
-            if not wait_a_tick(workers):
-                break
-            if time.monotonic() - started > limit_s:
-                print(f"  {label}: still running after {limit_s} s; stopping", flush=True)
-                stop.set()
-                for worker in workers:
-                    worker.join(90)  # the page under way: within its page-load timeout
-                break
-            finished = counts["done"] + counts["failed"]
-            if pss_due(tick, finished, len(urls)):
-                browsers = [p for p in trees() if p.pid != os.getpid()]
-                run.samples.append((time.monotonic() - started, finished, pss_bytes(browsers)))
-            print(f"  {label}: {finished}/{len(urls)} pages", flush=True)
+        if grid_work is not None:
+            settings = settings_for("postgresql://unused/none", grid_work, threads, 0, label)
+            work_dir = grid_work / "stack"
+            stack = browser_stack.BrowserStack(settings, "grid-script", threads, work_dir)
+            try:
+                stacks.append(resources.enter_context(stack))
+            finally:
+                stack_ready.set()
+        finished = lambda: counts["done"] + counts["failed"]  # noqa: E731
+        _watch_scripts(run, workers, started, stop, finished, trees)
         run.elapsed_s = time.monotonic() - started
     run.cpu_s, run.machine_cpu_s, run.bench_cpu_s = cpu.cpu_s, cpu.machine_cpu_s, cpu.bench_cpu_s
     run.load = os.getloadavg()[0]
@@ -666,13 +724,24 @@ def main() -> None:
         loop = scripted(urls, 1, "plain loop, one session")
         print(f"{SCRIPT_THREADS} threads, each its own session", flush=True)
         threads = scripted(urls, SCRIPT_THREADS, f"{SCRIPT_THREADS} hand-written threads")
-    runs += [loop, threads]
+        runs += [loop, threads]
+        if not args.only or any("grid" in word for word in args.only):
+            label = f"{SCRIPT_THREADS} hand-written threads through a host's Grid under Xvfb"
+            print(label, flush=True)
+            runs.append(scripted(urls, SCRIPT_THREADS, label, grid_work=Path(tmp) / "grid"))
     print(f"\n{machine_line(load_before)}")
     throughput_table(runs, loop, threads)
     cpu_table(runs)
     for run in runs:
         if run.events:
             print(f"{run.label}: host_events {dict(run.events)}; releases {run.releases}")
+    for run in runs:
+        if run.round_trips is not None:
+            trips = run.round_trips
+            print(
+                f"{run.label}: {trips.total / run.jobs:.1f} round trips through the Grid a job"
+                f" ({trips.describe(run.jobs)})"
+            )
     draw(runs, PLOT, f"fetch_page on PostgreSQL's manual ({args.jobs} pages), capacity 6")
     print(f"plot: {PLOT}")
 

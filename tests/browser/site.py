@@ -22,6 +22,8 @@ ITEM = """<!doctype html><html><head><title>Widget 42</title></head><body>
 PLAIN = "<!doctype html><title>Plain</title><p>nothing awaited here</p>"
 ERROR = "<!doctype html><title>Oops</title><h1>boom</h1>"
 SLOW_PAGE_S = 1.0
+HTML = "text/html; charset=utf-8"
+WORKER = "self.addEventListener('fetch', () => {});"
 LONG = (
     "<!doctype html><title>Long</title><body style='margin:0'>"
     "<h1 id='top'>top</h1><div style='height:4000px;background:linear-gradient(red,blue)'></div>"
@@ -58,6 +60,19 @@ def links_page(count: int = LINKS) -> str:
     return f"<!doctype html><title>Links</title><body>{anchors}</body>"
 
 
+# Pages answered at once: path -> status, body, headers, content type.
+STATIC: dict[str, tuple[int, str, dict[str, str], str]] = {
+    "/item": (200, ITEM, {}, HTML),
+    "/redirect": (302, "", {"Location": "/item"}, HTML),
+    "/plain": (200, PLAIN, {}, HTML),
+    "/error": (500, ERROR, {}, HTML),
+    "/long": (200, LONG, {}, HTML),
+    "/varied": (200, VARIED, {}, HTML),
+    "/links": (200, links_page(), {}, HTML),
+    "/worker.js": (200, WORKER, {}, "text/javascript"),  # a service worker that does nothing
+}
+
+
 class LocalSite:
     def __init__(self) -> None:
         self.release_hung = threading.Event()
@@ -68,10 +83,16 @@ class LocalSite:
             def log_message(self, *args: object) -> None:  # keep pytest output clean
                 pass
 
-            def _send(self, status: int, body: str, headers: dict[str, str] | None = None) -> None:
+            def _send(
+                self,
+                status: int,
+                body: str,
+                headers: dict[str, str] | None = None,
+                content_type: str = HTML,
+            ) -> None:
                 data = body.encode()
                 self.send_response(status)
-                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(data)))
                 for key, value in (headers or {}).items():
                     self.send_header(key, value)
@@ -81,20 +102,8 @@ class LocalSite:
 
             def do_GET(self) -> None:
                 path = self.path.split("?")[0]
-                if path == "/item":
-                    self._send(200, ITEM)
-                elif path == "/redirect":
-                    self._send(302, "", {"Location": "/item"})
-                elif path == "/plain":
-                    self._send(200, PLAIN)
-                elif path == "/error":
-                    self._send(500, ERROR)
-                elif path == "/long":
-                    self._send(200, LONG)
-                elif path == "/varied":
-                    self._send(200, VARIED)
-                elif path == "/links":
-                    self._send(200, links_page())
+                if path in STATIC:
+                    self._send(*STATIC[path])
                 elif path == "/cached":  # a browser that kept it asks only once
                     site.cached_hits += 1
                     self._send(200, PLAIN, {"Cache-Control": "max-age=600"})

@@ -20,8 +20,8 @@ import pytest
 
 from scrapefleet.common.errors import StackError
 from scrapefleet.common.settings import Settings
+from scrapefleet.consumer.browser.driver_sessions import quit_driver
 from scrapefleet.consumer.browser.run_as import needs_no_sandbox
-from scrapefleet.consumer.browser.sessions import quit_driver
 from scrapefleet.consumer.browser.stack import BrowserStack
 from scrapefleet.consumer.browser.stack_host import find_grid_jar
 from scrapefleet.consumer.browser.stack_processes import TOKEN_ENV, WORK_DIR_ENV, is_gone

@@ -16,7 +16,7 @@ from typing import Any
 import psutil
 import pytest
 
-from scrapefleet.consumer.browser.sessions import quit_driver
+from scrapefleet.consumer.browser.driver_sessions import quit_driver
 from scrapefleet.consumer.browser.stack import BrowserStack
 from tests.browser.site import LocalSite
 

@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
+from scrapefleet.common.browser.isolation import ISOLATION_VALUES, Isolation
 from scrapefleet.common.errors import StackError
+from scrapefleet.consumer.browser.driver_sessions import quit_driver
 from scrapefleet.consumer.browser.selenium_actions import (
     FetchPageParams,
     ScreenshotParams,
@@ -18,12 +20,7 @@ from scrapefleet.consumer.browser.selenium_actions import (
     navigate,
     screenshot,
 )
-from scrapefleet.consumer.browser.sessions import (
-    ISOLATION_VALUES,
-    Isolation,
-    SessionPool,
-    quit_driver,
-)
+from scrapefleet.consumer.browser.sessions import SessionPool
 from scrapefleet.consumer.browser.stack import BrowserStack, session_profile_dir
 from scrapefleet.consumer.browser.stack_processes import (
     end_processes_naming,

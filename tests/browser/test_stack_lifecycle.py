@@ -21,7 +21,7 @@ from scrapefleet.consumer.browser.stack import BrowserStack
 from scrapefleet.consumer.browser.stack_host import find_grid_jar
 from scrapefleet.consumer.browser.stack_processes import is_gone
 from tests.browser.site import LocalSite
-from tests.waiting import wait_for
+from tests.waiting import scaled, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(60)]
 
@@ -172,6 +172,9 @@ def test_the_first_grid_dumps_its_classes_and_the_next_maps_them(
 ) -> None:
     archive = grid_jvm.archive_path(own_stack_dir, find_grid_jar(settings.grid_jar))
     archive.unlink(missing_ok=True)
+    # The JVM writes its archive as it exits after SIGTERM: on a loaded machine that outlasts
+    # the tests' short stop timeout, and a SIGKILL leaves no archive.
+    settings = settings.model_copy(update={"stack_stop_timeout_s": scaled(30.0)})
     with BrowserStack(settings, "archive", 1, own_stack_dir) as stack:
         assert "-XX:ArchiveClassesAtExit=" in _grid_command(stack)
         assert "-XX:TieredStopAtLevel=1" in _grid_command(stack)

@@ -17,6 +17,7 @@ import pytest
 
 from scrapefleet.common.actions.builtin import HttpGetParams, http_get
 from scrapefleet.common.http import client as http_client
+from scrapefleet.common.http import pooling_transport
 from scrapefleet.common.http.address_policy import parse_networks
 from scrapefleet.common.http.job_egress import Egress, EgressRefused
 
@@ -122,13 +123,13 @@ def test_the_connection_goes_to_the_address_that_was_checked(
     checked, internal = serve("127.0.0.1"), serve("127.0.0.2")
     answers = iter(["127.0.0.1", "127.0.0.2", "127.0.0.2"])
     asked: list[str] = []
-    real = http_client.system_addresses
+    real = pooling_transport.system_addresses
 
     def rebinding(host: str, port: int) -> list[Any]:
         asked.append(host)
         return real(next(answers), port)
 
-    monkeypatch.setattr(http_client, "system_addresses", rebinding)
+    monkeypatch.setattr(pooling_transport, "system_addresses", rebinding)
     fetched = _fetch(checked.url("/page", host="rebind.test"), ["127.0.0.1/32"])
     assert fetched.status == 200
     assert asked == ["rebind.test"]
@@ -142,9 +143,9 @@ def test_a_jobs_headers_and_cookies_go_to_its_own_site_only(
     """site.test/start -> sub.site.test/sub (same server, another origin) -> 127.0.0.2/hop
     -> site.test/back: the job's headers and cookie at the start and back, nowhere else."""
     names = {"site.test": "127.0.0.1", "sub.site.test": "127.0.0.1"}
-    real = http_client.system_addresses
+    real = pooling_transport.system_addresses
     monkeypatch.setattr(
-        http_client, "system_addresses", lambda host, port: real(names.get(host, host), port)
+        pooling_transport, "system_addresses", lambda host, port: real(names.get(host, host), port)
     )
     job_site, other = serve("127.0.0.1"), serve("127.0.0.2")
     job_site.routes["/start"] = job_site.url("/sub", host="sub.site.test")

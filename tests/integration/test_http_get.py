@@ -25,6 +25,7 @@ import pytest
 
 from scrapefleet.common.actions.builtin import HttpGetParams, http_get
 from scrapefleet.common.http import client as http_client
+from scrapefleet.common.http import pooling_transport, response_body
 from tests.waiting import scaled, wait_for
 
 pytestmark = pytest.mark.timeout(30)
@@ -292,8 +293,8 @@ def test_the_headers_in_the_result_are_bounded(serve: Any) -> None:
     many = {"X-Long": "v" * 3000, **{f"X-H{n:03}": "v" * 60 for n in range(80)}}
     site = serve({"/many": lambda h: _send(h, 200, b"", many)})
     headers = _get(f"{site.url}/many")["headers"]
-    assert len(headers) == http_client.RESULT_MAX_HEADERS
-    assert all(len(value) <= http_client.RESULT_HEADER_CHARS for value in headers.values())
+    assert len(headers) == response_body.RESULT_MAX_HEADERS
+    assert all(len(value) <= response_body.RESULT_HEADER_CHARS for value in headers.values())
 
 
 # -- through a proxy -------------------------------------------------------------------------------
@@ -490,8 +491,8 @@ def test_threads_share_one_client_and_its_pool(serve: Any) -> None:
 def test_a_dropped_proxy_pool_is_closed_once_its_last_response_is(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(http_client, "MAX_POOLS", 2)
-    transport = http_client.PoolingTransport(ssl.create_default_context())
+    monkeypatch.setattr(pooling_transport, "MAX_POOLS", 2)
+    transport = pooling_transport.PoolingTransport(ssl.create_default_context())
     closed: list[str] = []
 
     def acquire(proxy: str) -> Any:

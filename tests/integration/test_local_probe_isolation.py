@@ -16,7 +16,7 @@ from sqlalchemy.engine import Engine
 
 from scrapefleet.common.status.document import status_path
 from scrapefleet.common.store import NewJob
-from scrapefleet.producer.assigner import CycleReport
+from scrapefleet.producer.producer_cycle import CycleReport
 from tests.integration.producer_helpers import add_hosts, publish_status, submit
 from tests.waiting import scaled
 

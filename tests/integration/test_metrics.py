@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
-from scrapefleet.common.db.tables import JOB_STATUSES
+from scrapefleet.common.db.schema_base import JOB_STATUSES
 from scrapefleet.common.store import NewJob
 from scrapefleet.producer.assigner import Producer
 from tests.integration.producer_helpers import (

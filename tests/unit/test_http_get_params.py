@@ -9,8 +9,9 @@ import pytest
 
 from scrapefleet.common.actions.registry import get_action
 from scrapefleet.common.errors import SettingsError, SubmitError
-from scrapefleet.common.http.client import TITLE_MAX_CHARS, parse_title, split_proxy
+from scrapefleet.common.http.page_text import TITLE_MAX_CHARS, parse_title
 from scrapefleet.common.http.params import MAX_COOKIES, MAX_HEADERS
+from scrapefleet.common.http.pooling_transport import split_proxy
 from scrapefleet.common.settings import load_settings
 
 pytestmark = pytest.mark.timeout(30)

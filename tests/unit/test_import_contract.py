@@ -9,6 +9,10 @@ two modules of one name.
     migrations the library only
     ops, local (the tools for people) anything: they sit above both daemons
 
+Within the library, the setting groups (scrapefleet.common.setting_groups) are put together by
+scrapefleet.common.settings alone: everything else reads Settings, so a setting has one model
+(the tools for people aside, which may read a group's rule), and no group imports another.
+
 Read from the source with ast, so it needs no import and runs in the fast tier.
 """
 
@@ -152,6 +156,48 @@ def test_the_contract_keeps_the_claim_loop_out_of_the_browser(tmp_path: Path) ->
         "probe.py (scrapefleet.consumer.browser.probe) imports "
         "scrapefleet.consumer.serving.RunningConsumer" in crossings
     )
+
+
+SETTING_GROUPS = "scrapefleet.common.setting_groups"
+SETTINGS = "scrapefleet.common.settings"
+
+
+def _group_crossings(sources: dict[str, Path]) -> list[str]:
+    """Imports of a setting group by anything but common.settings and the tools for people."""
+    broken = []
+    for module, path in sorted(sources.items()):
+        if module == SETTINGS or _layer(module) in ("ops", "local"):
+            continue
+        for imported in sorted(_imports(path, module, top_level_only=False)):
+            if imported.startswith(SETTING_GROUPS + "."):
+                broken.append(f"{path.name} ({module}) imports {imported}")
+    return broken
+
+
+def test_only_the_settings_put_the_setting_groups_together() -> None:
+    assert _group_crossings(_sources()) == []
+
+
+def test_the_group_check_catches_a_reader_of_a_group(tmp_path: Path) -> None:
+    bad = tmp_path / "probe.py"
+    bad.write_text("from scrapefleet.common.setting_groups.fleet_settings import FleetSettings\n")
+    twin = tmp_path / "twin.py"
+    twin.write_text("from scrapefleet.common.setting_groups import http_settings\n")
+    crossings = _group_crossings(
+        {
+            **_sources(),
+            "scrapefleet.producer.probe": bad,
+            "scrapefleet.common.setting_groups.twin_settings": twin,
+        }
+    )
+    assert crossings == [
+        "twin.py (scrapefleet.common.setting_groups.twin_settings) imports "
+        "scrapefleet.common.setting_groups.http_settings",
+        "probe.py (scrapefleet.producer.probe) imports "
+        "scrapefleet.common.setting_groups.fleet_settings",
+        "probe.py (scrapefleet.producer.probe) imports "
+        "scrapefleet.common.setting_groups.fleet_settings.FleetSettings",
+    ]
 
 
 def _same_names(modules: list[str]) -> dict[str, list[str]]:

@@ -6,7 +6,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from scrapefleet.common.db.tables import JOB_STATUSES
+from scrapefleet.common.db.schema_base import JOB_STATUSES
 from scrapefleet.common.runtime.metrics import (
     CONSUMER_REGISTRY,
     PRODUCER_REGISTRY,

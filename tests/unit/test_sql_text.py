@@ -6,10 +6,34 @@ import re
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 
-from scrapefleet.common.store import assignment, attempts
+from scrapefleet.common.browser.profile_names import ProfileState
+from scrapefleet.common.constants import RATE_WINDOW_S
+from scrapefleet.common.db import tables
+from scrapefleet.common.reads import kind_waits, producer_status, progress, queries, results
+from scrapefleet.common.store import (
+    assignment,
+    attempts,
+    blocks,
+    browser_stack,
+    controls,
+    crawls,
+    events,
+    fleet,
+    hosts,
+    operator,
+    probes,
+    profiles,
+    rate_keys,
+    retention,
+    roles,
+    schedules,
+    submit,
+    webhooks,
+)
 from scrapefleet.common.store.sql_text import fill, statement
-from scrapefleet.common.store.statuses import HostState, JobStatus
+from scrapefleet.common.store.statuses import HostState, JobStatus, sources, sql_list
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -20,6 +44,11 @@ def test_statuses_are_filled_in_from_the_enums() -> None:
         f"status = '{JobStatus.PROCESSING}' AND state = '{HostState.ACTIVE}'"
         " AND s IN ('queued', 'processing')"
     )
+    assert fill("{unfinished}") == "('pending', 'queued', 'processing')"
+
+
+def test_a_profiles_state_is_filled_in_from_its_enum() -> None:
+    assert fill("state = {profile.cooling}") == f"state = '{ProfileState.COOLING}'"
 
 
 def test_an_unknown_status_stops_the_load() -> None:
@@ -39,7 +68,34 @@ def _named(module: object) -> dict[str, sa.TextClause]:
     }
 
 
-@pytest.mark.parametrize("module", [attempts, assignment], ids=lambda m: m.__name__)
+MODULES = [
+    attempts,
+    assignment,
+    rate_keys,
+    hosts,
+    profiles,
+    fleet,
+    submit,
+    blocks,
+    operator,
+    crawls,
+    retention,
+    schedules,
+    webhooks,
+    queries,
+    results,
+    kind_waits,
+    producer_status,
+    progress,
+    probes,
+    controls,
+    events,
+    roles,
+    browser_stack,
+]
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
 def test_no_placeholder_is_left_in_a_statement(module: object) -> None:
     statements = _named(module)
     assert statements
@@ -47,8 +103,90 @@ def test_no_placeholder_is_left_in_a_statement(module: object) -> None:
         assert not re.search(r"\{[a-z_.]+\}", clause.text), name
 
 
-def test_both_pending_reads_hold_the_ready_conditions_word_for_word() -> None:
-    # common.store.rate_keys reads READY_NOW on its own: it must be what the assignment runs.
-    for clause in (assignment.LOCK_PENDING_SQL, assignment.LOCK_PENDING_NO_BROWSER_SQL):
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
+def test_no_comment_in_a_statement_names_a_parameter(module: object) -> None:
+    # SQLAlchemy reads ``:word`` as a parameter wherever it is, SQL comments included.
+    for name, clause in _named(module).items():
+        for comment in re.findall(r"--[^\n]*", clause.text):
+            assert not sa.text(comment)._bindparams, f"{name}: {comment}"
+
+
+def test_the_pending_reads_hold_the_ready_conditions_word_for_word() -> None:
+    # common.store.rate_keys reads pending jobs on its own: the same conditions as the assignment.
+    for clause in (
+        assignment.LOCK_PENDING_SQL,
+        assignment.LOCK_PENDING_NO_BROWSER_SQL,
+        rate_keys.TIGHT_KEYS_SQL,
+        rate_keys.TIGHT_KEYS_NO_BROWSER_SQL,
+        rate_keys.TIGHT_KINDS_SQL,
+        rate_keys.TIGHT_KINDS_NO_BROWSER_SQL,
+    ):
         assert assignment.READY_NOW in clause.text
         assert assignment.PENDING_COLUMNS.strip() in clause.text
+
+
+def test_the_rate_window_is_the_constant_written_out() -> None:
+    # A literal, not a parameter (the producer's generic plan is estimated on it).
+    assert f"make_interval(secs => {RATE_WINDOW_S!r})" in rate_keys.RATE_WINDOW_SQL.text
+
+
+def _column_list(text: str, before: str) -> list[str]:
+    listed = re.search(re.escape(before) + r" \(([^)]*)\)", text)
+    assert listed, before
+    return [name.strip() for name in listed.group(1).split(",")]
+
+
+def test_the_staging_table_is_the_submitted_columns_with_the_types_of_jobs() -> None:
+    dialect = postgresql.dialect()
+    types = {
+        name: tables.jobs.c[name].type.compile(dialect=dialect) for name in submit.SUBMITTED_COLUMNS
+    }
+    body = re.search(r"incoming_jobs \((.*)\) ON COMMIT DROP", submit.CREATE_STAGING_SQL.text, re.S)
+    assert body
+    staged = [column.strip() for column in body.group(1).split(",")]
+    assert staged == ["seq int", *(f"{name} {types[name]}" for name in submit.SUBMITTED_COLUMNS)]
+    columns = list(submit.SUBMITTED_COLUMNS)
+    assert _column_list(submit.COPY_STAGING, "COPY incoming_jobs") == ["seq", *columns]
+    assert _column_list(submit.INSERT_FROM_STAGING_SQL.text, "INSERT INTO jobs") == columns
+
+
+def test_an_operators_statements_move_their_transitions_sources_with_its_filter() -> None:
+    cancelled = JobStatus.CANCELLED
+    for clause, moved in (
+        (operator.CANCEL_SQL, operator.CANCEL_SOURCES),
+        (operator.STOP_SQL, sources("stop_jobs", cancelled)),
+        (operator.RETRY_SQL, operator.retry_sources(include_cancelled=False)),
+        (operator.RETRY_INCLUDING_CANCELLED_SQL, operator.retry_sources(include_cancelled=True)),
+    ):
+        assert f"WHERE status IN {sql_list(moved)}" in clause.text
+    for clause in (operator.CANCEL_SQL, operator.RETRY_SQL, operator.RETRY_INCLUDING_CANCELLED_SQL):
+        assert operator.JOB_FILTER_SQL in clause.text
+
+
+def test_the_archive_moves_every_shared_column_of_the_finished_jobs() -> None:
+    text = retention.ARCHIVE_BATCH_SQL.text
+    assert f"status IN {sql_list(sources('archive_finished_jobs', None))}" in text
+    columns = list(retention.ARCHIVED_COLUMNS)
+    returned = re.search(r"RETURNING (.*?)\n\)", text, re.S)
+    selected = re.search(r"\nSELECT (.*?)\nFROM moved", text, re.S)
+    assert returned and selected
+    assert [c.strip() for c in returned.group(1).split(",")] == columns
+    assert _column_list(text, "INSERT INTO jobs_archive") == columns
+    assert [c.strip() for c in selected.group(1).split(",")] == columns
+
+
+def test_the_reads_hold_what_they_share_word_for_word() -> None:
+    # queries.fleet_snapshot builds HostRows by position from the columns after the third.
+    host_columns = re.search(r"SELECT (.*?)\nFROM", queries.HOSTS_SQL.text, re.S)
+    assert host_columns
+    assert host_columns.group(1) in queries.FLEET_SNAPSHOT_SQL.text
+    assert operator.JOB_FILTER_SQL in queries.JOBS_MATCHING_BY_STATUS_SQL.text
+
+
+def test_the_result_reads_hold_the_filter_on_both_tables_and_select_columns() -> None:
+    columns = ", ".join(results.COLUMNS)
+    for clause in (results.LIST_RESULTS_SQL, results.EXPORT_RESULTS_SQL, results.COUNT_RESULTS_SQL):
+        assert clause.text.count(results.RESULT_FILTER_SQL) == 2
+    for clause in (results.LIST_RESULTS_SQL, results.EXPORT_RESULTS_SQL, results.RESULTS_OF_SQL):
+        selected = re.findall(r"SELECT (id, .*?)\nFROM", clause.text, re.S)
+        assert [" ".join(s.split()) for s in selected] == [columns, columns]

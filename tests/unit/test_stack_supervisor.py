@@ -38,7 +38,8 @@ from scrapefleet.consumer.browser.stack_events import (
     RecordStackSwitch,
     SetHostState,
 )
-from scrapefleet.consumer.browser.stack_supervisor import FIRST_SESSION_TRIES, StackSupervisor
+from scrapefleet.consumer.browser.stack_launch import FIRST_SESSION_TRIES
+from scrapefleet.consumer.browser.stack_supervisor import StackSupervisor
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(20)
@@ -123,9 +124,12 @@ class FakeStack:
         self.dying_browsers = 0  # the next sessions whose browser dies as it starts
         self.threads: list[str] = []  # the threads that started and stopped it
         self.paused_sessions = 0  # the next session starts lost to a pause of the consumer
+        self.start_gate: threading.Event | None = None  # set: its start waits for it
 
     def start(self) -> None:
         self.threads.append(threading.current_thread().name)
+        if self.start_gate is not None:
+            self.start_gate.wait(10)
         self.starts += 1
         if self.failing_starts:
             self.failing_starts -= 1
@@ -211,6 +215,7 @@ class Host:
         self.stacks: list[FakeStack] = []  # every stack made, in order
         self.pools: list[FakePool] = []  # and their pools
         self.next_failures = 0  # failed starts of each next stack made
+        self.next_start_gate: threading.Event | None = None  # each next stack's start waits
         self.records = FakeRecords()
         self.reboots: list[str] = []
         self.reboot_failure: str | None = None
@@ -245,6 +250,7 @@ class Host:
 
     def _new_stack(self, work_dir: Path) -> FakeStack:
         stack = FakeStack(work_dir, self.next_failures)
+        stack.start_gate = self.next_start_gate
         self.stacks.append(stack)
         return stack
 
@@ -744,3 +750,51 @@ def test_sessions_start_as_jobs_need_them_and_a_restart_warms_as_many_as_were_us
     first, following = host.pools
     assert first.warmed == [0]  # its check's session only: the rest as jobs come
     assert following.warmed == [2]  # its check's session and two more: three were in use
+
+
+def _helper_gone(name: str) -> bool:
+    return not any(thread.name == name for thread in threading.enumerate())
+
+
+def test_a_next_stack_is_the_hosts_only_once_the_supervisors_thread_takes_it() -> None:
+    """The next-stack helper changes nothing of the supervisor's: it posts what it started,
+    and the supervisor's own thread makes it the host's next stack."""
+    host = Host(overlap_restarts=True, restart_every=12, reboot_every=0)
+    host.next_start_gate = threading.Event()
+    assert host.claim(6) == 6  # the budget within the lead: the next stack starts, held
+    wait_for(lambda: len(host.stacks) == 2, 5, "the next stack made")
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        held.set()
+        release.wait(10)
+
+    host.supervisor._own.run(hold, wait=False)  # the supervisor's thread, busy
+    assert held.wait(5)
+    host.next_start_gate.set()
+    wait_for(lambda: _helper_gone("next-stack-h1"), 5, "the next-stack helper done")
+    assert host.stacks[1].up and host.supervisor.stacks() == [host.stacks[0]]
+    release.set()
+    wait_for(lambda: host.supervisor.stacks() == host.stacks, 5, "the next stack the host's")
+    host.finish()
+    host.supervisor.close()
+    assert not any(stack.up for stack in host.stacks)
+
+
+def test_a_close_while_the_next_stack_starts_stops_that_one_too() -> None:
+    """The stop joins the helper and takes the stack it started, though the helper's posted
+    answer has yet to get its turn on the supervisor's thread."""
+    host = Host(overlap_restarts=True, restart_every=12, reboot_every=0)
+    host.next_start_gate = threading.Event()
+    assert host.claim(6) == 6
+    host.finish()
+    wait_for(lambda: len(host.stacks) == 2, 5, "the next stack made")
+    closing = threading.Thread(target=host.supervisor.close)
+    closing.start()
+    # The close's stop interrupts the session permits, then waits for the helper.
+    wait_for(lambda: host.supervisor._permits.interrupted, 5, "the stop under way")
+    host.next_start_gate.set()
+    closing.join(5)
+    assert not closing.is_alive()
+    assert host.stacks[1].starts == 1 and not host.stacks[1].up and host.pools[1].closed
+    assert not host.stacks[0].up

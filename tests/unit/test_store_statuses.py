@@ -163,9 +163,9 @@ def test_attempts_exhausted(attempt: int, max_attempts: int, exhausted: bool) ->
 
 
 def test_the_archive_keeps_every_column_of_jobs() -> None:
-    from scrapefleet.common.db import tables
+    from scrapefleet.common.db import job_tables
 
-    assert set(store.ARCHIVED_COLUMNS) == set(tables.jobs.c.keys())
+    assert set(store.ARCHIVED_COLUMNS) == set(job_tables.jobs.c.keys())
     assert "releases" in store.ARCHIVED_COLUMNS
 
 

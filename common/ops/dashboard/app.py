@@ -34,7 +34,7 @@ from scrapefleet.common.actions.error_classes import ERROR_CLASSES
 from scrapefleet.common.clock import utcnow
 from scrapefleet.common.constants import DASHBOARD_PAGE_ROWS
 from scrapefleet.common.db.engines import describe, wrapped_errors
-from scrapefleet.common.db.tables import JOB_STATUSES
+from scrapefleet.common.db.schema_base import JOB_STATUSES
 from scrapefleet.common.errors import DatabaseUnavailable, NotFound, SettingsError
 from scrapefleet.common.ops.dashboard import charts
 from scrapefleet.common.ops.dashboard import page_reads as reads

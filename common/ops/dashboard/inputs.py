@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from scrapefleet.common.actions.error_classes import ERROR_CLASSES
-from scrapefleet.common.db.tables import JOB_STATUSES
+from scrapefleet.common.db.schema_base import JOB_STATUSES
 from scrapefleet.common.errors import SubmitError
 from scrapefleet.common.ops.dashboard.job_sorts import DEFAULT_SORT, SORTS, BadCursor, parse_cursor
 from scrapefleet.common.ops.dashboard.page_reads import JobSearch

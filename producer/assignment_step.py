@@ -1,0 +1,75 @@
+"""The assignment step every cycle ends with, full or wake: what fits, assigned.
+
+In one transaction on the leader's connection: the fleet's snapshot (and an operator's pause),
+the rate limits learnt from the last attempts, each host's free slots from the recent probes
+(producer.recent_probes) and the database's counts, the pending jobs that may run, then the
+plan (producer.planner, a pure function) written by common.store. Apart from the cycle because
+it is the hot path: a wake cycle is this step alone, a handful of indexed queries.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+
+from scrapefleet.common import store
+from scrapefleet.common.reads import queries
+from scrapefleet.producer.planner import host_slots, plan_assignments, runnable_kinds
+from scrapefleet.producer.producer_base import ProducerBase
+from scrapefleet.producer.profile_steps import bind_assigned_profiles, profile_placement
+from scrapefleet.producer.recent_probes import current_probes
+
+# One logger for every part of the producer: its lines keep the name they had.
+log = logging.getLogger("scrapefleet.producer.assigner")
+
+
+class AssignmentStep(ProducerBase):
+    def _assign(self, *, record_cycle: bool = False) -> list[str]:
+        """Assign what fits; the host of each job assigned."""
+        with self._leader.transaction() as conn:
+            if record_cycle:  # a full cycle: one upsert of this producer's row, never per wake
+                store.record_leader_cycle(conn, self.identity, self.last_full_cycle_duration_s)
+            # An operator's fleet-wide pause (dashboard), read every cycle with the hosts.
+            snapshot = queries.fleet_snapshot(conn)
+            if self._note_pause(snapshot.paused):
+                return []
+            now = datetime.now(UTC)
+            # A site's push-back slows its key from this very cycle: the attempt that got it
+            # woke us. One read of the audit rows since the last cycle's.
+            self._rates.learn(conn, now)
+            in_flight = snapshot.in_flight
+            slots = host_slots(
+                snapshot.hosts,
+                current_probes(self._probed, in_flight),
+                in_flight,
+                self.settings.min_memory_available_fraction,
+                snapshot.browser_in_flight,
+                self._kinds,
+            )
+            free = sum(s.free for s in slots)
+            if free == 0:
+                return []
+            browser_ok = any(s.free and s.takes_browser and s.browser_free != 0 for s in slots)
+            pending, admission = self._rates.lock_pending(
+                conn, free, browser_ok=browser_ok, now=now, only_kinds=runnable_kinds(slots)
+            )
+            if not pending:
+                return []
+            # The pending query already leaves out busy keys; this read is the planner's
+            # second guard and is skipped when no candidate has a key at all.
+            busy = queries.busy_lock_keys(conn) if any(p.lock_key for p in pending) else set()
+            placement = profile_placement(conn, pending, now)
+            plan = plan_assignments(slots, pending, busy, placement, admission)
+            assigned = store.assign_jobs(conn, plan)
+            if placement is not None:
+                bind_assigned_profiles(conn, placement, assigned)
+        hosts = [host for _, host in assigned]
+        if hosts:
+            log.debug("assigned jobs=%d free_slots=%d hosts=%s", len(hosts), free, hosts)
+        return hosts
+
+    def _note_pause(self, paused: bool) -> bool:
+        if paused != self._paused:
+            log.warning("assignment %s by operator", "paused" if paused else "resumed")
+            self._paused = paused
+        return paused
