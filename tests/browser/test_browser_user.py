@@ -20,6 +20,7 @@ import pytest
 
 from scrapefleet.common.errors import StackError
 from scrapefleet.common.settings import Settings
+from scrapefleet.consumer.browser.agent_client import agent_profile_dir
 from scrapefleet.consumer.browser.driver_sessions import quit_driver
 from scrapefleet.consumer.browser.run_as import needs_no_sandbox
 from scrapefleet.consumer.browser.stack import BrowserStack
@@ -233,12 +234,9 @@ def _described(procs: list[psutil.Process]) -> list[tuple[psutil.Process, int, s
 def test_a_profile_directory_is_made_by_the_agent_and_is_the_browser_users(
     agent_socket: Path, world_readable_dir: Path
 ) -> None:
-    from scrapefleet.consumer.browser.agent_client import agent_profile_dir
-
     directory = agent_profile_dir(agent_socket, "acct-7")
     assert directory == world_readable_dir / "agent" / "profiles" / "acct-7"
     assert directory.stat().st_uid == pwd.getpwnam(BROWSER_USER).pw_uid
     assert directory.stat().st_mode & 0o777 == 0o700
     with pytest.raises(StackError, match="profile"):
         agent_profile_dir(agent_socket, "../escape")
-    assert psutil.pid_exists(os.getpid())
