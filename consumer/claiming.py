@@ -191,8 +191,9 @@ class Claiming(RunningBase):
             if job.profile:  # a browser of its own on the profile's directory
                 root = profiles_root(self.config.settings)
                 proxy = job_proxy(job, self.config.settings)
-                owner = self.config.settings.browser_user
-                lease = profile_lease(lease, root, job.profile, proxy, owner)
+                settings = self.config.settings  # the agent's when there is one
+                owner, agent = settings.browser_user, settings.browser_agent_socket
+                lease = profile_lease(lease, root, job.profile, proxy, owner, agent)
         elif self.config.driver_factory is not None:
             lease = leases_from(self.config.driver_factory)
         started = time.monotonic()

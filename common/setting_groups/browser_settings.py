@@ -96,6 +96,12 @@ class BrowserSettings(BaseModel):
         description="run Xvfb, the Grid and Chromium as this user (needs root or CAP_SETUID);"
         " unset -> the consumer's own",
     )
+    browser_agent_socket: Path | None = Field(
+        default=None,
+        description="with browser_user: the browser agent's socket, which starts and ends the"
+        " stack as that user (consumer.browser.browser_agent), so the consumer needs no"
+        " capability; unset -> the consumer switches users itself (needs root or CAP_SETUID)",
+    )
     chromium_sandbox: bool | None = Field(
         default=None,
         description="unset -> on unless the browser runs as root; false -> --no-sandbox",

@@ -19,7 +19,7 @@ from selenium.webdriver.chrome.service import Service
 
 from scrapefleet.common.errors import StackError
 from scrapefleet.consumer.browser.run_as import needs_no_sandbox
-from scrapefleet.consumer.browser.stack import CHROME_ARGS
+from scrapefleet.consumer.browser.stack_driver import CHROME_ARGS
 
 
 def local_chrome_options(settings: Any, user_data_dir: Path) -> webdriver.ChromeOptions:

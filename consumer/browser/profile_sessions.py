@@ -37,6 +37,7 @@ from scrapefleet.common.browser.profile_names import validate_profile_name
 from scrapefleet.common.constants import PROFILE_DIR_FREE_WAIT_S
 from scrapefleet.common.errors import ScrapefleetError, StackError
 from scrapefleet.common.store import ClaimedJob
+from scrapefleet.consumer.browser.agent_client import agent_profile_dir, uses_agent
 from scrapefleet.consumer.browser.driver_sessions import BrowserLaunch
 from scrapefleet.consumer.browser.job_setup import host_defaults
 from scrapefleet.consumer.browser.run_as import BrowserUser, resolve_browser_user
@@ -128,16 +129,21 @@ def profile_lease(
     name: str,
     proxy: str | None = None,
     browser_user: str | None = None,
+    agent_socket: Path | None = None,
 ) -> Callable[[Isolation], AbstractContextManager[Any]]:
     """A runner's lease (consumer.runner.DriverLease) giving the job a browser of its own on
     profile ``name``'s directory under ``root`` (through ``proxy``, the job's effective one,
     for the whole browser), whatever isolation it asks for. Every failure is raised when the
-    lease is entered: the runner releases the job."""
+    lease is entered: the runner releases the job. With the browser agent (``agent_socket``),
+    the directory is the agent's, under its own directory, and made ready by it."""
 
     @contextlib.contextmanager
     def leased(_isolation: Isolation) -> Iterator[Any]:
-        owner = resolve_browser_user(browser_user)  # the stack's user: its browser writes here
-        directory = ready_profile_dir(profile_dir(root, name), owner=owner)
+        if uses_agent(agent_socket, browser_user):
+            directory = agent_profile_dir(agent_socket, name)  # type: ignore[arg-type]
+        else:
+            owner = resolve_browser_user(browser_user)  # the stack's user: its browser writes
+            directory = ready_profile_dir(profile_dir(root, name), owner=owner)
         with lease("session", launch=BrowserLaunch(directory, proxy)) as driver:
             yield driver
 

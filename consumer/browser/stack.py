@@ -9,17 +9,20 @@ The stack owns every process it starts and a work directory:
 
 A restart is a full stop (every process of the stack ended, temp files removed) and a start,
 which is what contains Chromium's slow leaks. Sessions are Remote WebDriver sessions against
-the Grid, whose own slot cap and idle-session reaping are a second guard behind ours.
+the Grid (consumer.browser.stack_driver), whose own slot cap and idle-session reaping are a
+second guard behind ours.
+
+The processes are started, measured and ended through a ``StackControl``: in this process
+(consumer.browser.stack_control), or by the browser agent running as ``browser_user``
+(consumer.browser.agent_client) on a host where the consumer holds no capability; then the
+directories above are the agent's, under its own directory. This module decides when: the
+start and its retries, readiness, health, restarts.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import os
-import shutil
-import subprocess
 import threading
 import time
 import urllib.error
@@ -31,74 +34,31 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from selenium.common.exceptions import WebDriverException
-from selenium.webdriver import ChromeOptions, Remote
-from selenium.webdriver.chromium.remote_connection import ChromiumRemoteConnection
-from selenium.webdriver.common.proxy import Proxy, ProxyType
-from selenium.webdriver.remote.client_config import ClientConfig
+import psutil
+from selenium.webdriver import ChromeOptions
 
 from scrapefleet.common.errors import StackError
 from scrapefleet.common.settings import Settings
-from scrapefleet.consumer.browser import grid_jvm
+from scrapefleet.consumer.browser.agent_client import control_for
 from scrapefleet.consumer.browser.driver_sessions import BrowserLaunch, first_line, quit_driver
-from scrapefleet.consumer.browser.grid_auth import GridCredentials, write_private
-from scrapefleet.consumer.browser.job_setup import proxy_server_arg
-from scrapefleet.consumer.browser.renderer_deaths import RendererWatch
-from scrapefleet.consumer.browser.run_as import (
-    BrowserUser,
-    needs_no_sandbox,
-    resolve_browser_user,
-    stack_environment,
+from scrapefleet.consumer.browser.grid_auth import GridCredentials
+from scrapefleet.consumer.browser.stack_control import GridConfig
+from scrapefleet.consumer.browser.stack_driver import (
+    GridSession,
+    StackWebDriver,
+    chrome_options,
+    open_session,
+    session_profile_dir,
+    session_wait_s,
 )
-from scrapefleet.consumer.browser.stack_host import (
-    AUTO_DISPLAY_TRIES,
-    FIRST_AUTO_DISPLAY,
-    clear_stale_display,
-    find_grid_jar,
-    free_port,
-    read_line,
-    stack_tmp_dir,
-    tail,
-    x_socket,
-)
-from scrapefleet.consumer.browser.stack_processes import (
-    TOKEN_ENV,
-    WORK_DIR_ENV,
-    StackMarker,
-    await_exit,
-    end_processes_naming,
-    end_stack_processes,
-    find_stack_processes,
-    processes_naming,
-    pss_bytes,
-)
+from scrapefleet.consumer.browser.stack_host import free_port
 from scrapefleet.consumer.browser.start_deadline import RunningDeadline, paused_past
 
 log = logging.getLogger(__name__)
 
-CHROME_ARGS = (
-    "--disable-dev-shm-usage",  # /dev/shm is small in containers; Chromium crashes on it
-    "--disable-gpu",
-    "--disable-background-networking",  # no calls home: hosts may be offline
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-    # Every window (so every job's user context) would preload the omnibox's WebUI popups in a
-    # renderer of their own, and every navigation would start a spare renderer for the next:
-    # measured here, 0.54 -> 0.30 s of CPU per fresh context (tests.benchmarks.bench_browser).
-    # chromedriver merges this list with its own --disable-features.
-    "--disable-features=WebUIOmniboxPopup,WebUIOmniboxFullPopup,WebUIOmniboxAimPopup,"
-    "SpareRendererForSitePerProcess",
-)
-XVFB_READY_TIMEOUT_S = 10.0
-READ_SLICE_S = 0.25  # Xvfb's answer is awaited in slices this long (a pause is given back)
 STATUS_PROBE_TIMEOUT_S = 2.0
 READY_POLL_S = 0.1  # between looks at a starting Grid's status
-SESSION_RETRY_INTERVAL_S = 1  # Grid re-offers a queued session request this often
 GRID_START_TRIES = 3  # a Grid that exits while it starts is started again, this many in all
-# Chromium lingers up to ~1.5 s after its session is deleted (measured here); one that takes
-# longer than this is killed, so that a quit always ends with the browser gone.
-BROWSER_EXIT_TIMEOUT_S = 5.0
 # urllib must not send loopback status probes through an http_proxy from the environment.
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -134,47 +94,6 @@ class RestartReport:
     killed: int
 
 
-class StackWebDriver(Remote):
-    """A Remote session that can also send Chrome DevTools commands through the Grid.
-    ``launched_proxy``: the proxy the whole browser was started with (a profile's), if any."""
-
-    launched_proxy: str | None = None
-    job_context: Any = None  # the session pool's JobContext for the job it is leased to
-    renderer_watch: RendererWatch | None = (
-        None  # why its renderers die (consumer.browser.renderer_deaths)
-    )
-
-    def execute_cdp_cmd(self, cmd: str, cmd_args: dict[str, Any]) -> dict[str, Any]:
-        result: dict[str, Any] = self.execute(
-            "executeCdpCommand", {"cmd": cmd, "params": cmd_args}
-        )["value"]
-        return result
-
-    def quit(self) -> None:
-        """End the session and return once its browser's processes are gone (killed after
-        BROWSER_EXIT_TIMEOUT_S). The session pool frees the session's permit when this returns:
-        the next session's Chromium never starts beside one still exiting, so a host runs no
-        more browsers than its capacity, even for an instant."""
-        profile_dir = session_profile_dir(self)
-        browser = processes_naming(profile_dir) if profile_dir is not None else []
-        if self.renderer_watch is not None:
-            self.renderer_watch.close()
-        try:
-            super().quit()
-        finally:
-            await_exit(browser, BROWSER_EXIT_TIMEOUT_S)
-
-
-def session_profile_dir(driver: Any) -> Path | None:
-    """The user-data-dir chromedriver reported for the session's browser, if any."""
-    with contextlib.suppress(Exception):
-        profile = (getattr(driver, "capabilities", None) or {}).get("chrome", {})
-        user_data_dir = profile.get("userDataDir")
-        if user_data_dir:
-            return Path(user_data_dir)
-    return None
-
-
 class BrowserStack:
     def __init__(
         self,
@@ -189,26 +108,25 @@ class BrowserStack:
         self.host = host
         self.capacity = capacity
         self.work_dir = Path(work_dir).resolve()
-        self.home_dir = self.work_dir / "home"
-        token = uuid.uuid4().hex
-        self.tmp_dir = stack_tmp_dir(self.work_dir, token)
         self.config_path = self.work_dir / "grid.toml"
         self.grid_log = self.work_dir / "grid.log"
         self._fixed_display = display
         self._fixed_port = grid_port
         self.display: int | None = display
         self.grid_port: int | None = grid_port
-        self._marker = StackMarker(token, self.tmp_dir, self.work_dir)
-        self._user = BrowserUser(os.geteuid(), os.getegid(), None)  # resolved at start
-        self._xvfb: subprocess.Popen[bytes] | None = None
-        self._grid: subprocess.Popen[bytes] | None = None
+        # Here, or through the browser agent (consumer.browser.agent_client.control_for).
+        self._control = control_for(settings, self.work_dir, uuid.uuid4().hex)
         self._grid_auth: GridCredentials | None = None  # new at every start of the Grid
-        self._archive: Path | None = None  # the host's class archive for the Grid's jar
-        self._archive_mapped = False  # the Grid was started from it
+        self._started = False
         self._lock = threading.RLock()
         self.grid_restarts = 0  # Grids started again in place after exiting while they started
 
     # -- lifecycle ---------------------------------------------------------------------
+
+    @property
+    def tmp_dir(self) -> Path:
+        """TMPDIR of the stack's processes (Chromium's profiles are made there)."""
+        return self._control.tmp_dir
 
     @property
     def grid_url(self) -> str:
@@ -228,21 +146,22 @@ class BrowserStack:
 
     @property
     def grid_pid(self) -> int | None:
-        return self._grid.pid if self._grid else None
+        return self._control.grid_pid
+
+    @property
+    def xvfb_pid(self) -> int | None:
+        return self._control.xvfb_pid
 
     def start(self) -> None:
         with self._lock:
-            if self._grid is not None:
+            if self._started:
                 return
-            self._user = resolve_browser_user(self.settings.browser_user)
-            for folder in (self.home_dir, self.tmp_dir):
-                folder.mkdir(parents=True, exist_ok=True)
-                if self._user.switches:  # the browser's HOME and TMPDIR are its own
-                    os.chown(folder, self._user.uid, self._user.gid)
-            jar = find_grid_jar(self.settings.grid_jar)
+            self._started = True
             try:
-                self._start_xvfb()
-                self._start_grid_until_ready(jar)
+                self._control.prepare()
+                width, height = self.settings.screen_width_px, self.settings.screen_height_px
+                self.display = self._control.start_xvfb(self._fixed_display, width, height)
+                self._start_grid_until_ready()
             except BaseException:
                 self.stop()
                 raise
@@ -252,12 +171,11 @@ class BrowserStack:
         from outside, a JVM crash): the stack's other pieces and directories stay. False when
         there is nothing to revive or the Grid would not come up."""
         with self._lock:
-            if self._grid is None or self._grid.poll() is None:
-                return False
-            if self._xvfb is None or self._xvfb.poll() is not None:
+            grid, xvfb = self._control.running()
+            if not self._started or grid or not xvfb:
                 return False
             try:
-                self._start_grid_until_ready(find_grid_jar(self.settings.grid_jar), revive=True)
+                self._start_grid_until_ready(revive=True)
             except StackError as exc:
                 log.warning("the Grid of %s did not come back: %s", self.host, first_line(exc))
                 return False
@@ -267,20 +185,8 @@ class BrowserStack:
         """End every process of the stack, verify none is left, empty the temp dirs."""
         with self._lock:
             started = time.monotonic()
-            roots = [p.pid for p in (self._grid, self._xvfb) if p is not None]
-            result = end_stack_processes(self._marker, roots, self.settings.stack_stop_timeout_s)
-            for proc in (self._grid, self._xvfb):
-                if proc is not None:
-                    with contextlib.suppress(subprocess.TimeoutExpired):
-                        proc.wait(timeout=1.0)  # reap our own children: no zombies left
-            if self.display is not None and self._xvfb is not None:
-                clear_stale_display(self.display)  # Xvfb leaves its lock when SIGKILLed
-            self._grid = self._xvfb = None
-            if self._archive is not None and not self._archive_mapped:
-                pending = self.tmp_dir / grid_jvm.PENDING_NAME
-                grid_jvm.adopt_archive(self.settings.java_binary, pending, self._archive)
-            for folder in (self.tmp_dir, self.home_dir):
-                shutil.rmtree(folder, ignore_errors=True)
+            result = self._control.stop()
+            self._started = False
             return StopReport(
                 duration_s=time.monotonic() - started,
                 killed=result.ended,
@@ -315,13 +221,12 @@ class BrowserStack:
 
     # -- state -------------------------------------------------------------------------
 
-    def processes(self) -> list[Any]:
+    def processes(self) -> list[psutil.Process]:
         """Live psutil processes of this stack (Grid, Xvfb, drivers, browsers)."""
-        roots = [p.pid for p in (self._grid, self._xvfb) if p is not None]
-        return find_stack_processes(self._marker, roots)
+        return self._control.processes()
 
     def memory_pss_bytes(self) -> int:
-        return pss_bytes(self.processes())
+        return self._control.pss_bytes()
 
     def healthy(self) -> bool:
         return self.health() is StackHealth.UP
@@ -331,8 +236,7 @@ class BrowserStack:
         STATUS_PROBE_TIMEOUT_S (a host short of CPU: more time would fix it); DOWN when a
         process exited, the Grid refuses the connection or says it is not ready."""
         with self._lock:
-            running = all(p is not None and p.poll() is None for p in (self._grid, self._xvfb))
-            if not running:
+            if not self._started or not all(self._control.running()):
                 return StackHealth.DOWN
             try:
                 return StackHealth.UP if self._grid_answers() else StackHealth.DOWN
@@ -342,59 +246,20 @@ class BrowserStack:
     # -- sessions ----------------------------------------------------------------------
 
     def chrome_options(self, launch: BrowserLaunch | None = None) -> ChromeOptions:
-        options = ChromeOptions()
-        if launch is not None:  # a persistent profile's; else chromedriver makes a directory
-            options.add_argument(f"--user-data-dir={launch.user_data_dir}")
-            if launch.proxy:
-                options.add_argument(f"--proxy-server={proxy_server_arg(launch.proxy)}")
-        options.binary_location = str(self.settings.chromium_binary)
-        for arg in CHROME_ARGS:
-            options.add_argument(arg)
-        if needs_no_sandbox(self.settings.chromium_sandbox, self._user.uid):
-            options.add_argument("--no-sandbox")
-        width, height = self.settings.screen_width_px, self.settings.screen_height_px
-        options.add_argument(f"--window-size={width},{height}")
-        # BiDi: a fresh user context per job in a warm session (consumer.browser.sessions).
-        options.enable_bidi = True
-        return options
+        return chrome_options(self.settings, self._control.browser_uid, launch)
 
     def new_driver(self, launch: BrowserLaunch | None = None) -> StackWebDriver:
         """A fresh session from the Grid (started as ``launch`` says, a persistent profile's
         browser, when given); any failure to get one is a StackError."""
-        settings = self.settings
-        # The HTTP timeout must outlast a page load, or the client gives up first.
-        http_timeout = max(settings.session_create_timeout_s, settings.page_load_timeout_s + 30)
-        auth = self._grid_auth
-        config = ClientConfig(
-            remote_server_addr=self.grid_url,
-            timeout=int(http_timeout),
-            proxy=Proxy({"proxyType": ProxyType.DIRECT}),
-            username=auth.username if auth else None,
-            password=auth.password if auth else None,
-        )
-        connection = ChromiumRemoteConnection(
-            self.grid_url, vendor_prefix="goog", browser_name="chrome", client_config=config
-        )
+        grid = GridSession(self.host, self.grid_url, self._grid_auth, self._control)
         started = time.monotonic()
         try:
-            driver = StackWebDriver(
-                command_executor=connection, options=self.chrome_options(launch)
-            )
-            driver.launched_proxy = launch.proxy if launch else None
-            driver.renderer_watch = RendererWatch.start(driver.capabilities)
-        except (WebDriverException, OSError) as exc:
-            error = _session_error(http_timeout, started)
-            raise error(f"no browser session from the Grid of {self.host}: {exc}") from exc
-        except Exception as exc:  # urllib3 errors when the Grid is gone
-            error = _session_error(http_timeout, started)
-            raise error(f"Grid of {self.host} unreachable: {exc!r}") from exc
-        try:
-            driver.set_page_load_timeout(settings.page_load_timeout_s)
-            driver.set_script_timeout(settings.script_timeout_s)
-        except Exception as exc:
-            _quit_quietly(driver)
-            raise StackError(f"new session of {self.host} does not answer: {exc}") from exc
-        return driver
+            return open_session(self.settings, grid, launch)
+        except StackError as exc:
+            # The call outlasted its limit because this process was paused (start_deadline).
+            if paused_past(session_wait_s(self.settings), started, time.monotonic()):
+                raise SessionStartPaused(str(exc)) from exc
+            raise
 
     def end_session(self, driver: Any, timeout_s: float = 5.0) -> int:
         """Kill one session's browser (a hung job's): its Chromium processes, found by the
@@ -402,159 +267,40 @@ class BrowserStack:
         pending command fails at once, so the thread running it returns. Returns the number of
         processes killed; never raises."""
         profile_dir = session_profile_dir(driver)
-        killed = end_processes_naming(profile_dir, timeout_s) if profile_dir is not None else 0
-        _quit_quietly(driver)  # the Grid frees the slot and ends chromedriver
+        killed = self._control.end_browser(profile_dir, timeout_s) if profile_dir else 0
+        quit_driver(driver)  # never raises; the Grid frees the slot and ends chromedriver
         return killed
 
     # -- internals ---------------------------------------------------------------------
 
-    def _start_xvfb(self) -> None:
-        candidates = (
-            [self._fixed_display]
-            if self._fixed_display is not None
-            else range(FIRST_AUTO_DISPLAY, FIRST_AUTO_DISPLAY + AUTO_DISPLAY_TRIES)
-        )
-        for display in candidates:
-            if not clear_stale_display(display) or x_socket(display).exists():
-                continue
-            if self._launch_xvfb(display):
-                self.display = display
-                return
-        raise StackError(f"no free X display for {self.host} (tried {list(candidates)[:3]}...)")
-
-    def _launch_xvfb(self, display: int) -> bool:
-        """Start Xvfb on one display; False if another server took it first."""
-        read_fd, write_fd = os.pipe()
-        width, height = self.settings.screen_width_px, self.settings.screen_height_px
-        command = [
-            str(self.settings.xvfb_binary),
-            f":{display}",
-            "-screen", "0", f"{width}x{height}x24",
-            "-nolisten", "tcp",
-            "-displayfd", str(write_fd),  # Xvfb writes the display here once it accepts clients
-        ]  # fmt: skip
-        try:
-            proc = subprocess.Popen(
-                command,
-                pass_fds=[write_fd],
-                env=stack_environment(
-                    self.home_dir, self.tmp_dir, **{WORK_DIR_ENV: str(self.work_dir)}
-                ),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=(self.work_dir / "xvfb.log").open("ab"),
-                start_new_session=True,  # our signals only, not the consumer's terminal's
-                **self._as_browser_user(),
-            )
-        except OSError as exc:
-            os.close(read_fd)
-            os.close(write_fd)
-            raise StackError(f"cannot run Xvfb: {exc}") from exc
-        os.close(write_fd)
-        try:
-            answer = read_line(read_fd, XVFB_READY_TIMEOUT_S)
-        finally:
-            os.close(read_fd)
-        if answer.strip() == str(display).encode():
-            self._xvfb = proc
-            return True
-        proc.kill()
-        proc.wait()
-        if self._fixed_display is not None:
-            raise StackError(f"Xvfb :{display} did not start: {tail(self.work_dir / 'xvfb.log')}")
-        return False
-
-    def _as_browser_user(self) -> dict[str, Any]:
-        """Popen arguments that start a stack process as ``browser_user`` (none: as us)."""
-        if not self._user.switches:
-            return {}
-        return {"user": self._user.uid, "group": self._user.gid, "extra_groups": []}
-
-    def _write_grid_config(self, port: int, auth: GridCredentials) -> None:
-        settings = self.settings
-        stereotype = json.dumps(
-            {
-                "browserName": "chrome",
-                "platformName": "linux",
-                "goog:chromeOptions": {"binary": str(settings.chromium_binary)},
-            }
-        )
-        config = f"""# Written by scrapefleet for host {self.host}; rewritten at every start.
-[server]
-host = "127.0.0.1"
-port = {port}
-
-{auth.router_section()}
-[node]
-detect-drivers = false
-selenium-manager = false
-max-sessions = {self.capacity}
-override-max-sessions = true
-session-timeout = {settings.grid_session_timeout_s}
-
-[sessionqueue]
-session-request-timeout = {int(settings.session_create_timeout_s)}
-session-retry-interval = {SESSION_RETRY_INTERVAL_S}
-
-[[node.driver-configuration]]
-display-name = "Chromium"
-webdriver-executable = "{settings.chromedriver_binary}"
-max-sessions = {self.capacity}
-stereotype = '{stereotype}'
-"""
-        # Readable by the Grid's user alone: it holds the Grid's password.
-        owner = (self._user.uid, self._user.gid) if self._user.switches else None
-        write_private(self.config_path, config, owner)
-
-    def _start_grid(self, jar: Path) -> None:
+    def _start_grid(self) -> None:
         self.grid_port = self._fixed_port if self._fixed_port is not None else free_port()
         self._grid_auth = GridCredentials.new()
-        self._write_grid_config(self.grid_port, self._grid_auth)
-        env = stack_environment(
-            self.home_dir,
-            self.tmp_dir,
-            DISPLAY=f":{self.display}",
-            **{TOKEN_ENV: self._marker.token, WORK_DIR_ENV: str(self.work_dir)},
-        )
-        self._archive = grid_jvm.archive_path(self.work_dir, jar)
-        self._archive_mapped = self._archive.is_file()
-        pending = self.tmp_dir / grid_jvm.PENDING_NAME
-        command = [
-            str(self.settings.java_binary),
-            *grid_jvm.jvm_args(self._archive if self._archive_mapped else None, pending),
-            f"-Djava.io.tmpdir={self.tmp_dir}",
-            "-jar", str(jar),
-            # Relative (the Grid runs in work_dir): the Grid splits a --config value at spaces.
-            "standalone", "--config", self.config_path.name,
-        ]  # fmt: skip
-        try:
-            self._grid = subprocess.Popen(
-                command,
-                env=env,
-                cwd=self.work_dir,
-                stdin=subprocess.DEVNULL,
-                stdout=self.grid_log.open("ab"),
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                **self._as_browser_user(),
+        self._control.start_grid(
+            GridConfig(
+                host=self.host,
+                port=self.grid_port,
+                capacity=self.capacity,
+                session_timeout_s=self.settings.grid_session_timeout_s,
+                request_timeout_s=int(self.settings.session_create_timeout_s),
+                auth=self._grid_auth,
             )
-        except OSError as exc:
-            raise StackError(f"cannot run the Grid: {exc}") from exc
+        )
 
-    def _start_grid_until_ready(self, jar: Path, revive: bool = False) -> None:
+    def _start_grid_until_ready(self, revive: bool = False) -> None:
         """Start the Grid and wait until it is ready; a Grid that exits meanwhile (killed,
         crashed) is started again, up to GRID_START_TRIES in all, instead of failing the
         stack for a back-off. A Grid that is merely slow is not: its deadline says so."""
         for tries_left in range(GRID_START_TRIES - 1, -1, -1):
-            if revive or self._grid is not None:
+            if revive or self._control.grid_pid is not None:
                 self._end_dead_grid()
             revive = False
-            self._start_grid(jar)
+            self._start_grid()
             try:
                 self._wait_ready()
                 return
             except GridExited as exc:
-                if not tries_left or self._xvfb is None or self._xvfb.poll() is not None:
+                if not tries_left or not self._control.running()[1]:
                     raise
                 self.grid_restarts += 1
                 log.warning(
@@ -565,19 +311,7 @@ stereotype = '{stereotype}'
                 )
 
     def _end_dead_grid(self) -> None:
-        """Reap an exited Grid and end what it left (drivers, browsers: they carry the stack's
-        token in their environment; Xvfb does not), so that its successor starts clean."""
-        dead = self._grid
-        self._grid = None
-        if dead is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                dead.wait(timeout=1.0)
-        nowhere = self.work_dir / "grid-only"  # matches no command line and no TMPDIR
-        end_stack_processes(
-            StackMarker(self._marker.token, nowhere, nowhere),
-            [dead.pid] if dead is not None else [],
-            self.settings.stack_stop_timeout_s,
-        )
+        self._control.end_grid()
         if self._fixed_port is None:
             self.grid_port = None  # a fresh port: the dead one's may linger in the kernel
 
@@ -605,11 +339,9 @@ stereotype = '{stereotype}'
         # Time the process was frozen or starved meanwhile does not count (start_deadline).
         deadline = RunningDeadline.after(self.settings.stack_start_timeout_s, time.monotonic())
         while deadline.left(time.monotonic()) > 0:
-            if self._grid is None or self._grid.poll() is not None:
-                if self._archive is not None and self._archive_mapped:
-                    grid_jvm.forget_archive(self._archive)
+            if not self._control.running()[0]:
                 raise GridExited(
-                    f"Grid of {self.host} exited at start; log tail:\n{tail(self.grid_log)}"
+                    f"Grid of {self.host} exited at start; log tail:\n{self._control.grid_failed()}"
                 )
             if self._grid_ready():
                 return
@@ -618,16 +350,5 @@ stereotype = '{stereotype}'
             deadline.slept(READY_POLL_S, before, time.monotonic())
         raise StackError(
             f"Grid of {self.host} not ready after {self.settings.stack_start_timeout_s:.0f} s; "
-            f"log tail:\n{tail(self.grid_log)}"
+            f"log tail:\n{self._control.log_tail()}"
         )
-
-
-def _session_error(limit_s: float, started: float) -> type[StackError]:
-    """A failed session start's error: SessionStartPaused when the call outlasted its limit
-    because this process was paused (consumer.browser.start_deadline.paused_past)."""
-    paused = paused_past(limit_s, started, time.monotonic())
-    return SessionStartPaused if paused else StackError
-
-
-def _quit_quietly(driver: Remote) -> None:
-    quit_driver(driver)  # never raises: the session is gone, or stop() ends its processes

@@ -170,8 +170,13 @@ def processes_naming(folder: Path) -> list[psutil.Process]:
 
 def end_processes_naming(folder: Path, timeout_s: float) -> int:
     """End the processes whose command line names ``folder``; returns how many were found."""
-    procs = processes_naming(folder)
-    _signal_all(procs, signal.SIGKILL)  # a hung renderer is why we are here: no SIGTERM round
+    return kill_and_wait(processes_naming(folder), timeout_s)
+
+
+def kill_and_wait(procs: list[psutil.Process], timeout_s: float) -> int:
+    """SIGKILL ``procs`` (a hung renderer is why we are here: no SIGTERM round) and wait up
+    to ``timeout_s`` for them to be gone; returns how many there were."""
+    _signal_all(procs, signal.SIGKILL)
     _wait_gone(procs, time.monotonic() + timeout_s)
     return len(procs)
 

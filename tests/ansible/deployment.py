@@ -298,6 +298,7 @@ class Deployment:
             "scrapefleet_reboot_request_dir": str(host.dir / "run-reboot"),
             "scrapefleet_grid_jar_dir": str(host.dir / "selenium-server"),
             "scrapefleet_grid_legacy_npm_prefix": str(host.dir / "node"),
+            "scrapefleet_browser_dir": str(host.dir / "browser"),
             # The operations roles' files: the machine's own /etc stays untouched.
             "scrapefleet_firewall_file": str(host.dir / "nftables.d" / "scrapefleet.nft"),
             "scrapefleet_firewall_main_conf": str(host.dir / "nftables.conf"),

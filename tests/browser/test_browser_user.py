@@ -1,10 +1,13 @@
 """The browser runs as another user, sandboxed, and cannot read what the consumer holds.
 
-Real Xvfb, Grid and Chromium started by a root consumer with ``browser_user = "nobody"``.
+Real Xvfb, Grid and Chromium with ``browser_user = "nobody"``: started by a root consumer
+itself, and (as on a deployed host, where the consumer holds no capability) by the browser
+agent running as ``nobody``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -12,16 +15,20 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from scrapefleet.common.errors import StackError
 from scrapefleet.common.settings import Settings
+from scrapefleet.consumer.browser.agent_client import agent_profile_dir
 from scrapefleet.consumer.browser.driver_sessions import quit_driver
 from scrapefleet.consumer.browser.run_as import needs_no_sandbox
 from scrapefleet.consumer.browser.stack import BrowserStack
 from scrapefleet.consumer.browser.stack_host import find_grid_jar
-from scrapefleet.consumer.browser.stack_processes import TOKEN_ENV, WORK_DIR_ENV
+from scrapefleet.consumer.browser.stack_processes import TOKEN_ENV, WORK_DIR_ENV, is_gone
+from tests.browser.agent_process import running_agent
 from tests.browser.site import LocalSite
+from tests.waiting import scaled, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -110,7 +117,10 @@ STACK_ENV_NAMES = {"PATH", "LANG", "HOME", "TMPDIR", "DISPLAY", TOKEN_ENV, WORK_
 
 
 def _environ(pid: int) -> dict[str, str]:
-    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}  # ended meanwhile
     pairs = (item.partition(b"=") for item in raw.split(b"\0") if item)
     return {k.decode(): v.decode(errors="replace") for k, _, v in pairs}
 
@@ -135,3 +145,98 @@ def test_no_stack_process_gets_the_consumers_environment(
         leaked = [k for k, v in env.items() if "s3cret" in v or k == "SCRAPEFLEET_DATABASE_URL"]
         assert not leaked, f"{name} ({pid}) holds {leaked}"
         assert set(env) <= STACK_ENV_NAMES, f"{name} ({pid}): {sorted(set(env) - STACK_ENV_NAMES)}"
+
+
+CONSUMER_SECRETS = {
+    "SCRAPEFLEET_DATABASE_URL": "postgresql://c:s3cret-db-pw@db/scrapefleet",
+    "https_proxy": "http://u:s3cret-proxy-pw@proxy:3128",
+}
+
+
+@pytest.fixture
+def agent_socket(settings: Settings, world_readable_dir: Path) -> Iterator[Path]:
+    """A real browser agent running as ``nobody``: its directory (the stacks' and profiles')
+    is nobody's, its socket in a directory of its own, its programs from its own settings."""
+    _skip_unless_root_and_nobody()
+    nobody = pwd.getpwnam(BROWSER_USER)
+    jar = world_readable_dir / "selenium-server.jar"
+    shutil.copyfile(find_grid_jar(settings.grid_jar), jar)
+    jar.chmod(0o644)
+    config = world_readable_dir / "browser-agent.toml"
+    config.write_text(f'grid_jar = "{jar}"\n')
+    config.chmod(0o644)
+    root, sockets = world_readable_dir / "agent", world_readable_dir / "run"
+    for folder in (root, sockets):
+        folder.mkdir(mode=0o750)
+        os.chown(folder, nobody.pw_uid, nobody.pw_gid)
+    socket_path = sockets / "agent.sock"
+    with running_agent(BROWSER_USER, socket_path, root, config):
+        yield socket_path
+
+
+def test_through_the_agent_the_stack_runs_as_the_browser_user_and_is_ended_by_it(
+    settings: Settings,
+    site: LocalSite,
+    world_readable_dir: Path,
+    agent_socket: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The consumer starts nothing itself: Xvfb, the Grid and Chromium are nobody's, none holds
+    the consumer's environment, their PSS is read, a quit browser's processes end, and the stop
+    leaves no process and an empty work directory."""
+    for name, value in CONSUMER_SECRETS.items():
+        monkeypatch.setenv(name, value)
+    through_agent = settings.model_copy(
+        update={"browser_user": BROWSER_USER, "browser_agent_socket": agent_socket}
+    )
+    nobody = pwd.getpwnam(BROWSER_USER).pw_uid
+    stack = BrowserStack(through_agent, "agent", 1, world_readable_dir / "consumer" / "a")
+    with stack:
+        tmp_dir = stack.tmp_dir  # the agent's (under /tmp when its path is too long)
+        assert tmp_dir.stat().st_uid == nobody
+        driver = stack.new_driver()
+        try:
+            driver.get(site.url("/item"))
+            assert driver.title
+            seen = _described(stack.processes())
+            environments = {(p.pid, n): _environ(p.pid) for p, _, n, _ in seen if p.is_running()}
+            pss = stack.memory_pss_bytes()
+            browser = [p for p, _, n, _ in seen if n.startswith("chrom") and n != "chromedriver"]
+        finally:
+            quit_driver(driver)
+        # StackWebDriver.quit waited (through the agent) for its browser to be gone.
+        assert all(is_gone(p) for p in browser)
+    names = {name for _, _, name, _ in seen}
+    assert {"Xvfb", "java"} <= names and any(n.startswith("chrom") for n in names), names
+    assert {uid for _, uid, _, _ in seen} == {nobody}, "a stack process runs as another user"
+    assert all("--no-sandbox" not in cmd for _, _, name, cmd in seen if name.startswith("chrom"))
+    for (pid, name), env in environments.items():
+        leaked = [k for k, v in env.items() if "s3cret" in v or k in CONSUMER_SECRETS]
+        assert not leaked, f"{name} ({pid}) holds {leaked}"
+        if name in ("Xvfb", "java"):  # Chromium's wrapper script adds its own variables
+            assert set(env) <= STACK_ENV_NAMES, f"{name}: {sorted(set(env) - STACK_ENV_NAMES)}"
+    assert pss > 50 * 2**20, f"PSS of the stack read as {pss} bytes"
+    wait_for(lambda: all(is_gone(p) for p, *_ in seen), scaled(10), "the stack's processes")
+    work = world_readable_dir / "agent" / "stacks" / "consumer" / "a"
+    assert work.is_dir() and not (work / "home").exists() and not tmp_dir.exists()
+    assert stack.processes() == []
+
+
+def _described(procs: list[psutil.Process]) -> list[tuple[psutil.Process, int, str, list[str]]]:
+    """(process, real uid, name, command line) of those still running."""
+    described = []
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            described.append((proc, proc.uids().real, proc.name(), proc.cmdline()))
+    return described
+
+
+def test_a_profile_directory_is_made_by_the_agent_and_is_the_browser_users(
+    agent_socket: Path, world_readable_dir: Path
+) -> None:
+    directory = agent_profile_dir(agent_socket, "acct-7")
+    assert directory == world_readable_dir / "agent" / "profiles" / "acct-7"
+    assert directory.stat().st_uid == pwd.getpwnam(BROWSER_USER).pw_uid
+    assert directory.stat().st_mode & 0o777 == 0o700
+    with pytest.raises(StackError, match="profile"):
+        agent_profile_dir(agent_socket, "../escape")

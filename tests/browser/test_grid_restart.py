@@ -32,14 +32,14 @@ def test_a_grid_killed_while_it_starts_is_started_again_in_place(
     starting.start()
     try:
         first = wait_for(lambda: stack.grid_pid, scaled(30), "the Grid's JVM")
-        xvfb = stack._xvfb.pid if stack._xvfb is not None else None
+        xvfb = stack.xvfb_pid
         os.kill(first, signal.SIGKILL)  # the JVM takes seconds to be ready: this is mid-start
         starting.join(scaled(90))
         assert not starting.is_alive(), "the start never returned"
         assert not errors, f"the stack failed instead of starting its Grid again: {errors}"
         assert stack.grid_restarts >= 1
         assert stack.grid_pid not in (None, first)
-        assert stack._xvfb is not None and stack._xvfb.pid == xvfb, "Xvfb was not kept"
+        assert xvfb is not None and stack.xvfb_pid == xvfb, "Xvfb was not kept"
         assert stack.healthy()
     finally:
         starting.join(scaled(90))

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from scrapefleet.consumer.browser.stack import XVFB_READY_TIMEOUT_S
+from scrapefleet.consumer.browser.stack_control import XVFB_READY_TIMEOUT_S
 from scrapefleet.consumer.browser.stack_host import read_line as _read_line
 from scrapefleet.consumer.browser.start_deadline import STALL_S, RunningDeadline, paused_past
 
