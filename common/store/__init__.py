@@ -26,7 +26,8 @@ One module per table or actor, each with its named statements at the top:
     events         the audit message and host_events rows
     crawls         a crawl's start, and the children a completion spawns
     profiles       persistent browser profiles: bound, cooled, reset, moved
-    rate_keys      rate limits: the budget's counts, pending reads within it, back-off state
+    rate_keys      rate limits: the budget's counts and back-off state
+    tight_budgets  the pending jobs assignable within the rate limits
     schedules      recurring submissions: added, paused, removed; a slot claimed and its run
 
 Every public name of those modules is importable from here (``store.insert_jobs``,
@@ -63,6 +64,7 @@ MODULES = (
     "profiles",
     "crawls",
     "rate_keys",
+    "tight_budgets",
     "blocks",
     "schedules",
 )
@@ -185,10 +187,7 @@ if TYPE_CHECKING:
         RATE_IN_FLIGHT_SQL,
         RATE_WINDOW_SQL,
         THROTTLES_SQL,
-        TIGHT_KEYS_SQL,
-        TIGHT_KINDS_SQL,
         in_flight_counts,
-        lock_pending_within_limits,
         rate_slowdowns,
         save_rate_keys,
         throttles_since,
@@ -253,6 +252,11 @@ if TYPE_CHECKING:
         SUBMITTED_COLUMNS,
         insert_jobs,
         pin_jobs_to_host,
+    )
+    from scrapefleet.common.store.tight_budgets import (
+        TIGHT_KEYS_SQL,
+        TIGHT_KINDS_SQL,
+        lock_pending_within_limits,
     )
     from scrapefleet.common.store.webhooks import (
         DELIVERED_SQL,

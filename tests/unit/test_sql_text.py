@@ -30,6 +30,7 @@ from scrapefleet.common.store import (
     roles,
     schedules,
     submit,
+    tight_budgets,
     webhooks,
 )
 from scrapefleet.common.store.sql_text import fill, statement
@@ -72,6 +73,7 @@ MODULES = [
     attempts,
     assignment,
     rate_keys,
+    tight_budgets,
     hosts,
     profiles,
     fleet,
@@ -112,14 +114,14 @@ def test_no_comment_in_a_statement_names_a_parameter(module: object) -> None:
 
 
 def test_the_pending_reads_hold_the_ready_conditions_word_for_word() -> None:
-    # common.store.rate_keys reads pending jobs on its own: the same conditions as the assignment.
+    # common.store.tight_budgets reads pending jobs on its own: the assignment's conditions.
     for clause in (
         assignment.LOCK_PENDING_SQL,
         assignment.LOCK_PENDING_NO_BROWSER_SQL,
-        rate_keys.TIGHT_KEYS_SQL,
-        rate_keys.TIGHT_KEYS_NO_BROWSER_SQL,
-        rate_keys.TIGHT_KINDS_SQL,
-        rate_keys.TIGHT_KINDS_NO_BROWSER_SQL,
+        tight_budgets.TIGHT_KEYS_SQL,
+        tight_budgets.TIGHT_KEYS_NO_BROWSER_SQL,
+        tight_budgets.TIGHT_KINDS_SQL,
+        tight_budgets.TIGHT_KINDS_NO_BROWSER_SQL,
     ):
         assert assignment.READY_NOW in clause.text
         assert assignment.PENDING_COLUMNS.strip() in clause.text
