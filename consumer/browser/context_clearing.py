@@ -35,9 +35,10 @@ its pages were on more than one origin or framed another origin (sessionStorage 
 and another origin's can be cleared only from a page of that origin), or a step failed.
 
 Measured here (one session, 60 real pages of the PostgreSQL manual, fetch_page with one field;
-``tests.benchmarks.bench_contexts --real``): a page in a reused tab 102 ms of stack CPU; with
-this clearing, when every step ran on every job, 146 ms and 11 round trips a job; in a fresh
-user context 273 ms.
+``tests.benchmarks.bench_contexts --real``): a page in a reused tab ~100 ms of stack CPU; with
+this clearing ~150 ms, whether every step ran on every job (11 round trips a job) or only
+those it needs (8): the round trips cost a few ms, the leave alone adds 50-65 ms to the browser
+and renderer processes, with BiDi on or off. In a fresh user context ~270-300 ms.
 """
 
 from __future__ import annotations
