@@ -26,7 +26,7 @@ from pathlib import Path
 
 import psutil
 
-from scrapefleet.consumer.browser import stack as browser_stack
+from scrapefleet.consumer.browser import stack_driver
 from scrapefleet.consumer.browser.driver_sessions import (
     close_context,
     open_context,
@@ -122,7 +122,7 @@ def main() -> None:
         "--real", action="store_true", help="PostgreSQL's HTML manual (postgresql-doc-15) pages"
     )
     args = parser.parse_args()
-    browser_stack.CHROME_ARGS = (*browser_stack.CHROME_ARGS, *args.flag)
+    stack_driver.CHROME_ARGS = (*stack_driver.CHROME_ARGS, *args.flag)
 
     with ExitStack() as resources:
         tmp = resources.enter_context(tempfile.TemporaryDirectory(prefix="sf-contexts-"))

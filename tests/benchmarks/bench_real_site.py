@@ -62,6 +62,7 @@ from scrapefleet.common.browser import isolation as browser_isolation
 from scrapefleet.common.settings import Settings, setting_default
 from scrapefleet.common.store import NewJob
 from scrapefleet.consumer.browser import stack as browser_stack
+from scrapefleet.consumer.browser.stack_driver import CHROME_ARGS
 from scrapefleet.consumer.browser.stack_processes import pss_bytes
 from scrapefleet.consumer.daemon import Consumer
 from tests.benchmarks.bench_browser import FIRST_JOBS, MB, Run, bench_database, settings_for
@@ -114,7 +115,9 @@ class RealRun(Run):
 
     @property
     def rate(self) -> float:
-        return self.jobs / self.elapsed_s * 60 if self.elapsed_s else 0.0
+        """Pages done a minute: a run whose pages failed shows what it did, not its speed."""
+        done = self.jobs - self.incomplete
+        return done / self.elapsed_s * 60 if self.elapsed_s else 0.0
 
 
 def kind(process: psutil.Process) -> str:
@@ -407,7 +410,7 @@ def own_chrome() -> tuple[webdriver.Chrome, psutil.Process]:
     options.add_argument("--headless=new")
     if os.geteuid() == 0:
         options.add_argument("--no-sandbox")
-    for arg in browser_stack.CHROME_ARGS:
+    for arg in CHROME_ARGS:
         options.add_argument(arg)
     options.add_argument("--window-size=1024,700")  # the consumer's screen: the same layout
     service = Service(CHROMEDRIVER)  # a path: no Selenium Manager, no network
