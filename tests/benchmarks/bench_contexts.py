@@ -56,8 +56,8 @@ def kind_of(process: psutil.Process) -> str | None:
     return name if name in ("chromedriver", "java", "Xvfb") else None
 
 
-def cpu_by_kind(stack: BrowserStack) -> collections.Counter[str]:
-    totals: collections.Counter[str] = collections.Counter()
+def cpu_by_kind(stack: BrowserStack) -> collections.defaultdict[str, float]:
+    totals: collections.defaultdict[str, float] = collections.defaultdict(float)
     for process in stack.processes():
         try:
             kind = kind_of(process)

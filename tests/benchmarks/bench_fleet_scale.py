@@ -104,7 +104,8 @@ def simulate_hosts(
                 with engine.begin() as conn:
                     finished = claimed[name]
                     if finished:
-                        results = [(job_id, attempt, {}) for job_id, attempt in finished]
+                        empty: dict[str, Any] = {}
+                        results = [(job_id, attempt, empty) for job_id, attempt in finished]
                         completed += len(store.complete_jobs(conn, name, results))
                     claim = store.claim_jobs(conn, name, CAPACITY)
                     if now - beat[name] >= heartbeat_s:

@@ -21,6 +21,7 @@ shell of the harness's user (root: bash) runs each forced command; a deployed se
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import time
@@ -114,7 +115,7 @@ def _settled(host: FleetHost) -> bool:
 
 def _hosts_cpu_s(fleet: Fleet) -> float:
     for host in fleet.hosts.values():
-        wait_for(lambda h=host: _settled(h), 30, f"{host.name}'s sessions ended")
+        wait_for(functools.partial(_settled, host), 30, f"{host.name}'s sessions ended")
     return sum(tree_cpu_s(_sshd(host)) for host in fleet.hosts.values())
 
 

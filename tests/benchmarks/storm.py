@@ -452,7 +452,7 @@ class Storm:
                     " lock_key, last_error FROM jobs"
                 )
             ).all()
-            completions = dict(
+            completions: dict[int, int] = dict(
                 conn.execute(
                     sa.text(
                         "SELECT job_id, count(*) FROM job_events WHERE to_status = 'completed'"
