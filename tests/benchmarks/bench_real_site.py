@@ -665,7 +665,9 @@ def draw(runs: list[RealRun], path: Path, title: str) -> None:
     speed.invert_yaxis()
     speed.grid(axis="x", alpha=0.3)
     left = [0.0] * len(runs)
-    colors = plt.get_cmap("tab20").colors  # type: ignore[attr-defined]
+    # tab20 is a ListedColormap, which has .colors; get_cmap is typed as returning any Colormap.
+    cmap: Any = plt.get_cmap("tab20")
+    colors = cmap.colors
     for n, name in enumerate((*KINDS, "other")):
         per_page = [
             (run.cpu_s.get(name, 0.0) if name != "other" else
