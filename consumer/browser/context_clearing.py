@@ -165,11 +165,11 @@ def clear_in_place(
             "storage.deleteCookies",
             {"partition": {"type": "storageKey", "userContext": context.user_context}},
         )
-        for origin in origins:
-            if blank.stored or whole_history:
-                driver.execute_cdp_cmd(
-                    "Storage.clearDataForOrigin", {"origin": origin, "storageTypes": STORAGE_TYPES}
-                )
+        # The history's other origins were not asked what they hold: they are cleared anyway.
+        for origin in origins if blank.stored or whole_history else ():
+            driver.execute_cdp_cmd(
+                "Storage.clearDataForOrigin", {"origin": origin, "storageTypes": STORAGE_TYPES}
+            )
         if whole_history:
             driver.execute_cdp_cmd("Page.resetNavigationHistory", {})
             return Clearing(None, 1)
