@@ -134,7 +134,7 @@ def http_get(params: HttpGetParams) -> dict[str, Any]:
 
 def _robots_skip(params: HttpGetParams) -> str | None:
     """Why the site's robots.txt keeps this job's User-Agent off the page, or None."""
-    from scrapefleet.common.crawl.robots import robots_skip, site_rules
+    from scrapefleet.common.crawl.robots import robots_agent, robots_skip, site_rules
     from scrapefleet.common.http.job_egress import Egress
     from scrapefleet.common.settings import load_settings
 
@@ -143,4 +143,4 @@ def _robots_skip(params: HttpGetParams) -> str | None:
     proxy = job_proxy(params, settings)
     egress = Egress.from_settings(settings)
     rules = site_rules(params.url, user_agent=user_agent, proxy=proxy, egress=egress)
-    return robots_skip(rules, params.url, user_agent)
+    return robots_skip(rules, params.url, robots_agent(user_agent, settings.crawl_robots_token))

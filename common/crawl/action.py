@@ -50,6 +50,7 @@ from scrapefleet.common.crawl.links import (
 from scrapefleet.common.crawl.robots import (
     ALLOW_ALL,
     RobotsRules,
+    robots_agent,
     robots_skip,
     robots_url,
     rules_from_answer,
@@ -268,7 +269,8 @@ def crawl(params: CrawlParams) -> Spawned:
     if params.sitemap:
         return crawled_sitemap(params, settings, user_agent)
     robots = site_robots(params, settings, user_agent=user_agent, proxy=job_proxy(params, settings))
-    if reason := robots_skip(robots, params.url, user_agent):
+    agent = robots_agent(user_agent, settings.crawl_robots_token)
+    if reason := robots_skip(robots, params.url, agent):
         return skipped_page(params, reason)
     fetched = fetch_page(params, settings)
     if must_retry(fetched.status):
@@ -284,10 +286,10 @@ def crawl(params: CrawlParams) -> Spawned:
         status=fetched.status,
         title=parse_title(fetched.body, content_type) if html else None,
         html=html,
-        allowed=partial(_robots_allow, robots, user_agent),
+        allowed=partial(_robots_allow, robots, agent),
         bytes=len(fetched.body),
         truncated=fetched.truncated,
-        **delay_of(robots, user_agent),
+        **delay_of(robots, agent),
     )
 
 
@@ -304,7 +306,7 @@ def crawled_sitemap(params: CrawlParams, settings: Settings, user_agent: str) ->
         read = partial(_rules_from, fetched)
     proxy = job_proxy(params, settings)
     robots = site_robots(params, settings, user_agent=user_agent, proxy=proxy, read=read)
-    allowed = partial(_robots_allow, robots, user_agent)
+    allowed = partial(_robots_allow, robots, robots_agent(user_agent, settings.crawl_robots_token))
     return sitemap_page(params, fetched, settings.http_max_body_bytes, allowed)
 
 

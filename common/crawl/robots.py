@@ -1,6 +1,10 @@
 """robots.txt for crawls: read once per site and kept a while in each consumer, parsed with
 Protego (the parser Scrapy and Crawlee use), asked whether the job's User-Agent may fetch a URL.
 
+Groups are matched on the crawler's product token (RFC 9309 2.2.1), not on the whole
+User-Agent: the User-Agent carries the operator's contact URL, and a group named after a word of
+it (``bot``, ``example``) would otherwise apply to the fleet.
+
 What a site's answer means (RFC 9309): a 2xx body is the rules (cut to ROBOTS_MAX_BYTES);
 a 4xx means there are none (everything allowed); a 5xx or no answer at all means the site
 cannot say, so the attempt fails and is retried later rather than crawling blind. Only
@@ -13,6 +17,7 @@ robots.txt one host wrote into a shared cache would steer every other host's cra
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -40,11 +45,24 @@ __all__ = [
     "RobotsCache",
     "RobotsRules",
     "RobotsUnreachable",
+    "product_token",
+    "robots_agent",
     "robots_skip",
     "robots_url",
     "rules_from_answer",
     "site_rules",
 ]
+
+
+# The User-Agent's first product's name (RFC 9110 10.1.5: product = token ["/" version]).
+_PRODUCT = re.compile(r"[^\s/();]+")
+
+
+def product_token(user_agent: str) -> str:
+    """The name robots.txt groups are matched on: the User-Agent's first product's name
+    (``scrapefleet`` of ``scrapefleet/0.1 (+https://ops.example.org/bot)``)."""
+    name = _PRODUCT.match(user_agent.strip())
+    return name[0] if name else user_agent.strip()
 
 
 class RobotsUnreachable(ScrapefleetError, RuntimeError):
@@ -58,7 +76,10 @@ class RobotsRules:
     parsed: Protego | None
 
     def allows(self, url: str, user_agent: str) -> bool:
-        return self.parsed is None or bool(self.parsed.can_fetch(url, user_agent))
+        """Whether ``user_agent`` (a User-Agent or its product token) may fetch ``url``."""
+        if self.parsed is None:
+            return True
+        return bool(self.parsed.can_fetch(url, product_token(user_agent)))
 
     def crawl_delay(self, user_agent: str) -> float | None:
         """Seconds between two requests the site asks of this user agent (``Crawl-delay``, or
@@ -66,10 +87,11 @@ class RobotsRules:
         MAX_CRAWL_DELAY_S; None when it asks nothing."""
         if self.parsed is None:
             return None
+        token = product_token(user_agent)
         delays = []
-        if (delay := self.parsed.crawl_delay(user_agent)) is not None:
+        if (delay := self.parsed.crawl_delay(token)) is not None:
             delays.append(float(delay))
-        rate = self.parsed.request_rate(user_agent)
+        rate = self.parsed.request_rate(token)
         if rate is not None and rate.requests > 0:
             delays.append(rate.seconds / rate.requests)
         return min(max(delays), MAX_CRAWL_DELAY_S) if delays else None
@@ -191,6 +213,12 @@ def site_rules(
         return rules_from_answer(url, fetched.status, fetched.body)
 
     return ROBOTS_CACHE.rules(page_url, read or fetch)
+
+
+def robots_agent(user_agent: str, token: str | None) -> str:
+    """What the rules are asked about: the setting ``crawl_robots_token`` when set, else the
+    product token of the User-Agent sent."""
+    return token or product_token(user_agent)
 
 
 def robots_skip(rules: RobotsRules, url: str, user_agent: str) -> str | None:

@@ -65,6 +65,14 @@ class HttpSettings(BaseModel):
             "crawls read each site's robots.txt and skip what it disallows (docs/crawling.md)"
         ),
     )
+    crawl_robots_token: str | None = Field(
+        default=None,
+        pattern=r"^[^\s/();]+$",
+        description=(
+            "the product token robots.txt groups are matched on (`User-agent: TOKEN`);"
+            " unset -> the User-Agent's own (`scrapefleet` of `scrapefleet/0.1 (+URL)`)"
+        ),
+    )
     # a crawled site's jobs queued or running at once, by default
     crawl_site_concurrency: int | None = Field(
         default=2,

@@ -14,6 +14,7 @@ from scrapefleet.common.crawl.action import (
     crawled_page,
     delay_of,
     must_retry,
+    robots_agent,
     robots_skip,
     site_robots,
     skipped_page,
@@ -29,13 +30,15 @@ from scrapefleet.consumer.browser.selenium_actions import (
 
 @register(BROWSER_CRAWL_KIND, BrowserCrawlParams, needs_browser=True)
 def crawl_browser(driver: Any, params: BrowserCrawlParams) -> Spawned:
-    # robots.txt is read over HTTP with the host's http_* settings, and matched against the
-    # browser's User-Agent when one is set, else the product's (Chromium's names no crawler).
+    # robots.txt is read over HTTP with the host's http_* settings, and matched on the product
+    # token of the browser's User-Agent when one is set, else of the product's (Chromium's
+    # names no crawler), or on crawl_robots_token.
     settings = load_settings()
     user_agent = settings.browser_user_agent or settings.http_agent()
     host_proxy = settings.http_proxy.get_secret_value() if settings.http_proxy else None
     robots = site_robots(params, settings, user_agent=user_agent, proxy=host_proxy)
-    if reason := robots_skip(robots, params.url, user_agent):
+    agent = robots_agent(user_agent, settings.crawl_robots_token)
+    if reason := robots_skip(robots, params.url, agent):
         return skipped_page(params, reason)
     with translated_errors(f"loading {params.url}"):
         driver.get(params.url)
@@ -55,6 +58,6 @@ def crawl_browser(driver: Any, params: BrowserCrawlParams) -> Spawned:
         status=status,
         title=page["title"],
         html=html,
-        allowed=lambda url: robots.allows(url, user_agent),
-        **delay_of(robots, user_agent),
+        allowed=lambda url: robots.allows(url, agent),
+        **delay_of(robots, agent),
     )

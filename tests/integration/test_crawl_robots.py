@@ -112,3 +112,42 @@ def test_http_get_obeys_robots_when_asked(site: PageSite) -> None:
     assert asked["skipped"] == f"disallowed by {site.url('/robots.txt')} for this user agent"
     assert site.hits["/private/x"] == 0
     assert http_get(HttpGetParams(url=site.url("/private/x")))["title"] == "Secret"  # default
+
+
+CONTACT_ROBOTS = """\
+User-agent: *
+Disallow: /private/
+
+User-agent: {group}
+{rule}
+"""
+
+
+@pytest.mark.parametrize(
+    ("group", "rule", "path", "fetched"),
+    [
+        ("example", "Allow: /", "/private/x", False),  # a word of the contact's host
+        ("bot", "Disallow: /", "/a", True),  # a word of the contact's path
+        ("ops", "Disallow: /", "/a", True),
+        ("scrapefleet", "Disallow: /", "/a", False),  # the product token is the name
+    ],
+)
+def test_groups_are_matched_on_the_product_token_not_the_contact_url(
+    monkeypatch: pytest.MonkeyPatch, group: str, rule: str, path: str, fetched: bool
+) -> None:
+    monkeypatch.setenv("SCRAPEFLEET_HTTP_CONTACT_URL", "https://ops.example.org/bot")
+    with serve_pages() as served:
+        served.page(
+            "/robots.txt", CONTACT_ROBOTS.format(group=group, rule=rule), ctype="text/plain"
+        )
+        served.page("/a", "<title>A</title>")
+        served.page("/private/x", "<title>Secret</title>")
+        page = _crawl(served, path)
+        assert ("skipped" not in page.result) is fetched, page.result
+        assert served.hits[path] == int(fetched)
+
+
+def test_the_robots_token_can_be_set(site: PageSite, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SCRAPEFLEET_CRAWL_ROBOTS_TOKEN", "otherbot")  # the "*" group here
+    assert "skipped" in _crawl(site, "/a").result
+    assert site.hits["/a"] == 0

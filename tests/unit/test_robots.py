@@ -13,6 +13,7 @@ from scrapefleet.common.crawl.robots import (
     RobotsCache,
     RobotsRules,
     RobotsUnreachable,
+    product_token,
     robots_url,
     rules_from_answer,
 )
@@ -97,3 +98,17 @@ def test_one_read_per_site_however_many_threads_ask() -> None:
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda _: cache.rules("http://a.test/", slow_read), range(8)))
     assert reads == 1
+
+
+@pytest.mark.parametrize(
+    ("user_agent", "token"),
+    [
+        ("scrapefleet/0.1 (+https://ops.example.org/bot)", "scrapefleet"),
+        ("scrapefleet", "scrapefleet"),
+        ("My_Bot-2/1.0", "My_Bot-2"),
+        ("Mozilla/5.0 (X11; Linux x86_64) Chrome/120", "Mozilla"),
+        ("42bot/1", "42bot"),
+    ],
+)
+def test_the_product_token_is_the_user_agents_first_name(user_agent: str, token: str) -> None:
+    assert product_token(user_agent) == token
