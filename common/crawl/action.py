@@ -3,10 +3,11 @@
 
 Its params are ``http_get``'s (proxy, headers, cookies, user agent, timeout) plus the crawl's
 rules, which every child carries on: ``site`` (the seed's host[:port]; set by ``scrapefleet
-crawl``, else the page's own), ``same_site``, ``include`` / ``exclude`` (regular expressions
-searched in the normalised link), ``fields`` (name -> a CSS, XPath or regex spec, or a plain
-regular expression searched in the page's HTML: common.actions.page_fields) and ``max_links``
-(children per page).
+crawl``, else the page's own; moved by the seed's redirect to another site, the payload's
+``seed``), ``same_site``, ``same_domain`` (any host of the site's registrable domain),
+``include`` / ``exclude`` (regular expressions searched in the normalised link), ``fields``
+(name -> a CSS, XPath or regex spec, or a plain regular expression searched in the page's HTML:
+common.actions.page_fields) and ``max_links`` (children per page).
 
 A status of 429 or 500 and above fails the attempt (it is retried, the server may recover);
 any other status completes the job with that status and, for an error page, no links, since
@@ -26,6 +27,7 @@ A job with ``sitemap`` true reads its URL as a sitemap, a sitemap index or a rob
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -44,6 +46,7 @@ from scrapefleet.common.crawl.links import (
     compile_patterns,
     extract_links,
     normalise_url,
+    registrable_domain,
     site_of,
     unique,
 )
@@ -64,6 +67,8 @@ BROWSER_CRAWL_KIND = "crawl_browser"
 RETRY_STATUSES = frozenset({429})  # and every status >= 500
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 
+log = logging.getLogger(__name__)
+
 if TYPE_CHECKING:
     from scrapefleet.common.http.client import Fetched
     from scrapefleet.common.settings import Settings
@@ -74,6 +79,13 @@ class CrawlRules(BaseModel):
 
     site: str | None = Field(default=None, description="host[:port] the crawl stays on")
     same_site: bool = True
+    same_domain: bool = Field(
+        default=False, description="stay on any host of the site's registrable domain"
+    )
+    seed: bool = Field(
+        default=False,
+        description="the crawl's first page: a redirect to another site moves the crawl there",
+    )
     include: list[str] = Field(default_factory=list, description="regexes; one must match")
     exclude: list[str] = Field(default_factory=list, description="regexes; none may match")
     fields: PageFields = Field(
@@ -99,10 +111,12 @@ class CrawlRules(BaseModel):
         return self.site or site_of(normalise_url(url) or url)
 
     def rules(self) -> LinkRules:
+        by_domain = self.same_site and self.same_domain
         return LinkRules(
-            site=self.crawl_site() if self.same_site else None,
+            site=self.crawl_site() if self.same_site and not by_domain else None,
             include=compile_patterns(self.include, "include"),
             exclude=compile_patterns(self.exclude, "exclude"),
+            domain=registrable_domain(self.crawl_site()) if by_domain else None,
         )
 
 
@@ -154,10 +168,10 @@ def child_jobs(
     crawl's rules on; and how many kept links ``allowed`` refused. ``sitemaps``: the links are
     sitemaps, kept by the site rule alone (include/exclude are about pages)."""
     rules = params.rules()
-    carried = params.model_dump(exclude_defaults=True, exclude={"sitemap"})
+    carried = params.model_dump(exclude_defaults=True, exclude={"sitemap", "seed"})
     carried |= {"site": params.crawl_site()} | ({"sitemap": True} if sitemaps else {})
     if sitemaps:
-        kept = [link for link in links if rules.site is None or site_of(link) == rules.site]
+        kept = [link for link in links if rules.in_scope(link)]
         permitted = kept
     else:
         kept = [link for link in links if rules.keeps(link)]
@@ -180,8 +194,14 @@ def crawled_page(
     **extra: Any,
 ) -> Spawned:
     """What a crawl job returns for a fetched page: its result, and one child per new link
-    (none from an error page)."""
+    (none from an error page). The seed that redirected to another site moves the crawl's
+    site there (``site_moved``): ``crawl https://python.org/`` crawls www.python.org."""
     links = extract_links(html, final_url) if html and (status or 200) < 400 else []
+    moved = seed_redirect(params, final_url)
+    if moved is not None:
+        params = params.model_copy(update={"site": moved})
+        extra["site_moved"] = f"the seed redirected to {moved}: the crawl follows it there"
+        log.info("crawl of %s: %s", params.page_url(), extra["site_moved"])
     children, disallowed = child_jobs(params, links, kind, allowed)
     result = {
         "url": params.page_url(),
@@ -195,6 +215,21 @@ def crawled_page(
         **extra,
     }
     return Spawned(result, children)
+
+
+def seed_redirect(params: CrawlRules, final_url: str) -> str | None:
+    """The site a crawl moves to when its seed redirected off the crawl's site, or None."""
+    if not params.seed or not params.same_site:
+        return None
+    landed = normalise_url(final_url)
+    if landed is None:
+        return None
+    site = site_of(landed)
+    if site == params.crawl_site():
+        return None
+    if params.same_domain and registrable_domain(site) == registrable_domain(params.crawl_site()):
+        return None  # still within the crawl's domain
+    return site
 
 
 def sitemap_page(
@@ -286,7 +321,7 @@ def crawl(params: CrawlParams) -> Spawned:
         status=fetched.status,
         title=parse_title(fetched.body, content_type) if html else None,
         html=html,
-        allowed=partial(_robots_allow, robots, agent),
+        allowed=robots_filter(robots, agent, params.url),
         bytes=len(fetched.body),
         truncated=fetched.truncated,
         **delay_of(robots, agent),
@@ -322,6 +357,18 @@ def delay_of(robots: RobotsRules, user_agent: str) -> dict[str, float]:
 
 def _robots_allow(robots: RobotsRules, user_agent: str, url: str) -> bool:
     return robots.allows(url, user_agent)
+
+
+def robots_filter(robots: RobotsRules, user_agent: str, page_url: str) -> Callable[[str], bool]:
+    """Whether a link may be spawned: by the page's site's robots.txt for a link on that site;
+    a link on another site (the seed's redirect, a domain or any-site crawl) is asked of its
+    own site's robots.txt when its job runs."""
+    own = robots_url(page_url)
+
+    def allowed(url: str) -> bool:
+        return robots_url(url) != own or robots.allows(url, user_agent)
+
+    return allowed
 
 
 def _runs_on_a_consumer(_driver: Any, _params: BaseModel) -> dict[str, Any]:

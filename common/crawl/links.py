@@ -8,7 +8,8 @@ scrolled), non-ASCII characters percent-encoded as UTF-8 and every escape in one
 (servers may tell it apart), and the query its order. Only http(s) links are links here
 (mailto:, javascript:, data: and the like are not pages to fetch).
 
-A link is kept when it is on the crawl's site (the same host and port as the seed, by default),
+A link is kept when it is on the crawl's site (the same host and port as the seed, by default;
+or, with ``same_domain``, any host of the seed's registrable domain, by the Public Suffix List),
 matches one of the ``include`` patterns (when there are any) and none of the ``exclude``
 patterns; patterns are Python regular expressions searched in the normalised URL, each search
 bounded in time (common.actions.bounded_regex). A link longer than MAX_LINK_CHARS, as written or
@@ -17,12 +18,15 @@ normalised, is not followed.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import string
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cache
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
+from publicsuffixlist import PublicSuffixList
 from w3lib.url import safe_url_string
 
 from scrapefleet.common.actions.bounded_regex import Pattern, bounded_search, compile_patterns
@@ -33,6 +37,7 @@ __all__ = [
     "compile_patterns",
     "extract_links",
     "normalise_url",
+    "registrable_domain",
     "site_of",
     "unique",
 ]
@@ -106,14 +111,44 @@ def site_of(url: str) -> str:
     return urlsplit(url).netloc.rpartition("@")[2]
 
 
+def registrable_domain(site: str) -> str:
+    """The registrable domain (public suffix + 1 label) of a site's host, port dropped:
+    ``python.org`` for ``www.python.org``, ``example.co.uk`` for ``a.example.co.uk``; an IP
+    address, or a host with no public suffix above it (``localhost``), is its own."""
+    host = urlsplit(f"//{site}").hostname or site
+    if host.startswith("["):
+        return host
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return _private_suffix(host) or host
+    return host
+
+
+@cache
+def _suffix_list() -> PublicSuffixList:
+    return PublicSuffixList()  # the list the package ships: read once, no network
+
+
+def _private_suffix(host: str) -> str | None:
+    return _suffix_list().privatesuffix(host)
+
+
 @dataclass(frozen=True)
 class LinkRules:
-    site: str | None  # None: any site
+    site: str | None  # None: any site (or any of ``domain``'s)
     include: tuple[Pattern, ...] = ()
     exclude: tuple[Pattern, ...] = ()
+    domain: str | None = None  # a registrable domain: any host of it
+
+    def in_scope(self, url: str) -> bool:
+        """Whether ``url`` is on the crawl's site (or domain), patterns aside."""
+        if self.site is not None and site_of(url) != self.site:
+            return False
+        return self.domain is None or registrable_domain(site_of(url)) == self.domain
 
     def keeps(self, url: str) -> bool:
-        if self.site is not None and site_of(url) != self.site:
+        if not self.in_scope(url):
             return False
         if self.include and not any(bounded_search(p, url, "include") for p in self.include):
             return False

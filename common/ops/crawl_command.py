@@ -50,6 +50,7 @@ class CrawlRequest:
     browser: bool = False  # each page in a browser (crawl_browser), not over HTTP (crawl)
     obey_robots: bool = True  # False: fetch what the sites' robots.txt disallow
     sitemap: bool = False  # the URL is a sitemap, a sitemap index or a robots.txt
+    same_domain: bool = False  # any host of the seed's registrable domain (www., docs., ...)
 
     @property
     def kind(self) -> str:
@@ -86,7 +87,9 @@ class CrawlRequest:
             TypeAdapter(PageFields).validate_python(self.fields)
         except ValueError as exc:  # pydantic's ValidationError is one
             raise SubmitError(f"{_first_line(exc)}") from None
-        payload: dict[str, Any] = {"url": seed, "site": site_of(seed)}
+        # The seed may redirect to another host (python.org -> www.python.org): its job then
+        # moves the crawl's site there (common.crawl.action.seed_redirect).
+        payload: dict[str, Any] = {"url": seed, "site": site_of(seed), "seed": True}
         if self.include:
             payload["include"] = list(self.include)
         if self.exclude:
@@ -94,7 +97,11 @@ class CrawlRequest:
         if self.fields:
             payload["fields"] = dict(self.fields)
         if not self.same_site:
+            if self.same_domain:
+                raise SubmitError("--same-domain: not with --any-site (which follows every site)")
             payload["same_site"] = False
+        if self.same_domain:
+            payload["same_domain"] = True
         if not self.obey_robots:
             payload["ignore_robots"] = True
         if self.sitemap:
@@ -139,6 +146,13 @@ def start(conn: Any, request: CrawlRequest, *, max_attempts: int) -> int:
 
 
 CRAWL_SQL = "SELECT * FROM crawls WHERE crawl_id = :id"
+# What the crawl's first page said about its site: a seed that redirected moved it.
+SITE_MOVED_SQL = (
+    "SELECT result ->> 'site_moved' FROM ("
+    "  SELECT result FROM jobs WHERE crawl_id = :id AND depth = 0"
+    "  UNION ALL SELECT result FROM jobs_archive WHERE crawl_id = :id AND depth = 0) j"
+    " WHERE result ->> 'site_moved' IS NOT NULL LIMIT 1"
+)
 BY_DEPTH_SQL = (
     "SELECT depth, status, count(*) AS jobs FROM ("
     "  SELECT depth, status FROM jobs WHERE crawl_id = :id"
@@ -159,6 +173,7 @@ def read_crawl(conn: Any, crawl_id: int) -> dict[str, Any]:
     for depth, status, jobs in conn.execute(sa.text(BY_DEPTH_SQL), {"id": crawl_id}):
         by_depth.setdefault(depth, {})[status] = jobs
     shown["by_depth"] = by_depth
+    shown["site_moved"] = conn.execute(sa.text(SITE_MOVED_SQL), {"id": crawl_id}).scalar()
     return shown
 
 
@@ -172,6 +187,8 @@ def render_crawl(crawl: dict[str, Any]) -> list[str]:
         f" ({crawl['jobs']:,} job(s) in all)",
         f"  depth reached: {reached}",
     ]
+    if crawl.get("site_moved"):
+        lines.insert(1, f"  site: {crawl['site_moved']}")
     for depth, counts in sorted(crawl["by_depth"].items()):
         parts = ", ".join(f"{n:,} {status}" for status, n in sorted(counts.items()))
         lines.append(f"    depth {depth}: {parts}")
@@ -200,6 +217,9 @@ def _one_line_errors() -> Iterator[None]:
 @click.option("--css", "css_fields", multiple=True, metavar="NAME=SELECTOR", help="its text")
 @click.option("--xpath", "xpath_fields", multiple=True, metavar="NAME=XPATH", help="its text")
 @click.option("--any-site", is_flag=True, help="follow links to other sites too")
+@click.option(
+    "--same-domain", is_flag=True, help="any host of the seed's domain (www., docs., ...)"
+)
 @click.option("--browser", is_flag=True, help="load each page in a browser (after its scripts)")
 @click.option("--ignore-robots", is_flag=True, help="fetch what the site's robots.txt disallows")
 @click.option(
@@ -218,6 +238,7 @@ def crawl(
     css_fields: tuple[str, ...],
     xpath_fields: tuple[str, ...],
     any_site: bool,
+    same_domain: bool,
     browser: bool,
     ignore_robots: bool,
     sitemap: bool,
@@ -250,6 +271,7 @@ def crawl(
             browser,
             obey_robots=not ignore_robots,
             sitemap=sitemap,
+            same_domain=same_domain,
         )
         request.payload()  # refused before the database is even opened
         with obj.client.engine.begin() as conn:

@@ -15,6 +15,7 @@ from scrapefleet.common.crawl.action import (
     delay_of,
     must_retry,
     robots_agent,
+    robots_filter,
     robots_skip,
     site_robots,
     skipped_page,
@@ -58,6 +59,6 @@ def crawl_browser(driver: Any, params: BrowserCrawlParams) -> Spawned:
         status=status,
         title=page["title"],
         html=html,
-        allowed=lambda url: robots.allows(url, agent),
+        allowed=robots_filter(robots, agent, params.url),
         **delay_of(robots, agent),
     )

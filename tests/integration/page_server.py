@@ -1,5 +1,5 @@
 """A small HTTP site on 127.0.0.1 whose pages a test writes: path -> (status, content type,
-body bytes). It counts each path's hits and keeps the User-Agent of each request."""
+body bytes), or a redirect. It counts each path's hits and keeps the User-Agent of each request."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ class PageSite:
     port: int = 0
     hits: Counter[str] = field(default_factory=Counter)
     user_agents: list[str] = field(default_factory=list)
+    redirects: dict[str, str] = field(default_factory=dict)  # path -> Location (301)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def url(self, path: str = "/") -> str:
@@ -29,6 +30,9 @@ class PageSite:
     def page(self, path: str, body: str | bytes, *, status: int = 200, ctype: str = HTML) -> None:
         self.pages[path] = (status, ctype, body.encode() if isinstance(body, str) else body)
 
+    def redirect(self, path: str, location: str) -> None:
+        self.redirects[path] = location
+
 
 def _handler(site: PageSite) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
@@ -36,6 +40,12 @@ def _handler(site: PageSite) -> type[BaseHTTPRequestHandler]:
             with site.lock:
                 site.hits[self.path] += 1
                 site.user_agents.append(self.headers.get("User-Agent", ""))
+            if self.path in site.redirects:
+                self.send_response(301)
+                self.send_header("Location", site.redirects[self.path])
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             status, ctype, body = site.pages.get(self.path, (404, HTML, b"<title>gone</title>"))
             send_page(self, status, ctype, body)
 

@@ -11,7 +11,9 @@ import pytest
 from scrapefleet.common.actions.spawn import Spawned, validate_spawn
 from scrapefleet.common.crawl.action import CrawlParams, crawl
 from scrapefleet.common.http.client import HTTPStatusFailure
+from scrapefleet.common.ops.crawl_command import CrawlRequest
 from tests.e2e.crawl_site import BRANCHING, Site, serve_site
+from tests.integration.page_server import serve_pages
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
 
@@ -71,3 +73,26 @@ def test_a_missing_page_completes_without_links_and_a_busy_one_fails(site: Site)
 def test_a_bad_pattern_is_refused_by_the_params() -> None:
     with pytest.raises(ValueError, match=r"not a valid regular expression"):
         CrawlParams.model_validate({"url": "http://127.0.0.1/", "include": ["("]})
+
+
+def test_a_seed_that_redirects_to_another_site_moves_the_crawl_there() -> None:
+    # As `crawl https://python.org/` lands on www.python.org: two sites, one redirect.
+    with serve_pages() as bare, serve_pages() as www:
+        bare.redirect("/", www.url("/"))
+        www.page("/", '<title>WWW</title><a href="/docs/">docs</a><a href="/about">about</a>')
+        seed = CrawlRequest(bare.url("/")).payload()
+        page = crawl(CrawlParams.model_validate(seed))
+        moved = f"127.0.0.1:{www.port}"
+        assert page.result["site_moved"] == (
+            f"the seed redirected to {moved}: the crawl follows it there"
+        )
+        entries = _entries(page)
+        assert [e["payload"]["url"] for e in entries] == [www.url("/docs/"), www.url("/about")]
+        assert {e["payload"]["site"] for e in entries} == {moved}
+        assert not any("seed" in e["payload"] for e in entries)  # only the first page moves
+        # A later page that redirects off the site does not move the crawl.
+        www.redirect("/about", bare.url("/elsewhere"))
+        bare.page("/elsewhere", '<a href="/x">x</a>')
+        about = crawl(CrawlParams.model_validate(entries[1]["payload"]))
+        assert "site_moved" not in about.result
+        assert _entries(about) == []

@@ -9,6 +9,7 @@ from scrapefleet.common.crawl.links import (
     compile_patterns,
     extract_links,
     normalise_url,
+    registrable_domain,
     site_of,
 )
 
@@ -123,3 +124,17 @@ def test_rules_same_site_include_exclude() -> None:
 def test_a_bad_pattern_is_named() -> None:
     with pytest.raises(ValueError, match=r"include\[1\]: not a valid regular expression"):
         compile_patterns(["ok", "(unclosed"], "include")
+
+
+def test_a_domain_scope_keeps_every_host_of_the_registrable_domain() -> None:
+    assert registrable_domain("www.python.org") == "python.org"
+    assert registrable_domain("docs.example.co.uk:8443") == "example.co.uk"
+    assert registrable_domain("127.0.0.1:8000") == "127.0.0.1"  # an address is its own
+    assert registrable_domain("localhost") == "localhost"
+    rules = LinkRules(site=None, domain="python.org")
+    assert rules.keeps("https://docs.python.org/3/")
+    assert rules.keeps("http://python.org:8080/")
+    assert not rules.keeps("https://python.org.evil.test/")
+    assert not rules.keeps("https://notpython.org/")
+    # github.io is a public suffix: each user's pages are a domain of their own
+    assert not LinkRules(site=None, domain="a.github.io").keeps("https://b.github.io/")

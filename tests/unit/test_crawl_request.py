@@ -18,6 +18,7 @@ def test_the_seed_is_normalised_and_the_rules_carried() -> None:
     assert request.payload() == {
         "url": "https://example.org/start",
         "site": "example.org",
+        "seed": True,  # a redirect of this page moves the crawl's site
         "include": ["/docs/"],
         "fields": {"p": r"\$(\d+)"},
     }
@@ -25,8 +26,10 @@ def test_the_seed_is_normalised_and_the_rules_carried() -> None:
     assert CrawlRequest("http://a.test:8080", browser=True, same_site=False).payload() == {
         "url": "http://a.test:8080/",
         "site": "a.test:8080",
+        "seed": True,
         "same_site": False,
     }
+    assert CrawlRequest("http://www.a.test/", same_domain=True).payload()["same_domain"] is True
     assert CrawlRequest("http://a.test", browser=True).kind == "crawl_browser"
 
 
@@ -42,6 +45,10 @@ def test_the_seed_is_normalised_and_the_rules_carried() -> None:
         (
             CrawlRequest("http://a.test/", fields={"p": {"css": "a["}}),
             "field p.css: invalid CSS",
+        ),
+        (
+            CrawlRequest("http://a.test/", same_site=False, same_domain=True),
+            "--same-domain: not with --any-site",
         ),
     ],
 )
@@ -74,6 +81,8 @@ def test_the_report_reads_by_depth() -> None:
         "    depth 1: 9 completed, 1 failed",
         "    depth 2: 1 pending",
     ]
+    moved = "the seed redirected to www.a.test: the crawl follows it there"
+    assert render_crawl(shown | {"site_moved": moved})[1] == f"  site: {moved}"
 
 
 def test_css_and_xpath_fields_and_the_robots_switch_are_carried() -> None:
