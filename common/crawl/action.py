@@ -190,13 +190,15 @@ def crawled_page(
     status: int | None,
     title: str | None,
     html: str,
+    encoding: str = "utf-8",
     allowed: Callable[[str], bool] = lambda _url: True,
     **extra: Any,
 ) -> Spawned:
     """What a crawl job returns for a fetched page: its result, and one child per new link
     (none from an error page). The seed that redirected to another site moves the crawl's
     site there (``site_moved``): ``crawl https://python.org/`` crawls www.python.org."""
-    links = extract_links(html, final_url) if html and (status or 200) < 400 else []
+    ok = html and (status or 200) < 400
+    links = extract_links(html, final_url, encoding) if ok else []
     moved = seed_redirect(params, final_url)
     if moved is not None:
         params = params.model_copy(update={"site": moved})
@@ -296,7 +298,7 @@ def must_retry(status: int | None) -> bool:
 @register(CRAWL_KIND, CrawlParams)
 def crawl(params: CrawlParams) -> Spawned:
     from scrapefleet.common.http import client as http_client
-    from scrapefleet.common.http.page_text import decode_html, parse_title
+    from scrapefleet.common.http.page_text import decode_page, parse_title
     from scrapefleet.common.settings import load_settings
 
     settings = load_settings()
@@ -311,9 +313,9 @@ def crawl(params: CrawlParams) -> Spawned:
     if must_retry(fetched.status):
         raise http_client.HTTPStatusFailure(f"HTTP {fetched.status} from {params.url}")
     content_type = fetched.headers.get("content-type")
-    html = ""
+    html, encoding = "", "utf-8"
     if fetched.decoded and (content_type is None or content_type.startswith(HTML_TYPES)):
-        html = decode_html(fetched.body, content_type)
+        html, encoding = decode_page(fetched.body, content_type)
     return crawled_page(
         params,
         CRAWL_KIND,
@@ -321,6 +323,7 @@ def crawl(params: CrawlParams) -> Spawned:
         status=fetched.status,
         title=parse_title(fetched.body, content_type) if html else None,
         html=html,
+        encoding=encoding,
         allowed=robots_filter(robots, agent, params.url),
         bytes=len(fetched.body),
         truncated=fetched.truncated,

@@ -3,7 +3,8 @@
 Pure functions, no I/O. A link is normalised so that one page has one spelling, which is the
 crawl's dedupe key: scheme and host lower-case, an IDN host as punycode, the default port
 dropped, an empty path made ``/``, dot segments resolved, the fragment dropped (the same page,
-scrolled), non-ASCII characters percent-encoded as UTF-8 and every escape in one spelling
+scrolled), non-ASCII characters percent-encoded (as UTF-8, but in a query as the page's charset,
+as browsers send it) and every escape in one spelling
 (upper-case hex, unreserved characters unescaped). Letters of path and query keep their case
 (servers may tell it apart), and the query its order. Only http(s) links are links here
 (mailto:, javascript:, data: and the like are not pages to fetch).
@@ -18,6 +19,7 @@ normalised, is not followed.
 
 from __future__ import annotations
 
+import codecs
 import ipaddress
 import re
 import string
@@ -51,12 +53,15 @@ _UNRESERVED = frozenset(string.ascii_letters + string.digits + "-._~")
 MAX_LINK_CHARS = 2048  # a longer link is not followed (a crawl key is at most this long)
 
 
-def normalise_url(url: str, base: str | None = None) -> str | None:
+def normalise_url(url: str, base: str | None = None, encoding: str = "utf-8") -> str | None:
     """``url`` (resolved against ``base``) in its one spelling, or None when it is not an
-    http(s) URL with a host."""
+    http(s) URL with a host. ``encoding``: the charset of the page the link is on, which its
+    query is encoded in, as browsers do (the path is always UTF-8)."""
     url = url.strip()
     try:
         joined = urljoin(base, url) if base else url
+        if not joined.isascii() and not _is_utf8(encoding):
+            joined = _query_in(joined, encoding)
         # w3lib: the host as IDNA (punycode), non-ASCII characters percent-encoded as UTF-8;
         # a URL with neither (most links) is as w3lib would leave it, for a sixth of the time.
         if not joined.isascii() or _QUOTED_BY_W3LIB.search(joined):
@@ -77,6 +82,36 @@ def normalise_url(url: str, base: str | None = None) -> str | None:
         netloc = f"{userinfo}@{netloc}"
     path = remove_dot_segments(normal_escapes(parts.path) or "/")
     return urlunsplit((scheme, netloc, path, normal_escapes(parts.query), ""))
+
+
+def _is_utf8(encoding: str) -> bool:
+    try:
+        name = codecs.lookup(encoding).name
+    except LookupError:
+        return True  # a charset Python does not know: UTF-8, as w3lib would
+    # WHATWG URL: a UTF-16 page's URLs use UTF-8 too.
+    return name in ("utf-8", "utf-16", "utf-16-le", "utf-16-be")
+
+
+def _query_in(url: str, encoding: str) -> str:
+    """``url`` with its query's non-ASCII characters percent-encoded in ``encoding``; one the
+    charset lacks as the character reference ``&#N;``, percent-encoded (WHATWG URL's
+    "percent-encode after encoding")."""
+    before, hash_, fragment = url.partition("#")
+    head, sep, query = before.partition("?")
+    if not sep:
+        return url
+    out = []
+    for char in query:
+        if char.isascii():
+            out.append(char)
+            continue
+        try:
+            raw = char.encode(encoding)
+        except UnicodeEncodeError:
+            raw = f"&#{ord(char)};".encode()
+        out.append("".join(f"%{byte:02X}" for byte in raw))
+    return f"{head}?{''.join(out)}{hash_}{fragment}"
 
 
 def normal_escapes(text: str) -> str:
@@ -155,10 +190,11 @@ class LinkRules:
         return not any(bounded_search(p, url, "exclude") for p in self.exclude)
 
 
-def extract_links(html: str, page_url: str) -> list[str]:
+def extract_links(html: str, page_url: str, encoding: str = "utf-8") -> list[str]:
     """The page's http(s) links, normalised, each once, in the order they first appear;
-    relative ones resolved against its <base href> or else its own URL. Parsed with lxml's HTML
-    parser (libxml2: about a sixth of html.parser's time on a large page)."""
+    relative ones resolved against its <base href> or else its own URL; queries in the page's
+    ``encoding``. Parsed with lxml's HTML parser (libxml2: about a sixth of html.parser's time
+    on a large page)."""
     from lxml import etree
 
     if not html.strip():
@@ -178,7 +214,7 @@ def extract_links(html: str, page_url: str) -> list[str]:
         else:
             hrefs.append(href)
     base_url = urljoin(page_url, base) if base else page_url
-    urls = (normalise_url(h, base_url) for h in hrefs if len(h) <= MAX_LINK_CHARS)
+    urls = (normalise_url(h, base_url, encoding) for h in hrefs if len(h) <= MAX_LINK_CHARS)
     return unique(u for u in urls if u is not None and len(u) <= MAX_LINK_CHARS)
 
 

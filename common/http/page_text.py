@@ -28,7 +28,14 @@ def decode_html(body: bytes, content_type: str | None) -> str:
     UTF-8 and Windows-1252 if not. Charset names are the WHATWG's labels, so ``iso-8859-1`` and
     ``latin1`` are Windows-1252 (curly quotes and the euro sign, not C1 controls). Bytes the
     charset cannot decode become U+FFFD."""
-    return html_to_unicode(content_type, body, auto_detect_fun=_sniff)[1]
+    return decode_page(body, content_type)[0]
+
+
+def decode_page(body: bytes, content_type: str | None) -> tuple[str, str]:
+    """decode_html's text, and the charset it was decoded with (Python's codec name): the
+    charset a browser encodes the page's query strings in."""
+    encoding, text = html_to_unicode(content_type, body, auto_detect_fun=_sniff)
+    return text, encoding
 
 
 def _sniff(body: bytes) -> str:

@@ -52,6 +52,8 @@ def crawl_browser(driver: Any, params: BrowserCrawlParams) -> Spawned:
     with translated_errors(f"reading {params.url}"):
         html = driver.page_source
         final_url = driver.current_url
+        # The charset the browser decoded the page with: its links' queries are sent in it.
+        encoding = str(driver.execute_script("return document.characterSet") or "utf-8")
     return crawled_page(
         params,
         BROWSER_CRAWL_KIND,
@@ -59,6 +61,7 @@ def crawl_browser(driver: Any, params: BrowserCrawlParams) -> Spawned:
         status=status,
         title=page["title"],
         html=html,
+        encoding=encoding,
         allowed=robots_filter(robots, agent, params.url),
         **delay_of(robots, agent),
     )

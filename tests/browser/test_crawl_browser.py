@@ -15,6 +15,7 @@ from scrapefleet.consumer.browser.crawl_browser import crawl_browser
 from scrapefleet.consumer.browser.selenium_actions import HttpError
 from scrapefleet.consumer.browser.stack import StackWebDriver
 from tests.e2e.crawl_site import Site, serve_site
+from tests.integration.page_server import serve_pages
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(60)]
 
@@ -63,3 +64,19 @@ def test_error_pages(driver: StackWebDriver, crawl_site: Site) -> None:
     assert (gone.result["status"], list(gone.spawn)) == (404, [])
     with pytest.raises(HttpError, match="HTTP 503"):
         _in_browser(driver, crawl_site.url("/busy"))
+
+
+def test_a_windows_1252_pages_queries_in_its_charset_as_over_http(driver: StackWebDriver) -> None:
+    with serve_pages() as site:
+        body = b'<title>1252</title><a href="/s?q=\xe9">e</a><a href="/s?q=&#20013;">z</a>'
+        site.page("/", body, ctype="text/html; charset=windows-1252")
+        over_http = crawl(CrawlParams.model_validate({"url": site.url("/")}))
+        in_browser = _in_browser(driver, site.url("/"))
+    assert (
+        _urls(in_browser)
+        == _urls(over_http)
+        == [
+            site.url("/s?q=%E9"),
+            site.url("/s?q=%26%2320013%3B"),
+        ]
+    )

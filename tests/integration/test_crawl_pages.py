@@ -172,3 +172,16 @@ def test_the_issues_hostile_link_and_include_pattern_are_cheap(site: PageSite) -
     assert ticker.widest_gap() < scaled(0.5)
     assert _keys(page) == [site.url(f"/list?{'?' * 9}sort=1")]
     assert page.result["links_found"] == 2
+
+
+def test_a_query_is_encoded_in_the_pages_charset_as_browsers_send_it(site: PageSite) -> None:
+    # A windows-1252 page: the path is UTF-8 (as ever), the query the page's own charset; a
+    # character the charset lacks becomes a character reference, percent-encoded (WHATWG URL).
+    hrefs = b'<a href="/caf\xe9?q=\xe9">1</a><a href="/s?q=&#20013;&amp;r=\x80">2</a>'
+    site.page("/", b"<title>1252</title>" + hrefs, ctype="text/html; charset=windows-1252")
+    assert _keys(_crawl(site, "/")) == [
+        site.url("/caf%C3%A9?q=%E9"),
+        site.url("/s?q=%26%2320013%3B&r=%80"),
+    ]
+    site.page("/u", '<a href="/s?q=é">u</a>', ctype="text/html; charset=utf-8")
+    assert _keys(_crawl(site, "/u")) == [site.url("/s?q=%C3%A9")]

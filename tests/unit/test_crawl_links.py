@@ -138,3 +138,16 @@ def test_a_domain_scope_keeps_every_host_of_the_registrable_domain() -> None:
     assert not rules.keeps("https://notpython.org/")
     # github.io is a public suffix: each user's pages are a domain of their own
     assert not LinkRules(site=None, domain="a.github.io").keeps("https://b.github.io/")
+
+
+def test_a_query_takes_the_pages_charset_and_the_path_utf8() -> None:
+    assert normalise_url("/caf\xe9?q=\xe9#\xe9", "http://a.test/", "cp1252") == (
+        "http://a.test/caf%C3%A9?q=%E9"
+    )
+    assert normalise_url("/s?q=\u4e2d", "http://a.test/", "windows-1252") == (
+        "http://a.test/s?q=%26%2320013%3B"  # not in the charset: a character reference
+    )
+    assert normalise_url("/s?q=\xe9", "http://a.test/", "utf-16") == "http://a.test/s?q=%C3%A9"
+    assert normalise_url("/s?q=\xe9", "http://a.test/", "no-such-charset") == (
+        "http://a.test/s?q=%C3%A9"
+    )
