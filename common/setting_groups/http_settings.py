@@ -5,7 +5,7 @@ crawl obeys.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import NoDecode
@@ -79,9 +79,21 @@ class HttpSettings(BaseModel):
         ge=1,
         description=(
             "a crawled site's jobs queued or running at once, fleet-wide, unless "
-            "`rate_limits`/`rate_limit_default` give it limits; unset -> none"
+            "`rate_limits`/`rate_limit_default` give it limits; 0, `none` or (in the "
+            "environment) empty -> no limit"
         ),
     )
+
+    @field_validator("crawl_site_concurrency", mode="before")
+    @classmethod
+    def _no_crawl_limit(cls, value: Any) -> Any:
+        # TOML has no null and an environment variable no None: 0, "none" or an empty value
+        # is how a file or the environment says "no limit".
+        if isinstance(value, str) and value.strip().lower() in ("", "none", "0"):
+            return None
+        if value == 0 and not isinstance(value, bool):
+            return None
+        return value
 
     @field_validator("http_proxy")
     @classmethod

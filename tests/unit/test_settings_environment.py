@@ -146,3 +146,22 @@ def test_non_finite_numbers_in_the_file_are_refused(tmp_path: Path) -> None:
     config.write_text("backoff_max_s = inf\n")
     with pytest.raises(SettingsError, match=r"invalid setting backoff_max_s .*finite"):
         load_settings(config)
+
+
+@pytest.mark.parametrize("value", ["", "none", "None", "0"])
+def test_the_crawl_site_concurrency_can_be_unset_from_the_environment(
+    value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SCRAPEFLEET_CRAWL_SITE_CONCURRENCY", value)
+    assert load_settings().crawl_site_concurrency is None
+
+
+def test_the_crawl_site_concurrency_can_be_unset_in_the_file(tmp_path: Path) -> None:
+    for text in ("crawl_site_concurrency = 0\n", 'crawl_site_concurrency = "none"\n'):
+        path = tmp_path / "scrapefleet.toml"
+        path.write_text(text)
+        assert load_settings(path).crawl_site_concurrency is None
+    path.write_text("crawl_site_concurrency = -1\n")
+    with pytest.raises(SettingsError, match="crawl_site_concurrency"):
+        load_settings(path)
+    assert load_settings(crawl_site_concurrency=5).crawl_site_concurrency == 5
