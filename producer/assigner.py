@@ -28,6 +28,7 @@ process's session.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import logging
 import os
@@ -36,6 +37,7 @@ import threading
 import time
 from datetime import UTC, datetime
 
+from apscheduler.schedulers import SchedulerNotRunningError
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.engine import Engine
 
@@ -57,7 +59,7 @@ from scrapefleet.producer.leader import LeaderSession
 from scrapefleet.producer.operator_jobs import OperatorJobs
 from scrapefleet.producer.probe import Probe
 from scrapefleet.producer.probing import RoutingProbe
-from scrapefleet.producer.producer_cycle import ProducerCycle
+from scrapefleet.producer.producer_cycle import CycleReport, ProducerCycle
 from scrapefleet.producer.rate_steps import RateControl
 from scrapefleet.producer.recent_probes import Probed
 from scrapefleet.producer.start_grace import StartGrace
@@ -181,11 +183,28 @@ class Producer(ProducerCycle, AssignmentStep):
             log.warning("could not register this producer, its first cycle will: %s", describe(exc))
 
     def _interval_cycle(self) -> None:
-        self.run_cycle(full=True)
+        self._pace(self.run_cycle(full=True))
 
     def _wake_cycle(self) -> None:
         if self._leader.is_leader:
-            self.run_cycle(full=False)
+            self._pace(self.run_cycle(full=False))
+
+    def _pace(self, report: CycleReport) -> None:
+        """Wake a cycle when a site's Crawl-delay lets its next page start: a delay shorter
+        than producer_interval_s is kept, where waiting for the next interval stretched every
+        gap to the interval. One pending wake-up, the earliest (each cycle reschedules it)."""
+        when = report.next_paced_start
+        if when is None or self._scheduler is None or not self.lifecycle.is_running:
+            return
+        with contextlib.suppress(SchedulerNotRunningError):  # stopping meanwhile
+            self._scheduler.add_job(
+                self._wake_cycle,
+                "date",
+                run_date=when,
+                id="paced-wake",
+                replace_existing=True,
+                misfire_grace_time=None,
+            )
 
     def run(self, until_idle: bool = False) -> int:
         """Run until stopped (SIGTERM/SIGINT when the caller installed

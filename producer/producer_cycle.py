@@ -17,6 +17,7 @@ import logging
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 
 from scrapefleet.common import store
 from scrapefleet.common.db.engines import describe, is_connection_error, transaction
@@ -46,6 +47,8 @@ class CycleReport:
     transitions: tuple[tuple[str, str, str], ...] = ()  # (host, from, to)
     duration_s: float = 0.0
     error: str | None = None  # why the cycle stopped early (it is retried next cycle)
+    # When a site's Crawl-delay lets its next page start: the daemon wakes a cycle then.
+    next_paced_start: datetime | None = None
 
 
 class ProducerCycle(ProducerBase):
@@ -128,7 +131,8 @@ class ProducerCycle(ProducerBase):
         assigned = self._assign(record_cycle=full)
         if summary := self._assignments.add(assigned, self._monotonic()):
             log.info("%s", summary)
-        return replace(report, assigned=len(assigned))
+        paced = self._rates.next_paced_start(datetime.now(UTC))
+        return replace(report, assigned=len(assigned), next_paced_start=paced)
 
     @contextlib.contextmanager
     def _cycle_lock_released(self) -> Iterator[None]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -62,6 +63,19 @@ def with_live_limits(configured: RateRules, live: LiveControls) -> RateRules:
 
 def _limit(control: LiveControl) -> RateLimit:
     return RateLimit(concurrency=control.concurrency, per_minute=control.per_minute)
+
+
+def next_paced_start(
+    delays: Mapping[str, float], last_placed: Mapping[str, datetime], now: datetime
+) -> datetime | None:
+    """The earliest next start, after ``now``, of a key spaced by ``delays`` (seconds) whose
+    last job was placed at ``last_placed``; None when no such key is waiting out its delay."""
+    starts = (
+        placed + timedelta(seconds=delays[key])
+        for key, placed in last_placed.items()
+        if key in delays
+    )
+    return min((start for start in starts if start > now), default=None)
 
 
 class RateControl:
@@ -149,6 +163,14 @@ class RateControl:
             starts[key] = now if last is None else last + timedelta(seconds=delay_s)
         self._last_placed = {k: v for k, v in self._last_placed.items() if k in starts}
         return starts
+
+    def next_paced_start(self, now: datetime) -> datetime | None:
+        """When the next Crawl-delay key held back now may start a job (None: none is held
+        back): the producer wakes then, rather than at its next interval, so that a delay
+        shorter than the interval is kept, not stretched to it."""
+        self._note_placed()
+        delays = {k: delay_s for k, (delay_s, _learned) in self.crawl_delays.items()}
+        return next_paced_start(delays, self._last_placed, now)
 
     def learn(self, conn: Connection, now: datetime) -> None:
         """Slow the keys pushed back on since the last look, let the others recover, and save."""

@@ -1,9 +1,11 @@
 """A small HTTP site on 127.0.0.1 whose pages a test writes: path -> (status, content type,
-body bytes), or a redirect. It counts each path's hits and keeps the User-Agent of each request."""
+body bytes), or a redirect. It counts each path's hits, and keeps the User-Agent of each
+request and when it came (a site's log of request times)."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +24,7 @@ class PageSite:
     hits: Counter[str] = field(default_factory=Counter)
     user_agents: list[str] = field(default_factory=list)
     redirects: dict[str, str] = field(default_factory=dict)  # path -> Location (301)
+    requests: list[tuple[float, str]] = field(default_factory=list)  # (time.monotonic(), path)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def url(self, path: str = "/") -> str:
@@ -39,6 +42,7 @@ def _handler(site: PageSite) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:
             with site.lock:
                 site.hits[self.path] += 1
+                site.requests.append((time.monotonic(), self.path))
                 site.user_agents.append(self.headers.get("User-Agent", ""))
             if self.path in site.redirects:
                 self.send_response(301)

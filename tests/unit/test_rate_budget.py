@@ -22,6 +22,7 @@ from scrapefleet.common.jobs.rate_limits import (
 from scrapefleet.common.settings import load_settings
 from scrapefleet.producer.planner import HostSlots, plan_assignments
 from scrapefleet.producer.rate_budget import RateBudget, RateRules
+from scrapefleet.producer.rate_steps import next_paced_start
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 DAY = 86400.0
@@ -322,3 +323,16 @@ def test_a_pause_a_host_asks_for_is_capped_at_retry_after_max_s() -> None:
     # A pause saved before (or by a producer without the cap) is capped when read again.
     assert capped_pause(Slowdown(0.5, forever), NOW, 600) == slowed
     assert capped_pause(Slowdown(0.5, NOW), NOW, 600) == Slowdown(0.5, NOW)
+
+
+def test_the_producer_wakes_when_a_delayed_key_may_start_again() -> None:
+    delays = {"slow.test": 1.0, "slower.test": 5.0, "gone.test": 1.0}
+    placed = {
+        "slow.test": NOW - timedelta(seconds=0.25),  # due in 0.75 s
+        "slower.test": NOW - timedelta(seconds=1),  # due in 4 s
+        "free.test": NOW,  # no delay: no wake for it
+    }
+    assert next_paced_start(delays, placed, NOW) == NOW + timedelta(seconds=0.75)
+    waited_out = {"slow.test": NOW - timedelta(seconds=2)}
+    assert next_paced_start(delays, waited_out, NOW) is None  # due already: nothing to wake for
+    assert next_paced_start({}, placed, NOW) is None
