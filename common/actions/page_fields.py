@@ -2,7 +2,7 @@
 parsel (the selector library of Scrapy: lxml and cssselect).
 
 A field is ``{"css": ...}`` or ``{"xpath": ...}``, optionally with ``attr`` (the attribute to
-read; absent: the element's text, whitespace collapsed, script and style left out), ``all``
+read; absent: the element's text laid out as the browser's, by visible_text), ``all``
 (a list of every match, at most MAX_FIELD_VALUES, not the first) and ``re`` (a regular
 expression searched in each value: its first group, else the whole match; a value it does not
 match is dropped). ``re`` alone is searched in the page's HTML (its first REGEX_MAX_INPUT_CHARS
@@ -14,7 +14,7 @@ text, from the rendered page) and an XPath or ``re``-only one from the page's HT
 
 from __future__ import annotations
 
-import re as stdlib_re
+import copy
 from typing import Annotated, Any
 from urllib.parse import urljoin
 
@@ -52,8 +52,9 @@ MAX_FIELD_CHARS = 1024  # a field's value is cut to this
 MAX_FIELD_VALUES = 100  # an ``all`` field keeps this many values
 MAX_SELECTOR_CHARS = 1000
 _URL_ATTRS = frozenset({"href", "src", "action"})  # resolved against the page, as a browser does
-_SPACE = stdlib_re.compile(r"\s+")
-_TEXT = ".//text()[not(ancestor::script) and not(ancestor::style)]"
+# Elements whose content a browser does not show as text (scripting on).
+_NOT_TEXT = frozenset({"script", "style", "noscript", "template"})
+_NOT_TEXT_INSIDE = " | ".join(f".//{tag}" for tag in sorted(_NOT_TEXT))
 
 
 class FieldSpec(BaseModel):
@@ -172,11 +173,30 @@ def _value(match: Any, attr: str | None, page_url: str) -> str | None:
     if not hasattr(match.root, "tag"):  # XPath gave a string, a number or an attribute's text
         return str(match.get())
     if attr is None:
-        return _SPACE.sub(" ", "".join(match.xpath(_TEXT).getall())).strip()
+        return visible_text(match.root)
     value = match.attrib.get(attr)
     if value is not None and attr in _URL_ATTRS:
         return urljoin(page_url, value.strip())
     return value if value is None else str(value)
+
+
+def visible_text(element: Any) -> str:
+    """An element's text laid out as the browser's (fetch_page's CSS fields, Selenium's
+    ``.text``) on the same page: html-text's layout (a line break around blocks, list items,
+    rows and paragraphs; a space between other elements' texts), each line's white space
+    collapsed and trimmed, blank lines dropped; script, style, noscript and template left out.
+    Without styles it cannot tell what CSS hides or lays out otherwise."""
+    import html_text
+
+    if element.tag in _NOT_TEXT:
+        return ""
+    if element.xpath(f"boolean({_NOT_TEXT_INSIDE})"):
+        element = copy.deepcopy(element)  # the page's own tree stays whole for other fields
+        for hidden in element.xpath(_NOT_TEXT_INSIDE):
+            hidden.drop_tree()  # its tail, text after it, stays
+    text = html_text.etree_to_text(element, guess_layout=True)
+    lines = (" ".join(line.split()) for line in text.splitlines())
+    return "\n".join(line for line in lines if line)
 
 
 def _matched(pattern: Pattern | None, name: str, value: str | None) -> str | None:

@@ -181,9 +181,10 @@ def wait_for_selector(driver: Any, selector: str, timeout_s: float) -> None:
 # come back resolved, else the attribute; boolean attributes "true" or null). Text follows
 # Selenium's .text (chromedriver's getVisibleText, which Selenium does not ship) as closely as a
 # script can: "" for an element Selenium's isDisplayed atom calls hidden, else its rendered text
-# (innerText) with no-break spaces as spaces, blank lines dropped, each line trimmed unless the
-# element keeps white space (pre). Unlike Selenium, descendants hidden only by opacity or by
-# lying off the page still count.
+# (innerText) with no-break spaces as spaces, blank lines dropped, each line trimmed and its
+# runs of spaces and tabs (innerText's between table cells) one space, unless the element keeps
+# white space (pre). Unlike Selenium, descendants hidden only by opacity or by lying off the page
+# still count. HTTP actions lay out the same text from HTML (page_fields.visible_text).
 _READ_PAGE_BODY_JS = r"""
 const specs = arguments[0];
 const text = (el) => {
@@ -192,7 +193,7 @@ const text = (el) => {
   const space = getComputedStyle(el).whiteSpace;
   const kept = space.startsWith("pre") || space === "break-spaces";
   return raw.replace(/\u00a0/g, " ").split("\n")
-    .map((line) => kept ? line.trimEnd() : line.trim())
+    .map((line) => kept ? line.trimEnd() : line.replace(/[ \t]+/g, " ").trim())
     .filter((line) => line.trim() !== "").join("\n");
 };
 const fields = {};

@@ -241,3 +241,42 @@ def test_screenshot_is_full_page(driver: StackWebDriver, site: LocalSite, tmp_pa
     assert png.startswith(b"\x89PNG") and result["size_bytes"] == len(png)
     assert result["height"] > 4000 > 700  # beyond the 700 px window
     assert result["width"] > 0 and result["title"] == "Long"
+
+
+# Markup whose text a browser lays out: blocks, list items, table cells and rows, paragraphs,
+# no-break spaces, a script inside an element, text split across inline elements with spaces.
+LAID_OUT = """<!doctype html><title>Layout</title><body>
+<div class="item"><h2>Widget</h2><span class="price">$1.50</span></div>
+<div class="item"><h2>Gadget</h2>
+  <span class="price">$2.75</span> <em>sale</em></div>
+<ul class="tags"><li>red</li><li>green</li></ul>
+<table><tr><td>a</td><td>b</td></tr><tr><td>c</td><td>d</td></tr></table>
+<div class="copy"><p>One&nbsp;two  three.</p><p>Four <b>five</b> six.</p></div>
+<div class="mixed">before<script>var x;</script><style>p{}</style><div>inner</div>after</div>
+</body>"""
+
+
+def test_element_text_is_the_same_over_http_and_in_the_browser(driver: StackWebDriver) -> None:
+    from scrapefleet.common.actions.builtin import HttpGetParams, http_get
+    from tests.integration.page_server import serve_pages
+
+    fields = {
+        "item": {"css": "div.item"},
+        "items": {"css": "div.item", "all": True},
+        "tags": {"css": "ul.tags"},
+        "table": {"css": "table"},
+        "copy": {"css": "div.copy"},
+        "mixed": {"css": "div.mixed"},
+    }
+    with serve_pages() as pages:
+        pages.page("/layout", LAID_OUT)
+        url = pages.url("/layout")
+        over_http = http_get(HttpGetParams.model_validate({"url": url, "fields": fields}))
+        params = FetchPageParams.model_validate({"url": url, "fields": fields})
+        in_browser = fetch_page(driver, params)
+        selenium_table = driver.find_element(By.CSS_SELECTOR, "table").text
+    assert in_browser["fields"]["item"] == "Widget\n$1.50"  # Selenium's text, as before
+    assert in_browser["fields"]["items"][1] == "Gadget\n$2.75 sale"
+    assert in_browser["fields"]["tags"] == "red\ngreen"
+    assert in_browser["fields"]["table"] == selenium_table == "a b\nc d"  # cells: a space
+    assert over_http["fields"] == in_browser["fields"]
