@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import regex
 
 from scrapefleet.common.actions.error_classes import Permanent
+from scrapefleet.common.actions.page_budget import check_budget, remaining_s
 from scrapefleet.common.constants import REGEX_TIMEOUT_S
 
 __all__ = [
@@ -57,10 +58,16 @@ def bounded_search(
     pattern: Pattern, text: str, what: str, *, timeout_s: float = REGEX_TIMEOUT_S
 ) -> regex.Match[str] | None:
     """``pattern.search(text)`` within ``timeout_s``, the GIL released; PatternTimeout names
-    ``what`` (the field or rule the pattern is) when it runs out."""
+    ``what`` (the field or rule the pattern is) when it runs out, ExtractionTimeout when the
+    page's budget (common.actions.page_budget), if one is open, runs out first."""
+    left = remaining_s()
+    if left is not None:
+        check_budget(what)
+        timeout_s = min(timeout_s, left)
     try:
         return pattern.search(text, timeout=timeout_s, concurrent=True)
     except TimeoutError:
+        check_budget(what)
         raise PatternTimeout(
             f"{what}: the pattern {pattern.pattern[:100]!r} ran past {timeout_s:g} s on"
             f" {len(text):,} characters; it is not tried again"

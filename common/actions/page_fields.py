@@ -34,6 +34,7 @@ from scrapefleet.common.actions.bounded_regex import (
     bounded_search,
     compile_pattern,
 )
+from scrapefleet.common.actions.page_budget import budgeted_css, check_budget, page_budget
 from scrapefleet.common.constants import REGEX_MAX_INPUT_CHARS
 
 __all__ = [
@@ -135,23 +136,31 @@ def read_fields(html: str, page_url: str, fields: dict[str, FieldSpec]) -> dict[
         return {}
     from parsel import Selector
 
-    page = Selector(text=html or "<html></html>") if _needs_tree(fields) else None
-    found: dict[str, Any] = {}
-    for name, spec in fields.items():
-        pattern = None if spec.re is None else compile_pattern(spec.re, name)
-        if spec.css is None and spec.xpath is None:
-            found[name] = _matched(pattern, name, html[:REGEX_MAX_INPUT_CHARS])
-            continue
-        assert page is not None
-        matches = page.css(spec.css) if spec.css is not None else page.xpath(spec.xpath or "")
-        values = []
-        for match in matches[: MAX_FIELD_VALUES if spec.all else None]:
-            value = _matched(pattern, name, _value(match, spec.attr, page_url))
-            if value is not None:
-                values.append(value)
-                if not spec.all:
-                    break
-        found[name] = values[:MAX_FIELD_VALUES] if spec.all else (values[0] if values else None)
+    with page_budget():  # the page's, when the action opened it already
+        page = Selector(text=html or "<html></html>") if _needs_tree(fields) else None
+        found: dict[str, Any] = {}
+        for name, spec in fields.items():
+            what = f"field {name!r}"
+            check_budget(what)
+            pattern = None if spec.re is None else compile_pattern(spec.re, name)
+            if spec.css is None and spec.xpath is None:
+                found[name] = _matched(pattern, name, html[:REGEX_MAX_INPUT_CHARS])
+                continue
+            assert page is not None
+            if spec.css is not None:
+                matches = budgeted_css(page, spec.css, what)
+            else:
+                matches = page.xpath(spec.xpath or "")
+            values = []
+            for match in matches[: MAX_FIELD_VALUES if spec.all else None]:
+                check_budget(what)
+                value = _matched(pattern, name, _value(match, spec.attr, page_url))
+                if value is not None:
+                    values.append(value)
+                    if not spec.all:
+                        break
+            first = values[0] if values else None
+            found[name] = values[:MAX_FIELD_VALUES] if spec.all else first
     return found
 
 

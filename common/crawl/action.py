@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from scrapefleet.common.actions.browser_params import validate_web_url
 from scrapefleet.common.actions.builtin import HttpGetParams, fetch_page, job_proxy, job_user_agent
+from scrapefleet.common.actions.page_budget import page_budget
 from scrapefleet.common.actions.page_fields import PageFields, read_fields
 from scrapefleet.common.actions.registry import register
 from scrapefleet.common.actions.spawn import MAX_SPAWN_PER_ATTEMPT, Spawned
@@ -198,19 +199,21 @@ def crawled_page(
     (none from an error page). The seed that redirected to another site moves the crawl's
     site there (``site_moved``): ``crawl https://python.org/`` crawls www.python.org."""
     ok = html and (status or 200) < 400
-    links = extract_links(html, final_url, encoding) if ok else []
     moved = seed_redirect(params, final_url)
     if moved is not None:
         params = params.model_copy(update={"site": moved})
         extra["site_moved"] = f"the seed redirected to {moved}: the crawl follows it there"
         log.info("crawl of %s: %s", params.page_url(), extra["site_moved"])
-    children, disallowed = child_jobs(params, links, kind, allowed)
+    with page_budget():  # the links the patterns keep and the fields, together
+        links = extract_links(html, final_url, encoding) if ok else []
+        children, disallowed = child_jobs(params, links, kind, allowed)
+        fields = read_fields(html, final_url, params.fields)
     result = {
         "url": params.page_url(),
         "final_url": final_url,
         "status": status,
         "title": title,
-        "fields": read_fields(html, final_url, params.fields),
+        "fields": fields,
         "links_found": len(links),
         "links_followed": len(children),  # offered to the crawl; seen ones are dropped there
         "links_disallowed": disallowed,  # by the site's robots.txt
@@ -247,9 +250,10 @@ def sitemap_page(
         for u in (normalise_url(loc) for loc in listed.urls if len(loc) <= MAX_LINK_CHARS)
         if u is not None and len(u) <= MAX_LINK_CHARS
     )
-    children, disallowed = child_jobs(
-        params, urls, CRAWL_KIND, allowed, sitemaps=listed.lists_sitemaps
-    )
+    with page_budget():
+        children, disallowed = child_jobs(
+            params, urls, CRAWL_KIND, allowed, sitemaps=listed.lists_sitemaps
+        )
     result = {
         "url": params.url,
         "final_url": fetched.final_url,

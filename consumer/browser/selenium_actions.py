@@ -47,6 +47,7 @@ from scrapefleet.common.actions.error_classes import (
     Permanent,
     parse_retry_after,
 )
+from scrapefleet.common.actions.page_budget import page_budget
 from scrapefleet.common.actions.page_fields import read_fields, refine
 from scrapefleet.common.actions.registry import register
 from scrapefleet.common.clock import utcnow
@@ -259,14 +260,15 @@ def read_page(driver: Any, fields: dict[str, FieldSpec], where: str = "the page"
             f"field {name!r} ({fields[name].css!r}): invalid CSS selector ({invalid['message']})"
         )
     read = page["fields"]
-    for name, spec in in_browser.items():
-        if spec.re is not None:
-            read[name] = refine(spec, name, read[name])
-    from_html = {name: spec for name, spec in fields.items() if spec.css is None}
-    if from_html:  # XPath and regexes over the HTML: one more call, only when asked
-        with translated_errors(f"reading {where}"):
-            html = driver.page_source
-        read.update(read_fields(html, page["final_url"], from_html))
+    with page_budget():  # the regexes and the fields read from the HTML, together
+        for name, spec in in_browser.items():
+            if spec.re is not None:
+                read[name] = refine(spec, name, read[name])
+        from_html = {name: spec for name, spec in fields.items() if spec.css is None}
+        if from_html:  # XPath and regexes over the HTML: one more call, only when asked
+            with translated_errors(f"reading {where}"):
+                html = driver.page_source
+            read.update(read_fields(html, page["final_url"], from_html))
     page["fields"] = {name: read[name] for name in fields}
     return page
 

@@ -13,8 +13,9 @@ import pytest
 from scrapefleet.common.actions.bounded_regex import PatternTimeout
 from scrapefleet.common.actions.builtin import HttpGetParams, http_get
 from scrapefleet.common.actions.error_classes import ErrorClass, classify
+from scrapefleet.common.actions.page_budget import ExtractionTimeout
 from scrapefleet.common.actions.spawn import Spawned
-from scrapefleet.common.constants import REGEX_TIMEOUT_S
+from scrapefleet.common.constants import PAGE_EXTRACTION_S, REGEX_TIMEOUT_S
 from scrapefleet.common.crawl.action import CrawlParams, crawl
 from tests.integration.page_server import PageSite, serve_pages
 from tests.waiting import scaled
@@ -185,3 +186,32 @@ def test_a_query_is_encoded_in_the_pages_charset_as_browsers_send_it(site: PageS
     ]
     site.page("/u", '<a href="/s?q=é">u</a>', ctype="text/html; charset=utf-8")
     assert _keys(_crawl(site, "/u")) == [site.url("/s?q=%C3%A9")]
+
+
+def _hostile_links(count: int) -> str:
+    # Each link a long run of "?": `.*\?.*sort=` backtracks over it (about 10 ms a link).
+    return "".join(f'<a href="/l{i}?{"?" * 1500}">l</a>' for i in range(count))
+
+
+def test_a_pages_patterns_together_are_bounded_in_time(site: PageSite) -> None:
+    site.page("/", "<title>Hostile</title>" + _hostile_links(1000))
+    started = time.monotonic()
+    with pytest.raises(ExtractionTimeout) as out_of_time:
+        _crawl(site, "/", include=[r".*\?.*sort="])
+    took = time.monotonic() - started
+    assert str(out_of_time.value).startswith(
+        f"include: the page's links and fields took more than {PAGE_EXTRACTION_S:g} s"
+    )
+    assert classify(out_of_time.value) is ErrorClass.PERMANENT
+    assert took < scaled(PAGE_EXTRACTION_S + 3), took  # not the 12-15 s all 1,000 links take
+
+
+def test_a_cubic_selector_is_bounded_in_time_naming_its_field(site: PageSite) -> None:
+    site.page("/", "<title>Divs</title>" + "<div>item</div>" * 2400)  # 36 KB
+    fields = {"fine": {"css": "title"}, "cubic": {"css": "div ~ div ~ div", "all": True}}
+    started = time.monotonic()
+    with pytest.raises(ExtractionTimeout, match=r"^field 'cubic': the page's links and fields"):
+        http_get(HttpGetParams.model_validate({"url": site.url("/"), "fields": fields}))
+    assert time.monotonic() - started < scaled(PAGE_EXTRACTION_S + 3)
+    with pytest.raises(ExtractionTimeout, match=r"^field 'cubic'"):
+        _crawl(site, "/", fields=fields)
