@@ -1,10 +1,11 @@
 """scrapefleet's public Python API: everything a scraper's author or a submitting program
-imports, from this one module (the admin CLI uses it too; docs/scrapers.md walks through it).
+imports, from the top-level package ``scrapefleet`` (which loads this module when a name of it is
+first used) or from here (the admin CLI uses it too; docs/scrapers.md walks through it).
 
 Writing actions:
 
     from pydantic import BaseModel
-    from scrapefleet.common.api import Permanent, Spawned, register
+    from scrapefleet import Permanent, Spawned, register
 
     class PriceParams(BaseModel):
         url: str
@@ -14,7 +15,8 @@ Writing actions:
 
 Submitting and reading:
 
-    from scrapefleet.common.api import Client
+    from scrapefleet import Client, submit
+    job_id = submit("http_get", {"url": "https://example.org/"})  # the settings' database
     with Client("postgresql://...") as client:
         job_id = client.submit("http_get", {"url": "https://example.org/"})
         print(client.wait([job_id], timeout_s=60))
@@ -72,6 +74,7 @@ __all__ = [
     "SubmitError",
     "UnknownAction",
     "register",
+    "submit",
     "validate_job",
 ]
 
@@ -216,3 +219,33 @@ class Client:
             if all(s in FINISHED for s in statuses.values()) or time.monotonic() > deadline:
                 return statuses
             time.sleep(poll_s)
+
+
+def submit(
+    kind: str,
+    payload: dict[str, Any] | None = None,
+    *,
+    database_url: str | None = None,
+    priority: int | None = None,
+    max_attempts: int | None = None,
+    not_before: datetime | None = None,
+    dedupe_key: str | None = None,
+    lock_key: str | None = None,
+    callback_url: str | None = None,
+    rate_key: str | None = None,
+) -> int | None:
+    """Submit one job to the settings' database (``database_url``, else
+    SCRAPEFLEET_DATABASE_URL or the config file's): Client.submit for a script that submits
+    once. Its id, or None when its dedupe key is already in use."""
+    with Client(database_url) as client:
+        return client.submit(
+            kind,
+            payload,
+            priority=priority,
+            max_attempts=max_attempts,
+            not_before=not_before,
+            dedupe_key=dedupe_key,
+            lock_key=lock_key,
+            callback_url=callback_url,
+            rate_key=rate_key,
+        )

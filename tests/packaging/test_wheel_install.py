@@ -90,6 +90,15 @@ def test_wheel_installs_beside_a_distribution_with_a_top_level_common(tmp_path: 
     )  # fmt: skip
     assert both.stdout.split() == ["othercommon", "Settings"], both.stdout + both.stderr
 
+    # The top-level package is the public API, typed (its py.typed marker ships).
+    public = _run(
+        [str(python), "-c", "import pathlib, scrapefleet; from scrapefleet import Client, register,"
+         " submit; print(submit.__module__, (pathlib.Path(scrapefleet.__file__).parent"
+         " / 'py.typed').is_file())"],
+        cwd=tmp_path, timeout_s=60,
+    )  # fmt: skip
+    assert public.stdout.split() == ["scrapefleet.common.api", "True"], public.stderr
+
     helped = _run([str(venv / "bin" / "scrapefleet"), "--help"], tmp_path, 60)
     assert helped.returncode == 0 and "Usage: scrapefleet" in helped.stdout, helped.stderr
 

@@ -7,6 +7,7 @@ two modules of one name.
     browser   scrapefleet.consumer.browser: the library only (never the claim loop: the daemon
               drives the browser, the browser never reaches back into the daemon)
     migrations the library only
+    public    scrapefleet itself (the folder api/): the library only (it re-exports common.api)
     ops, local (the tools for people) anything: they sit above both daemons
 
 Within the library, the setting groups (scrapefleet.common.setting_groups) are put together by
@@ -25,7 +26,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-FOLDERS = ("common", "producer", "consumer", "migrations")
+FOLDERS = ("common", "producer", "consumer", "migrations", "api")
 
 ALLOWED: dict[str, set[str]] = {
     "library": {"library", "migrations"},  # `db upgrade` finds the migrations package
@@ -33,6 +34,7 @@ ALLOWED: dict[str, set[str]] = {
     "consumer": {"library", "consumer", "browser"},
     "browser": {"library", "browser"},
     "migrations": {"library", "migrations"},
+    "public": {"library"},
     "ops": {"library", "ops", "local", "producer", "consumer", "browser"},
     "local": {"library", "ops", "local", "producer", "consumer", "browser"},
 }
@@ -42,11 +44,15 @@ def _module_name(path: Path) -> str:
     parts = list(path.relative_to(REPO).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
-    return "scrapefleet." + ".".join(parts)
+    if parts[0] == "api":  # the folder of the top-level package
+        parts.pop(0)
+    return ".".join(["scrapefleet", *parts])
 
 
 def _layer(module: str) -> str:
     parts = module.split(".")
+    if len(parts) == 1:
+        return "public"
     if parts[1] == "common":
         return parts[2] if len(parts) > 2 and parts[2] in ("ops", "local") else "library"
     if parts[1] == "consumer" and len(parts) > 2 and parts[2] == "browser":
