@@ -26,6 +26,7 @@ One module per table or actor, each with its named statements at the top:
     events         the audit message and host_events rows
     crawls         a crawl's start, and the children a completion spawns
     profiles       persistent browser profiles: bound, cooled, reset, moved
+    proxies        proxy pools: added, disabled, removed; leased per attempt, charged
     rate_keys      rate limits: the budget's counts and back-off state
     tight_budgets  the pending jobs assignable within the rate limits
     schedules      recurring submissions: added, paused, removed; a slot claimed and its run
@@ -62,6 +63,7 @@ MODULES = (
     "roles",
     "events",
     "profiles",
+    "proxies",
     "crawls",
     "rate_keys",
     "tight_budgets",
@@ -182,6 +184,26 @@ if TYPE_CHECKING:
         move_profile,
         profile_rows,
         reset_profile,
+    )
+    from scrapefleet.common.store.proxies import (
+        ADD_PROXY_SQL,
+        LEASE_SQL,
+        POOL_SETTINGS,
+        LeasedProxy,
+        ProxyBusy,
+        ProxyRow,
+        add_proxies,
+        charge_identity,
+        known_pools,
+        lease_identities,
+        list_pools,
+        list_proxies,
+        proxy_for_attempt,
+        proxy_rows,
+        remove_proxies,
+        reset_proxies,
+        set_pool,
+        set_proxies_disabled,
     )
     from scrapefleet.common.store.rate_keys import (
         RATE_IN_FLIGHT_SQL,

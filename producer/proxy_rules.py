@@ -1,0 +1,104 @@
+"""Which proxy of its pool a job's next attempt leases: pure.
+
+A job that asks for a proxy pool (common.identities.proxy_pools) can be placed only while a
+proxy of its pool can take it at ``now``: not disabled, not banned, not cooling down, and under
+its pool's per-proxy cap counting the jobs holding it in the fleet and those this plan gave it.
+Of those, the least recently used is leased (this plan's leases count as uses), and the proxy
+its last attempt held only if no other will do: a job sent back after a block goes out through
+another exit address. A proxy puts no bound on hosts: the rules for profiles (or none) decide
+where the job goes, these only whether it goes now and with which proxy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Protocol
+
+from scrapefleet.common.identities.proxy_pools import unavailable
+from scrapefleet.producer.planner import ANY_HOST, HostChoice, Placement, PlannedJob
+
+
+class ProxyFacts(Protocol):
+    """What the rules read of a proxy (the store's ProxyRow)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def pool(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def cooldown_until(self) -> datetime | None: ...
+    @property
+    def banned_until(self) -> datetime | None: ...
+    @property
+    def last_used_at(self) -> datetime | None: ...
+    @property
+    def in_flight(self) -> int: ...
+    @property
+    def cap(self) -> int: ...
+
+
+class ProxyPlacement:
+    """The planner's Placement for proxy pools, over ``inner`` (the profiles' rules, or None):
+    ``chosen`` maps each placed job of a pool to the proxy it leases."""
+
+    def __init__(
+        self, proxies: Iterable[ProxyFacts], now: datetime, inner: Placement | None = None
+    ) -> None:
+        if now.tzinfo is None:
+            raise ValueError("now must be timezone-aware")
+        self._now = now
+        self._inner = inner
+        self._by_pool: dict[str, list[ProxyFacts]] = {}
+        for proxy in proxies:
+            self._by_pool.setdefault(proxy.pool, []).append(proxy)
+        self._leased: dict[int, int] = {}  # proxy id -> jobs this plan gave it
+        self._order: dict[int, int] = {}  # proxy id -> when this plan last gave it one
+        self.chosen: dict[int, int] = {}
+
+    @property
+    def inner(self) -> Placement | None:
+        return self._inner
+
+    def hosts_for(self, job: PlannedJob) -> HostChoice | None:
+        pool: str | None = getattr(job, "proxy_pool", None)
+        if pool is not None and self._pick(pool, getattr(job, "last_proxy", None)) is None:
+            return None
+        if self._inner is None:
+            return ANY_HOST
+        return self._inner.hosts_for(job)
+
+    def placed(self, job: PlannedJob, host: str) -> None:
+        if self._inner is not None:
+            self._inner.placed(job, host)
+        pool: str | None = getattr(job, "proxy_pool", None)
+        if pool is None:
+            return
+        proxy = self._pick(pool, getattr(job, "last_proxy", None))
+        if proxy is None:  # hosts_for said there was one, and nothing took it since
+            return
+        self._leased[proxy.id] = self._leased.get(proxy.id, 0) + 1
+        self._order[proxy.id] = len(self.chosen)
+        self.chosen[job.id] = proxy.id
+
+    def _pick(self, pool: str, last: int | None) -> ProxyFacts | None:
+        usable = [p for p in self._by_pool.get(pool, ()) if self._usable(p)]
+        if not usable:
+            return None
+        # The last attempt's proxy last; then never used before any used, this plan's leases
+        # after every earlier use, the least recently used first; then the lowest id.
+        return min(usable, key=lambda p: (p.id == last, *self._recency(p), p.id))
+
+    def _recency(self, proxy: ProxyFacts) -> tuple[int, float, int]:
+        if proxy.id in self._order:
+            return (2, 0.0, self._order[proxy.id])
+        if proxy.last_used_at is None:
+            return (0, 0.0, 0)
+        return (1, proxy.last_used_at.timestamp(), 0)
+
+    def _usable(self, proxy: ProxyFacts) -> bool:
+        if unavailable(proxy.state, proxy.cooldown_until, proxy.banned_until, self._now):
+            return False
+        return proxy.in_flight + self._leased.get(proxy.id, 0) < proxy.cap
