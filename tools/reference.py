@@ -204,6 +204,8 @@ def _sample_snapshot(metrics: Any) -> Any:
         oldest_pending_age_s=0.0,
         rate_keys={"k": metrics.RateKeyFigures(1, 1, 1.0, False)},
         schedules={"s": metrics.ScheduleFigures(False, 1.0, 0.0, 1.0, 0.0, 1.0)},
+        proxy_pools={"p": metrics.IdentityFigures(1, 0, {"ready": 1})},
+        profiles={"a": metrics.IdentityFigures(1, 0)},
     )
 
 

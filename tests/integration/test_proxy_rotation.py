@@ -4,9 +4,10 @@ requests, a real producer and a real consumer running ``http_get`` jobs through 
 
 What must show: every job completes and none uses an attempt for a block; the blocked proxy
 cools down (never leased while cooling) and is banned past its pool's threshold, as
-identity_health says; no proxy carries more jobs at once than its pool's cap (by the site's
-own count per exit address); no password in any CLI answer, log line or row. And the same
-site against a job pinned to that proxy (its own ``proxy``, no pool): blocked again and again.
+identity_health, the metrics and the dashboard say; no proxy carries more jobs at once than its
+pool's cap (by the site's own count per exit address); no password in any CLI answer, page, log
+line or row. And the same site against a job pinned to that proxy (its own ``proxy``, no pool):
+blocked again and again.
 """
 
 from __future__ import annotations
@@ -25,7 +26,10 @@ from scrapefleet.common import store
 from scrapefleet.common.api import validate_job
 from scrapefleet.common.http import client as http_client
 from scrapefleet.common.identities.proxy_pools import parse_proxy
+from scrapefleet.common.ops.dashboard.app import create_app
+from scrapefleet.common.settings import load_settings
 from scrapefleet.producer.assigner import Producer
+from scrapefleet.producer.fleet_metrics import read_fleet_snapshot
 from tests.cli_helpers import run_cli
 from tests.integration.exit_proxies import BlockingSite, ExitProxy
 from tests.integration.producer_helpers import producer_settings, submit
@@ -162,6 +166,11 @@ def test_a_pool_rotates_away_from_a_blocked_exit_and_bans_it(
     for result in shown:
         assert SECRET not in result.stdout + result.stderr
     assert "banned" in shown[0].stdout
+    figures = read_fleet_snapshot(engine).proxy_pools["res"]  # the metrics' source
+    assert figures.states == {"ready": 4, "banned": 1} and figures.blocks == 2
+    dashboard = create_app(load_settings(None, database_url=database_url), engine).test_client()
+    page = dashboard.get("/identities").get_data(as_text=True)
+    assert f"http://***@{BURNT}:" in page and "banned" in page and SECRET not in page
     with engine.connect() as conn:
         for table in ("jobs", "job_events", "identity_leases", "proxies", "identity_health"):
             dumped = conn.execute(sa.text(f"SELECT string_agg(t::text, ' ') FROM {table} t"))

@@ -73,3 +73,24 @@ def test_a_payload_names_a_pool_by_a_safe_name() -> None:
     assert payload_proxy_pool({}) is None
     with pytest.raises(ValueError, match="not a pool name"):
         payload_proxy_pool({"proxy_pool": "../x"})
+
+
+def test_the_metrics_export_each_pool_by_state_and_its_ban_rate() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from scrapefleet.common.runtime.metrics import FleetSnapshot, IdentityFigures, _FleetCollector
+
+    collector = _FleetCollector()
+    collector.publish(
+        FleetSnapshot(
+            proxy_pools={"res": IdentityFigures(40, 30, {"ready": 3, "banned": 2})},
+            profiles={"acct-1": IdentityFigures(4, 1)},
+        )
+    )
+    registry = CollectorRegistry()
+    registry.register(collector)
+    text = generate_latest(registry).decode()
+    assert 'scrapefleet_proxy_pool_proxies{pool="res",state="banned"} 2.0' in text
+    assert 'scrapefleet_proxy_pool_proxies{pool="res",state="cooling"} 0.0' in text
+    assert 'scrapefleet_proxy_pool_ban_rate{pool="res"} 0.75' in text
+    assert 'scrapefleet_profile_ban_rate{profile="acct-1"} 0.25' in text
