@@ -33,7 +33,15 @@ proxy_pools = sa.Table(
         nullable=False,
         server_default=sa.text("'{403,429}'"),
     ),
+    # Tiers: a job of this pool blocked escalate_after_blocks times here moves to next_pool.
+    sa.Column("next_pool", sa.Text),
+    sa.Column("escalate_after_blocks", sa.Integer, nullable=False, server_default="2"),
     sa.Column("created_at", TS, nullable=False, server_default=sa.text("now()")),
+    sa.ForeignKeyConstraint(
+        ["next_pool"], ["proxy_pools.name"], name="proxy_pools_next_pool_fkey", ondelete="SET NULL"
+    ),
+    sa.CheckConstraint("next_pool IS DISTINCT FROM name", name="proxy_pools_next_not_self"),
+    sa.CheckConstraint("escalate_after_blocks >= 1", name="proxy_pools_escalate_after_valid"),
     sa.CheckConstraint(f"name ~ '{POOL_NAME_SQL}'", name="proxy_pools_name_valid"),
     sa.CheckConstraint("max_jobs_per_proxy BETWEEN 1 AND 1000", name="proxy_pools_cap_valid"),
     sa.CheckConstraint(
@@ -46,7 +54,8 @@ proxy_pools = sa.Table(
         "proxy), `cooldown_s` and `max_cooldown_s` (a blocked proxy's back-off, doubled per "
         "consecutive block), `ban_blocks` within `ban_window_s` ban a proxy for `ban_s`, "
         "`error_cooldown_s` (an unreachable proxy), `block_statuses` (HTTP statuses that mean "
-        "a block)"
+        "a block), `next_pool` (a job blocked `escalate_after_blocks` times here leases from it "
+        "next)"
     ),
 )
 

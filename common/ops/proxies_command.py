@@ -6,6 +6,7 @@
     scrapefleet proxies list [POOL]             state, jobs in flight, blocks, cool-down, ban
     scrapefleet proxies pools                   every pool and its settings
     scrapefleet proxies pool POOL --max-jobs-per-proxy 2 --cooldown 2m ...
+    scrapefleet proxies pool cheap --next-pool residential --escalate-after 2   (tiers)
     scrapefleet proxies disable|enable POOL URL...
     scrapefleet proxies reset POOL [URL...]     forget cool-downs, bans and back-off
     scrapefleet proxies remove POOL URL...      refused while a job holds one
@@ -187,6 +188,11 @@ def proxies_pools(obj: Any) -> None:
             f" {row['ban_blocks']} blocks in {row['ban_window_s']:g} s ban for"
             f" {row['ban_s']:g} s; unreachable: {row['error_cooldown_s']:g} s;"
             f" block statuses {','.join(str(s) for s in row['block_statuses'])}"
+            + (
+                f"; after {row['escalate_after_blocks']} blocks of a job: pool {row['next_pool']}"
+                if row["next_pool"]
+                else ""
+            )
         )
 
 
@@ -203,6 +209,10 @@ def _seconds(text: str | None, option: str) -> float | None:
 @click.option("--ban-window", help="within this long (1h)")
 @click.option("--ban-for", help="how long a ban lasts (1d)")
 @click.option("--error-cooldown", help="an unreachable proxy's cool-down")
+@click.option("--next-pool", help="tiers: where a job blocked here goes next ('' for none)")
+@click.option(
+    "--escalate-after", type=click.IntRange(1, 100), help="blocks of one job before it goes"
+)
 @click.pass_obj
 def proxies_pool(obj: Any, pool: str, **options: Any) -> None:
     """Change POOL's settings."""
@@ -210,6 +220,11 @@ def proxies_pool(obj: Any, pool: str, **options: Any) -> None:
 
     with one_line_errors():
         name = _pool(pool)
+        next_pool: str | object | None = store.NO_CHANGE
+        if options["next_pool"] is not None:
+            next_pool = _pool(options["next_pool"]) if options["next_pool"] else None
+            if next_pool == name:
+                raise SubmitError("--next-pool: a pool cannot escalate to itself")
         settings: dict[str, float | int | None] = {
             "max_jobs_per_proxy": options["max_jobs_per_proxy"],
             "ban_blocks": options["ban_blocks"],
@@ -218,8 +233,9 @@ def proxies_pool(obj: Any, pool: str, **options: Any) -> None:
             "ban_window_s": _seconds(options["ban_window"], "--ban-window"),
             "ban_s": _seconds(options["ban_for"], "--ban-for"),
             "error_cooldown_s": _seconds(options["error_cooldown"], "--error-cooldown"),
+            "escalate_after_blocks": options["escalate_after"],
         }
-        if all(v is None for v in settings.values()):
+        if all(v is None for v in settings.values()) and next_pool is store.NO_CHANGE:
             raise SubmitError("give at least one setting to change (see --help)")
     with _transaction(obj) as conn:
         row = next((r for r in store.list_pools(conn) if r["name"] == name), None)
@@ -227,7 +243,7 @@ def proxies_pool(obj: Any, pool: str, **options: Any) -> None:
             merged = {**row, **{k: v for k, v in settings.items() if v is not None}}
             if merged["max_cooldown_s"] < merged["cooldown_s"]:
                 raise SubmitError("--max-cooldown: must not be below --cooldown")
-        store.set_pool(conn, name, settings)  # NotFound names an unknown pool
+        store.set_pool(conn, name, settings, next_pool)  # NotFound names an unknown pool
     click.echo(f"pool {name} updated")
 
 

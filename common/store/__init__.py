@@ -188,7 +188,9 @@ if TYPE_CHECKING:
     from scrapefleet.common.store.proxies import (
         ADD_PROXY_SQL,
         LEASE_SQL,
+        NO_CHANGE,
         POOL_SETTINGS,
+        PRUNE_LEASES_SQL,
         LeasedProxy,
         ProxyBusy,
         ProxyRow,
@@ -200,6 +202,7 @@ if TYPE_CHECKING:
         list_proxies,
         proxy_for_attempt,
         proxy_rows,
+        prune_identity_leases,
         remove_proxies,
         reset_proxies,
         set_pool,

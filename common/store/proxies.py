@@ -27,7 +27,9 @@ from scrapefleet.common.store.sql_text import statement
 __all__ = [
     "ADD_PROXY_SQL",
     "LEASE_SQL",
+    "NO_CHANGE",
     "POOL_SETTINGS",
+    "PRUNE_LEASES_SQL",
     "LeasedProxy",
     "ProxyBusy",
     "ProxyRow",
@@ -39,6 +41,7 @@ __all__ = [
     "list_proxies",
     "proxy_for_attempt",
     "proxy_rows",
+    "prune_identity_leases",
     "remove_proxies",
     "reset_proxies",
     "set_pool",
@@ -54,6 +57,7 @@ POOL_SETTINGS = (
     "ban_window_s",
     "ban_s",
     "error_cooldown_s",
+    "escalate_after_blocks",
 )
 
 
@@ -105,7 +109,9 @@ UPDATE proxy_pools SET
   ban_blocks = coalesce(:ban_blocks, ban_blocks),
   ban_window_s = coalesce(:ban_window_s, ban_window_s),
   ban_s = coalesce(:ban_s, ban_s),
-  error_cooldown_s = coalesce(:error_cooldown_s, error_cooldown_s)
+  error_cooldown_s = coalesce(:error_cooldown_s, error_cooldown_s),
+  escalate_after_blocks = coalesce(:escalate_after_blocks, escalate_after_blocks),
+  next_pool = CASE WHEN :set_next_pool THEN CAST(:next_pool AS text) ELSE next_pool END
 WHERE name = :pool
 RETURNING name
 """
@@ -184,6 +190,14 @@ INSERT INTO identity_leases (job_id, proxy_id, profile)
 SELECT id, proxy_id, profile FROM chosen
 """
 )
+# Retention (producer.retention_sweep): lease rows past the cutoff, oldest first, a batch a time.
+PRUNE_LEASES_SQL = statement(
+    """
+DELETE FROM identity_leases WHERE id IN (
+  SELECT id FROM identity_leases WHERE at < :cutoff ORDER BY id LIMIT :batch
+)
+"""
+)
 _FOR_ATTEMPT_SQL = statement(
     "SELECT url, username, password, block_statuses FROM proxy_for_attempt(:job_id, :claim)"
 )
@@ -208,7 +222,7 @@ ORDER BY p.pool, p.id
 _POOLS_SQL = statement(
     """
 SELECT name, max_jobs_per_proxy, cooldown_s, max_cooldown_s, ban_blocks, ban_window_s, ban_s,
-  error_cooldown_s, block_statuses,
+  error_cooldown_s, block_statuses, next_pool, escalate_after_blocks,
   (SELECT count(*) FROM proxies p WHERE p.pool = pp.name) AS proxies
 FROM proxy_pools pp ORDER BY name
 """
@@ -240,9 +254,22 @@ def add_proxies(conn: Connection, pool: str, entries: Sequence[ProxyEntry]) -> t
     return added, updated
 
 
-def set_pool(conn: Connection, pool: str, settings: dict[str, float | int | None]) -> None:
-    """Change a pool's settings (None: unchanged); NotFound if there is no such pool."""
+NO_CHANGE = object()  # set_pool's next_pool when it stays as it is
+
+
+def set_pool(
+    conn: Connection,
+    pool: str,
+    settings: dict[str, float | int | None],
+    next_pool: str | object | None = NO_CHANGE,
+) -> None:
+    """Change a pool's settings (None: unchanged) and its next pool (None: no tier above it);
+    NotFound if there is no such pool, or no such next pool."""
     params: dict[str, Any] = {name: settings.get(name) for name in POOL_SETTINGS}
+    params["set_next_pool"] = next_pool is not NO_CHANGE
+    params["next_pool"] = None if next_pool is NO_CHANGE else next_pool
+    if isinstance(next_pool, str) and next_pool not in known_pools(conn, [next_pool]):
+        raise NotFound(f"no proxy pool named {next_pool!r} (the next pool)")
     if conn.execute(_SET_POOL_SQL, {"pool": pool, **params}).first() is None:
         raise NotFound(f"no proxy pool named {pool!r}")
 
@@ -359,6 +386,11 @@ def charge_identity(conn: Connection, job_id: int, claim: int, outcome: LeaseOut
         _CHARGE_SQL, {"job_id": job_id, "claim": claim, "outcome": outcome.value}
     ).scalar()
     return None if state is None else str(state)
+
+
+def prune_identity_leases(conn: Connection, cutoff: datetime, batch_rows: int) -> int:
+    """Delete up to ``batch_rows`` lease rows from before ``cutoff``; returns how many."""
+    return conn.execute(PRUNE_LEASES_SQL, {"cutoff": cutoff, "batch": batch_rows}).rowcount
 
 
 def list_proxies(conn: Connection, pool: str | None = None) -> list[dict[str, Any]]:

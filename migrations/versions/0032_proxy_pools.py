@@ -15,8 +15,10 @@
 - Two SECURITY DEFINER functions are all a consumer's role reaches: ``proxy_for_attempt``
   answers the credentials of the proxy leased to a job *processing on the caller's host* under
   that claim, and ``identity_charge`` records how the attempt ended for its proxy (a block:
-  cool-down growing with consecutive blocks, a ban past the pool's threshold; an unreachable
-  proxy: a short cool-down; a success: the back-off forgotten). Neither takes a number from
+  cool-down growing with consecutive blocks, a ban past the pool's threshold, and after
+  ``escalate_after_blocks`` blocks of one job on a pool that names a ``next_pool``, the job
+  moved to that pool (tiers); an unreachable proxy: a short cool-down; a success: the back-off
+  forgotten). Neither takes a number from
   the caller beyond the job, its claim and one of three words.
 
 Revision ID: 0032
@@ -39,7 +41,8 @@ POOLS_COMMENT = (
     "Named proxy pools and their settings: `max_jobs_per_proxy` (jobs at once on one proxy), "
     "`cooldown_s` and `max_cooldown_s` (a blocked proxy's back-off, doubled per consecutive "
     "block), `ban_blocks` within `ban_window_s` ban a proxy for `ban_s`, `error_cooldown_s` "
-    "(an unreachable proxy), `block_statuses` (HTTP statuses that mean a block)"
+    "(an unreachable proxy), `block_statuses` (HTTP statuses that mean a block), `next_pool` "
+    "(a job blocked `escalate_after_blocks` times here leases from it next)"
 )
 PROXIES_COMMENT = (
     "One row per proxy of a pool: `url` (without credentials), `has_credentials`, `state` "
@@ -137,6 +140,14 @@ BEGIN
                 now() + make_interval(secs => pool.error_cooldown_s))
             WHERE id = px.id RETURNING state INTO new_state;
         RETURN new_state;
+    END IF;
+    -- Tiers: the job's blocks on this pool's proxies reach the pool's bound: its next attempt
+    -- leases from the next pool.
+    IF pool.next_pool IS NOT NULL AND (
+        SELECT count(*) FROM identity_leases l JOIN proxies q ON q.id = l.proxy_id
+        WHERE l.job_id = p_job AND l.outcome = 'blocked' AND q.pool = px.pool
+    ) >= pool.escalate_after_blocks THEN
+        UPDATE jobs SET proxy_pool = pool.next_pool WHERE id = p_job;
     END IF;
     SELECT count(*) INTO recent FROM identity_leases
         WHERE proxy_id = px.id AND outcome = 'blocked'
@@ -238,7 +249,18 @@ def upgrade() -> None:
             nullable=False,
             server_default=sa.text("'{403,429}'"),
         ),
+        # Tiers: a job of this pool blocked escalate_after_blocks times here moves to next_pool.
+        sa.Column("next_pool", sa.Text),
+        sa.Column("escalate_after_blocks", sa.Integer, nullable=False, server_default="2"),
         sa.Column("created_at", TS, nullable=False, server_default=sa.text("now()")),
+        sa.ForeignKeyConstraint(
+            ["next_pool"],
+            ["proxy_pools.name"],
+            name="proxy_pools_next_pool_fkey",
+            ondelete="SET NULL",
+        ),
+        sa.CheckConstraint("next_pool IS DISTINCT FROM name", name="proxy_pools_next_not_self"),
+        sa.CheckConstraint("escalate_after_blocks >= 1", name="proxy_pools_escalate_after_valid"),
         sa.CheckConstraint(f"name ~ '{NAME_PATTERN}'", name="proxy_pools_name_valid"),
         sa.CheckConstraint("max_jobs_per_proxy BETWEEN 1 AND 1000", name="proxy_pools_cap_valid"),
         sa.CheckConstraint(

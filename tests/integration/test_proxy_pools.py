@@ -226,3 +226,32 @@ def test_a_consumer_role_reads_only_the_proxy_its_attempt_leased(engine: Engine)
     with engine.begin() as conn:  # not processing: nothing to read
         assert store.proxy_for_attempt(conn, job_id, 1) is None
         assert store.charge_identity(conn, job_id, 1, LeaseOutcome.BLOCKED) is None
+
+
+def test_a_job_blocked_enough_on_a_pool_escalates_to_its_next_pool(
+    engine: Engine, producer: Producer, database_url: str
+) -> None:
+    _add(engine, "cheap", ["http://127.0.0.2:8080", "http://127.0.0.3:8080"])
+    _add(engine, "res", ["http://127.0.0.4:8080"])
+    tier = ["proxies", "pool", "cheap", "--next-pool", "res", "--escalate-after", "2"]
+    assert run_cli(tier, database_url).returncode == 0
+    to_self = run_cli(["proxies", "pool", "cheap", "--next-pool", "cheap"], database_url)
+    assert to_self.returncode == 2 and "itself" in to_self.stderr
+    unknown = run_cli(["proxies", "pool", "cheap", "--next-pool", "nope"], database_url)
+    assert unknown.returncode == 1 and "'nope'" in unknown.stderr
+    (job_id,) = submit(engine, [_get("cheap")])
+    pools = []
+    for _ in range(3):
+        producer.run_cycle()
+        job = _jobs(engine)[job_id]
+        pools.append((job["proxy_pool"], _proxies(engine)[job["proxy_id"]]["pool"]))
+        claimed = _claim(engine, job_id)
+        with engine.begin() as conn:
+            store.release_blocked(
+                conn, job["host"], job_id, claimed.claim, "403", max_blocks=10,
+                profile_cooldown_s=60,
+            )  # fmt: skip
+    # Two blocks on the cheap pool's two proxies, then the expensive pool's proxy.
+    assert pools == [("cheap", "cheap"), ("cheap", "cheap"), ("res", "res")]
+    shown = run_cli(["proxies", "pools"], database_url).stdout
+    assert "after 2 blocks of a job: pool res" in shown
