@@ -199,6 +199,10 @@ def _run_job(
 ) -> Outcome:
     if lease is None and driver_factory is not None:
         lease = leases_from(driver_factory)
+    if job.proxy_pool is not None and job.proxy_url is None:
+        # Never straight out from this host's own address: the producer leases it a proxy of
+        # its pool next time (the one it had was removed meanwhile, or none was leased).
+        return Outcome.released(f"released: no proxy of pool {job.proxy_pool!r} leased to it")
     try:
         action = get_action(job.kind)
         payload = job.payload

@@ -76,7 +76,8 @@ WITH browser AS (
     started_at = now(), heartbeat_at = now()
   FROM picked WHERE jobs.id = picked.id
   RETURNING jobs.id, jobs.kind, jobs.payload, jobs.attempts, jobs.max_attempts,
-    jobs.lock_key, jobs.needs_browser, jobs.profile, jobs.claims, jobs.proxy_id
+    jobs.lock_key, jobs.needs_browser, jobs.profile, jobs.claims, jobs.proxy_id,
+    jobs.proxy_pool
 ), tally AS (
   SELECT count(*) AS n, count(*) FILTER (WHERE needs_browser) AS browser FROM claimed
 ), counted AS (
@@ -237,6 +238,7 @@ def claim_jobs(
             profile=r.profile,
             claim=r.claims,
             proxy_id=r.proxy_id,
+            proxy_pool=r.proxy_pool,
             proxy_url=_url(leased.get(r.id)),
             proxy_block_statuses=_statuses(leased.get(r.id)),
         )

@@ -79,7 +79,8 @@ class ClaimedJob:
     # This attempt's token: the job's claim count at this claim (jobs.claims), never the same
     # for two attempts of one job; every write of the attempt is conditional on it.
     claim: int = 0
-    proxy_id: int | None = None  # the pool proxy leased to this attempt (common.identities)
+    proxy_pool: str | None = None  # the pool it must go out through (common.identities)
+    proxy_id: int | None = None  # the pool proxy leased to this attempt
     # Its URL with its credentials, read for this attempt only: never shown (not in repr).
     proxy_url: str | None = field(default=None, repr=False)
     proxy_block_statuses: tuple[int, ...] = ()  # HTTP statuses its pool takes for a block

@@ -4,6 +4,7 @@ and a block charged to the proxy rather than the job."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from scrapefleet.common import store
 from scrapefleet.common.api import validate_job
 from scrapefleet.common.errors import SubmitError
 from scrapefleet.common.identities.proxy_pools import LeaseOutcome, parse_proxy
+from scrapefleet.common.ops.fleet_status import read_fleet_status
 from scrapefleet.common.reads.kind_waits import job_wait_reason
 from scrapefleet.common.store import NewJob
 from scrapefleet.producer.assigner import Producer
@@ -255,3 +257,44 @@ def test_a_job_blocked_enough_on_a_pool_escalates_to_its_next_pool(
     assert pools == [("cheap", "cheap"), ("cheap", "cheap"), ("res", "res")]
     shown = run_cli(["proxies", "pools"], database_url).stdout
     assert "after 2 blocks of a job: pool res" in shown
+
+
+def test_status_names_a_pool_that_waits_and_one_in_trouble(engine: Engine) -> None:
+    _add(engine, "res", ["http://127.0.0.2:8080", "http://127.0.0.3:8080"])
+    submit(engine, [_get("res") for _ in range(3)])
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE proxies SET banned_until = now() + interval '1 hour'"))
+        conn.execute(
+            sa.text(
+                "INSERT INTO identity_leases (job_id, proxy_id, outcome, ended_at)"
+                " SELECT n, 1 + n % 2, CASE WHEN n % 4 = 0 THEN 'ok' ELSE 'blocked' END, now()"
+                " FROM generate_series(1, 12) AS n"
+            )
+        )
+    with engine.connect() as conn:
+        text = read_fleet_status(conn).text()
+    assert "3 job(s) waiting: pool 'res' has no ready proxy (2 banned)" in text
+    assert "pool 'res': 75% of its leases blocked in the last hour (9 of 12)" in text
+
+
+def test_submit_from_a_file_names_the_bad_pool_and_inserts_nothing(
+    engine: Engine, database_url: str
+) -> None:
+    _add(engine, "res", ["http://127.0.0.2:8080"])
+    good = {"kind": "http_get", "payload": {"url": "http://a.test/", "proxy_pool": "res"}}
+    bad_name = {"kind": "http_get", "payload": {"url": "http://a.test/", "proxy_pool": "a b"}}
+    unknown = {"kind": "http_get", "payload": {"url": "http://a.test/", "proxy_pool": "dc"}}
+
+    named = run_cli(
+        ["submit", "-"], database_url, stdin=f"{json.dumps(good)}\n{json.dumps(bad_name)}\n"
+    )
+    assert named.returncode == 2
+    assert "line 2: payload.proxy_pool: 'a b' is not a pool name" in named.stderr
+    missing = run_cli(
+        ["submit", "-"], database_url, stdin=f"{json.dumps(good)}\n{json.dumps(unknown)}\n"
+    )
+    assert missing.returncode == 2
+    assert "job 2: payload.proxy_pool: no proxy pool named 'dc'" in missing.stderr
+    assert _jobs(engine) == {}
+    pinned = run_cli(["submit", "-", "--host", "h1"], database_url, stdin=json.dumps(good))
+    assert pinned.returncode == 2 and "a proxy pool" in pinned.stderr

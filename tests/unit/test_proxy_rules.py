@@ -7,11 +7,15 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import httpx
+import pytest
 
 from scrapefleet.common.actions.error_classes import Blocked
+from scrapefleet.common.api import refuse_unpinnable
+from scrapefleet.common.errors import SubmitError
 from scrapefleet.common.http.client import HTTPStatusFailure
-from scrapefleet.common.store import PendingJob, ProfileRow, ProxyRow
+from scrapefleet.common.store import ClaimedJob, NewJob, PendingJob, ProfileRow, ProxyRow
 from scrapefleet.consumer.proxy_use import proxy_verdict, scrub, with_leased_proxy
+from scrapefleet.consumer.runner import run_job
 from scrapefleet.producer.planner import HostSlots, plan_assignments
 from scrapefleet.producer.profile_rules import ProfilePlacement
 from scrapefleet.producer.proxy_rules import ProxyPlacement
@@ -124,3 +128,17 @@ def test_the_leased_password_is_scrubbed_from_what_the_attempt_leaves() -> None:
     text = "ProxyError via http://u:p%40ss-word@127.0.0.2:8080 (p@ss-word)"
     assert scrub(text, url) == "ProxyError via http://u:***@127.0.0.2:8080 (***)"
     assert scrub(None, url) is None and scrub("x", None) == "x"
+
+
+def test_a_pool_job_with_no_proxy_leased_is_released_never_run_direct() -> None:
+    job = ClaimedJob(
+        1, "noop", {"proxy_pool": "res"}, 1, 3, None, proxy_pool="res", proxy_id=7
+    )  # its proxy removed before the claim read it
+    outcome = run_job(job)
+    assert outcome.status == "released"
+    assert "no proxy of pool 'res'" in (outcome.error or "")
+
+
+def test_a_pool_job_cannot_be_pinned_to_a_host() -> None:
+    with pytest.raises(SubmitError, match=r"job 1: .* a proxy pool"):
+        refuse_unpinnable([NewJob("http_get", {"url": "http://a.test/"}, proxy_pool="res")])
