@@ -21,7 +21,11 @@ from urllib.parse import unquote, urlsplit
 
 from scrapefleet.common.actions.error_classes import HttpStatusError
 from scrapefleet.common.browser.options import BROWSER_KEY
-from scrapefleet.common.identities.proxy_pools import PROXY_AUTH_REQUIRED, PROXY_POOL_KEY
+from scrapefleet.common.identities.proxy_pools import (
+    PROXY_AUTH_REQUIRED,
+    PROXY_POOL_KEY,
+    SESSION_KEY,
+)
 from scrapefleet.common.masking import MASK
 
 ProxyVerdict = Literal["blocked", "error"]
@@ -37,11 +41,18 @@ _PROXY_AUTH_WORDS = ("407", "ERR_PROXY_AUTH")
 
 
 def with_leased_proxy(
-    payload: dict[str, Any], url: str, *, needs_browser: bool, takes_proxy: bool
+    payload: dict[str, Any],
+    url: str,
+    *,
+    needs_browser: bool,
+    takes_proxy: bool,
+    own_fields: Collection[str] = (),
 ) -> dict[str, Any]:
-    """The payload an attempt runs with: ``proxy_pool`` replaced by the leased ``url`` where
-    the action takes a proxy (``takes_proxy``: its params have a ``proxy`` field)."""
-    ran = {k: v for k, v in payload.items() if k != PROXY_POOL_KEY}
+    """The payload an attempt runs with: ``proxy_pool`` (and its ``session``) replaced by the
+    leased ``url`` where the action takes a proxy (``takes_proxy``: its params have a ``proxy``
+    field). ``own_fields``: the action's params, whose keys of those names stay."""
+    gone = {PROXY_POOL_KEY, SESSION_KEY} - set(own_fields)
+    ran = {k: v for k, v in payload.items() if k not in gone}
     if needs_browser:
         options = ran.get(BROWSER_KEY)
         ran[BROWSER_KEY] = {**(options if isinstance(options, dict) else {}), "proxy": url}

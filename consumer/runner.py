@@ -212,6 +212,7 @@ def _run_job(
                 job.proxy_url,
                 needs_browser=action.needs_browser,
                 takes_proxy="proxy" in action.params_model.model_fields,
+                own_fields=action.params_model.model_fields,
             )
         params = action.validate(payload)
         isolation = action.isolation_of(payload)

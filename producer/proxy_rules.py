@@ -5,13 +5,17 @@ proxy of its pool can take it at ``now``: not disabled, not banned, not cooling 
 its pool's per-proxy cap counting the jobs holding it in the fleet and those this plan gave it.
 Of those, the least recently used is leased (this plan's leases count as uses), and the proxy
 its last attempt held only if no other will do: a job sent back after a block goes out through
-another exit address. A proxy puts no bound on hosts: the rules for profiles (or none) decide
-where the job goes, these only whether it goes now and with which proxy.
+another exit address. A job of a sticky session (``proxy_session``) goes out through its
+session's proxy while the session is live, waiting while that proxy is at its cap; once the
+session is retired (a block, its pool's ``session_max_uses``) or its proxy cannot take jobs,
+the session starts again on the proxy the rules above choose. A proxy puts no bound on hosts:
+the rules for profiles (or none) decide where the job goes, these only whether it goes now and
+with which proxy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Protocol
 
@@ -40,20 +44,37 @@ class ProxyFacts(Protocol):
     def cap(self) -> int: ...
 
 
+class SessionFacts(Protocol):
+    """What the rules read of a sticky session (the store's SessionRow)."""
+
+    @property
+    def proxy_id(self) -> int: ...
+    @property
+    def live(self) -> bool: ...
+
+
 class ProxyPlacement:
     """The planner's Placement for proxy pools, over ``inner`` (the profiles' rules, or None):
     ``chosen`` maps each placed job of a pool to the proxy it leases."""
 
     def __init__(
-        self, proxies: Iterable[ProxyFacts], now: datetime, inner: Placement | None = None
+        self,
+        proxies: Iterable[ProxyFacts],
+        now: datetime,
+        inner: Placement | None = None,
+        sessions: Mapping[tuple[str, str], SessionFacts] | None = None,
     ) -> None:
         if now.tzinfo is None:
             raise ValueError("now must be timezone-aware")
         self._now = now
         self._inner = inner
         self._by_pool: dict[str, list[ProxyFacts]] = {}
+        self._by_id: dict[int, ProxyFacts] = {}
         for proxy in proxies:
             self._by_pool.setdefault(proxy.pool, []).append(proxy)
+            self._by_id[proxy.id] = proxy
+        # (pool, key) -> the proxy of a live session, this plan's new ones included.
+        self._bound = {key: row.proxy_id for key, row in (sessions or {}).items() if row.live}
         self._leased: dict[int, int] = {}  # proxy id -> jobs this plan gave it
         self._order: dict[int, int] = {}  # proxy id -> when this plan last gave it one
         self.chosen: dict[int, int] = {}
@@ -64,7 +85,7 @@ class ProxyPlacement:
 
     def hosts_for(self, job: PlannedJob) -> HostChoice | None:
         pool: str | None = getattr(job, "proxy_pool", None)
-        if pool is not None and self._pick(pool, getattr(job, "last_proxy", None)) is None:
+        if pool is not None and self._pick(job, pool) is None:
             return None
         if self._inner is None:
             return ANY_HOST
@@ -76,14 +97,26 @@ class ProxyPlacement:
         pool: str | None = getattr(job, "proxy_pool", None)
         if pool is None:
             return
-        proxy = self._pick(pool, getattr(job, "last_proxy", None))
+        proxy = self._pick(job, pool)
         if proxy is None:  # hosts_for said there was one, and nothing took it since
             return
         self._leased[proxy.id] = self._leased.get(proxy.id, 0) + 1
         self._order[proxy.id] = len(self.chosen)
         self.chosen[job.id] = proxy.id
+        session: str | None = getattr(job, "proxy_session", None)
+        if session is not None:
+            self._bound[pool, session] = proxy.id
 
-    def _pick(self, pool: str, last: int | None) -> ProxyFacts | None:
+    def _pick(self, job: PlannedJob, pool: str) -> ProxyFacts | None:
+        session: str | None = getattr(job, "proxy_session", None)
+        bound = None if session is None else self._bound.get((pool, session))
+        if bound is not None and bound in self._by_id:
+            proxy = self._by_id[bound]
+            if not self._unavailable(proxy):
+                # A live session keeps its proxy: its job waits while that one is at its cap.
+                return proxy if self._under_cap(proxy) else None
+            # Its proxy cannot take jobs now: the session starts again on another.
+        last: int | None = getattr(job, "last_proxy", None)
         usable = [p for p in self._by_pool.get(pool, ()) if self._usable(p)]
         if not usable:
             return None
@@ -99,6 +132,10 @@ class ProxyPlacement:
         return (1, proxy.last_used_at.timestamp(), 0)
 
     def _usable(self, proxy: ProxyFacts) -> bool:
-        if unavailable(proxy.state, proxy.cooldown_until, proxy.banned_until, self._now):
-            return False
+        return not self._unavailable(proxy) and self._under_cap(proxy)
+
+    def _unavailable(self, proxy: ProxyFacts) -> bool:
+        return bool(unavailable(proxy.state, proxy.cooldown_until, proxy.banned_until, self._now))
+
+    def _under_cap(self, proxy: ProxyFacts) -> bool:
         return proxy.in_flight + self._leased.get(proxy.id, 0) < proxy.cap

@@ -25,7 +25,13 @@ def proxy_placement(
     pools = {job.proxy_pool for job in pending if job.proxy_pool is not None}
     if not pools:
         return inner
-    return ProxyPlacement(store.proxy_rows(conn, pools), now, inner)
+    wanted = {
+        (job.proxy_pool, job.proxy_session)
+        for job in pending
+        if job.proxy_pool is not None and job.proxy_session is not None
+    }
+    sessions = store.session_rows(conn, wanted) if wanted else {}
+    return ProxyPlacement(store.proxy_rows(conn, pools), now, inner, sessions)
 
 
 def lease_assigned(

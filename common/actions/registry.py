@@ -74,7 +74,12 @@ from scrapefleet.common.browser.options import (
     cookie_domains_filled,
 )
 from scrapefleet.common.errors import SettingsError, SubmitError, UnknownAction
-from scrapefleet.common.identities.proxy_pools import PROXY_POOL_KEY, validate_pool_name
+from scrapefleet.common.identities.proxy_pools import (
+    PROXY_POOL_KEY,
+    SESSION_KEY,
+    session_key,
+    validate_pool_name,
+)
 from scrapefleet.common.jobs.rate_limits import check_rate_key
 
 __all__ = [
@@ -148,10 +153,11 @@ class Action:
             self.browser_options_of(payload)
             if BROWSER_KEY not in self.params_model.model_fields:
                 payload = {k: v for k, v in payload.items() if k != BROWSER_KEY}
-        if PROXY_POOL_KEY in payload:
-            self.proxy_pool_of(payload)
-            if PROXY_POOL_KEY not in self.params_model.model_fields:
-                payload = {k: v for k, v in payload.items() if k != PROXY_POOL_KEY}
+        if PROXY_POOL_KEY in payload or SESSION_KEY in payload:
+            self.proxy_session_of(payload)
+            for key in (PROXY_POOL_KEY, SESSION_KEY):
+                if key not in self.params_model.model_fields:
+                    payload = {k: v for k, v in payload.items() if k != key}
         try:
             return self.params_model.model_validate(payload)
         except ValidationError as exc:
@@ -182,6 +188,21 @@ class Action:
                 " give one or the other"
             )
         return pool
+
+    def proxy_session_of(self, payload: Any) -> str | None:
+        """The job's sticky session key (payload ``session``: its proxy stays the same for
+        its session's jobs), None for none; SubmitError when it is bad or has no pool."""
+        pool = self.proxy_pool_of(payload)
+        if not isinstance(payload, dict) or payload.get(SESSION_KEY) is None:
+            return None
+        if SESSION_KEY in self.params_model.model_fields and pool is None:
+            return None  # the action's own param of that name
+        if pool is None:
+            raise SubmitError(f"payload.{SESSION_KEY}: a session needs a {PROXY_POOL_KEY}")
+        try:
+            return session_key(payload[SESSION_KEY], payload)
+        except ValueError as exc:
+            raise SubmitError(f"payload.{SESSION_KEY}: {exc}") from None
 
     def isolation_of(self, payload: Any) -> Isolation:
         """How a browser job is kept apart from the jobs before it: the payload's

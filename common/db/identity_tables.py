@@ -36,12 +36,15 @@ proxy_pools = sa.Table(
     # Tiers: a job of this pool blocked escalate_after_blocks times here moves to next_pool.
     sa.Column("next_pool", sa.Text),
     sa.Column("escalate_after_blocks", sa.Integer, nullable=False, server_default="2"),
+    # Sticky sessions: a session's proxy serves at most this many of its jobs.
+    sa.Column("session_max_uses", sa.Integer, nullable=False, server_default="50"),
     sa.Column("created_at", TS, nullable=False, server_default=sa.text("now()")),
     sa.ForeignKeyConstraint(
         ["next_pool"], ["proxy_pools.name"], name="proxy_pools_next_pool_fkey", ondelete="SET NULL"
     ),
     sa.CheckConstraint("next_pool IS DISTINCT FROM name", name="proxy_pools_next_not_self"),
     sa.CheckConstraint("escalate_after_blocks >= 1", name="proxy_pools_escalate_after_valid"),
+    sa.CheckConstraint("session_max_uses >= 1", name="proxy_pools_session_uses_valid"),
     sa.CheckConstraint(f"name ~ '{POOL_NAME_SQL}'", name="proxy_pools_name_valid"),
     sa.CheckConstraint("max_jobs_per_proxy BETWEEN 1 AND 1000", name="proxy_pools_cap_valid"),
     sa.CheckConstraint(
@@ -51,11 +54,11 @@ proxy_pools = sa.Table(
     ),
     comment=(
         "Named proxy pools and their settings: `max_jobs_per_proxy` (jobs at once on one "
-        "proxy), `cooldown_s` and `max_cooldown_s` (a blocked proxy's back-off, doubled per "
-        "consecutive block), `ban_blocks` within `ban_window_s` ban a proxy for `ban_s`, "
-        "`error_cooldown_s` (an unreachable proxy), `block_statuses` (HTTP statuses that mean "
-        "a block), `next_pool` (a job blocked `escalate_after_blocks` times here leases from it "
-        "next)"
+        "proxy), `session_max_uses` (a sticky session's jobs on one proxy), `cooldown_s` and "
+        "`max_cooldown_s` (a blocked proxy's back-off, doubled per consecutive block), "
+        "`ban_blocks` within `ban_window_s` ban a proxy for `ban_s`, `error_cooldown_s` (an "
+        "unreachable proxy), `block_statuses` (HTTP statuses that mean a block), `next_pool` "
+        "(a job blocked `escalate_after_blocks` times here leases from it next)"
     ),
 )
 
@@ -101,6 +104,29 @@ proxy_credentials = sa.Table(
     comment=(
         "Each proxy's user name and password; no reporting or consumer role may read it (a "
         "consumer gets the one it leased through proxy_for_attempt)"
+    ),
+)
+
+proxy_sessions = sa.Table(
+    "proxy_sessions",
+    metadata,
+    sa.Column(
+        "pool",
+        sa.Text,
+        sa.ForeignKey("proxy_pools.name", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("proxy_id", sa.BigInteger, nullable=False),
+    sa.Column("uses", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("started_at", TS, nullable=False, server_default=sa.text("now()")),
+    sa.Column("last_used_at", TS),
+    sa.Column("retired_at", TS),
+    comment=(
+        "Sticky sessions of a pool: `key` (a job's `session`: the site's host for \"site\"), "
+        "the `proxy_id` its jobs go out through, `uses`, `started_at`, `last_used_at`, "
+        "`retired_at` (a block or `session_max_uses` ends it: the next job starts a new "
+        "session on another proxy)"
     ),
 )
 

@@ -94,6 +94,7 @@ jobs = sa.Table(
     # proxy the producer leased to its current or last attempt.
     sa.Column("proxy_pool", sa.Text),
     sa.Column("proxy_id", sa.BigInteger),
+    sa.Column("proxy_session", sa.Text),  # a sticky session's key (proxy_sessions)
     sa.CheckConstraint(column_in("status", JOB_STATUSES), name="jobs_status_valid"),
     sa.CheckConstraint(column_in("error_class", ERROR_CLASSES), name="jobs_error_class_valid"),
     sa.CheckConstraint("max_attempts >= 1", name="jobs_max_attempts_positive"),

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -28,16 +28,7 @@ PROXY_POOL_KEY = "proxy_pool"  # in a job's payload (any action)
 POOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 POOL_NAME_SQL = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"  # the same, for the table's CHECK
 MAX_PROXIES_PER_ADD = 10_000
-# Defaults of a new pool (each a setting of the pool: `proxies pool`).
-DEFAULT_MAX_JOBS_PER_PROXY = 1  # a browser's exit address is one visitor
-DEFAULT_COOLDOWN_S = 60.0  # after a first block; doubled per consecutive block
-DEFAULT_MAX_COOLDOWN_S = 3600.0
-DEFAULT_BAN_BLOCKS = 5  # blocks within the window that ban a proxy
-DEFAULT_BAN_WINDOW_S = 3600.0
-DEFAULT_BAN_S = 86400.0
-DEFAULT_ERROR_COOLDOWN_S = 30.0  # a proxy that could not be reached (not a block)
-# HTTP statuses that mean "the site refused this exit address" for a pool's plain HTTP jobs.
-DEFAULT_BLOCK_STATUSES = (403, 429)
+# A new pool's settings have their defaults in the table (common.db.identity_tables).
 PROXY_AUTH_REQUIRED = 407  # the proxy's own refusal: its credentials are wrong or spent
 
 
@@ -55,6 +46,24 @@ class LeaseOutcome(StrEnum):
     OK = "ok"  # completed
     BLOCKED = "blocked"
     ERROR = "error"  # the proxy itself failed: unreachable, refused the connection
+
+
+SESSION_KEY = "session"  # in a job's payload, beside its pool: a sticky session's key
+SITE_SESSION = "site"  # the session of the job's site: its URL's host
+MAX_SESSION_CHARS = 200
+
+
+def session_key(value: object, payload: Mapping[str, Any]) -> str:
+    """A job's sticky session key: ``"site"`` is its URL's host; any other text is itself.
+    ValueError says what is wrong."""
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_SESSION_CHARS:
+        raise ValueError(f"must be a text of 1-{MAX_SESSION_CHARS} characters")
+    if value != SITE_SESSION:
+        return value
+    host = urlsplit(str(payload.get("url") or "")).hostname
+    if not host:
+        raise ValueError(f"{SITE_SESSION!r} needs the payload's url, with a host")
+    return host
 
 
 def validate_pool_name(value: object) -> str:
@@ -179,7 +188,3 @@ def pool_wait_reason(pool: str, counts: Mapping[str, int]) -> str:
     if not parts:
         return f"waiting: pool {pool!r} has no proxy"
     return f"waiting: pool {pool!r} has no ready proxy ({', '.join(parts)})"
-
-
-def cooldown_delta(seconds: float) -> timedelta:
-    return timedelta(seconds=seconds)

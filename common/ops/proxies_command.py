@@ -187,7 +187,8 @@ def proxies_pools(obj: Any) -> None:
             f" once per proxy; a block cools {row['cooldown_s']:g}-{row['max_cooldown_s']:g} s;"
             f" {row['ban_blocks']} blocks in {row['ban_window_s']:g} s ban for"
             f" {row['ban_s']:g} s; unreachable: {row['error_cooldown_s']:g} s;"
-            f" block statuses {','.join(str(s) for s in row['block_statuses'])}"
+            f" block statuses {','.join(str(s) for s in row['block_statuses'])};"
+            f" a sticky session's proxy serves {row['session_max_uses']} of its jobs"
             + (
                 f"; after {row['escalate_after_blocks']} blocks of a job: pool {row['next_pool']}"
                 if row["next_pool"]
@@ -213,6 +214,7 @@ def _seconds(text: str | None, option: str) -> float | None:
 @click.option(
     "--escalate-after", type=click.IntRange(1, 100), help="blocks of one job before it goes"
 )
+@click.option("--session-max-uses", type=click.IntRange(1, 100_000), help="a sticky session's jobs")
 @click.pass_obj
 def proxies_pool(obj: Any, pool: str, **options: Any) -> None:
     """Change POOL's settings."""
@@ -234,6 +236,7 @@ def proxies_pool(obj: Any, pool: str, **options: Any) -> None:
             "ban_s": _seconds(options["ban_for"], "--ban-for"),
             "error_cooldown_s": _seconds(options["error_cooldown"], "--error-cooldown"),
             "escalate_after_blocks": options["escalate_after"],
+            "session_max_uses": options["session_max_uses"],
         }
         if all(v is None for v in settings.values()) and next_pool is store.NO_CHANGE:
             raise SubmitError("give at least one setting to change (see --help)")

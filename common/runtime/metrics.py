@@ -302,54 +302,26 @@ def _identity_families(
         "The pool's proxies in each state (ready, cooling, banned, disabled)",
         labels=["pool", "state"],
     )
-    # Each name written out whole: the monitoring files' test finds the exported names here.
-    pool = {
-        "leases": GaugeMetricFamily(
-            "scrapefleet_proxy_pool_leases",
-            "Leases of the pool's proxies in the last hour",
-            labels=["pool"],
-        ),
-        "blocks": GaugeMetricFamily(
-            "scrapefleet_proxy_pool_blocks",
-            "Of the pool's leases in the last hour, those blocked",
-            labels=["pool"],
-        ),
-        "ban_rate": GaugeMetricFamily(
-            "scrapefleet_proxy_pool_ban_rate",
-            "The pool's blocked leases over its leases in the last hour (0 with none)",
-            labels=["pool"],
-        ),
-    }
-    profile = {
-        "leases": GaugeMetricFamily(
-            "scrapefleet_profile_leases",
-            "Jobs assigned under the profile in the last hour (the profiles blocked most)",
-            labels=["profile"],
-        ),
-        "blocks": GaugeMetricFamily(
-            "scrapefleet_profile_blocks",
-            "Of those, the ones blocked (the profiles blocked most)",
-            labels=["profile"],
-        ),
-        "ban_rate": GaugeMetricFamily(
-            "scrapefleet_profile_ban_rate",
-            "The profile's blocked jobs over its jobs in the last hour (the profiles blocked most)",
-            labels=["profile"],
-        ),
-    }
     for name, figures in sorted(pools.items()):
         for state in PROXY_STATES:
             proxies.add_metric([name, state], figures.states.get(state, 0))
-        pool["leases"].add_metric([name], figures.leases)
-        pool["blocks"].add_metric([name], figures.blocks)
-        pool["ban_rate"].add_metric([name], figures.ban_rate)
-    for name, figures in sorted(profiles.items()):
-        profile["leases"].add_metric([name], figures.leases)
-        profile["blocks"].add_metric([name], figures.blocks)
-        profile["ban_rate"].add_metric([name], figures.ban_rate)
     yield proxies
-    yield from pool.values()
-    yield from profile.values()
+    # (name, figure, help): each name written out whole, where the monitoring files' test
+    # finds the exported names.
+    last_hour = (
+        ("scrapefleet_proxy_pool_leases", "leases", "Leases of the pool's proxies, last hour"),
+        ("scrapefleet_proxy_pool_blocks", "blocks", "Of the pool's leases, those blocked"),
+        ("scrapefleet_proxy_pool_ban_rate", "ban_rate", "The pool's blocked over all leases"),
+        ("scrapefleet_profile_leases", "leases", "The profile's jobs, last hour (top blocked)"),
+        ("scrapefleet_profile_blocks", "blocks", "Of those, the ones blocked (top blocked)"),
+        ("scrapefleet_profile_ban_rate", "ban_rate", "The profile's blocked over all jobs"),
+    )
+    for name, figure, text in last_hour:
+        pool = name.startswith("scrapefleet_proxy_pool_")
+        family = GaugeMetricFamily(name, text, labels=["pool" if pool else "profile"])
+        for key, figures in sorted((pools if pool else profiles).items()):
+            family.add_metric([key], getattr(figures, figure))
+        yield family
 
 
 def _rate_key_families(keys: Mapping[str, RateKeyFigures]) -> Iterator[Metric]:

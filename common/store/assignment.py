@@ -36,7 +36,7 @@ __all__ = [
 # checks) and are pending only after their host handed them back, so they are read like any.
 PENDING_COLUMNS = """id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile,
   blocked_on_host, CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host,
-  pinned_host, proxy_pool, proxy_id"""
+  pinned_host, proxy_pool, proxy_id, proxy_session"""
 # What makes a pending job assignable now besides its status: the conditions of the two
 # statements below, also read by common.store.rate_keys (which passes a Holds' params too); a
 # test checks that each statement holds them word for word.
@@ -91,7 +91,7 @@ LOCK_PENDING_SQL = statement(
     """
 SELECT id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile,
   blocked_on_host, CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host,
-  pinned_host, proxy_pool, proxy_id
+  pinned_host, proxy_pool, proxy_id, proxy_session
 FROM jobs
 WHERE status = {job.pending}
   AND (not_before IS NULL OR not_before <= now())
@@ -151,7 +151,7 @@ LOCK_PENDING_NO_BROWSER_SQL = statement(
     """
 SELECT id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile,
   blocked_on_host, CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host,
-  pinned_host, proxy_pool, proxy_id
+  pinned_host, proxy_pool, proxy_id, proxy_session
 FROM jobs
 WHERE status = {job.pending} AND NOT needs_browser
   AND (not_before IS NULL OR not_before <= now())
@@ -272,6 +272,7 @@ def pending_jobs(rows: Iterable[sa.Row[Any]]) -> list[PendingJob]:
             pinned_host=r.pinned_host,
             proxy_pool=r.proxy_pool,
             last_proxy=r.proxy_id,
+            proxy_session=r.proxy_session,
         )
         for r in rows
     ]

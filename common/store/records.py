@@ -39,6 +39,7 @@ class NewJob:
     needs_browser: bool | None = None
     rate_key: str | None = None  # its politeness limits' key (common.jobs.rate_limits)
     proxy_pool: str | None = None  # each attempt leases a proxy of it (common.identities)
+    proxy_session: str | None = None  # its sticky session's key: one proxy for its jobs
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class PendingJob:
     pinned_host: str | None = None  # submit --host: it runs on this host or nowhere (0027)
     proxy_pool: str | None = None  # each attempt leases a proxy of it (common.identities)
     last_proxy: int | None = None  # the proxy its last attempt held
+    proxy_session: str | None = None  # its sticky session's key
 
 
 @dataclass(frozen=True)

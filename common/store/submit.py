@@ -46,6 +46,7 @@ SUBMITTED_COLUMNS = (
     "profile_pool",
     "rate_key",
     "proxy_pool",
+    "proxy_session",
 )
 # The staging table has SUBMITTED_COLUMNS with the types of jobs' columns (a test holds them
 # to common.db.tables, so that it cannot drift from jobs), and the order of submission.
@@ -64,13 +65,15 @@ CREATE TEMP TABLE incoming_jobs (
   needs_browser BOOLEAN,
   profile_pool TEXT[],
   rate_key TEXT,
-  proxy_pool TEXT
+  proxy_pool TEXT,
+  proxy_session TEXT
 ) ON COMMIT DROP
 """
 )
 COPY_STAGING = """
 COPY incoming_jobs (seq, kind, payload, priority, max_attempts, not_before, dedupe_key,
-  lock_key, callback_url, needs_browser, profile_pool, rate_key, proxy_pool)
+  lock_key, callback_url, needs_browser, profile_pool, rate_key, proxy_pool,
+  proxy_session)
 FROM STDIN
 """.strip()
 # Rows whose dedupe key an unfinished job holds are skipped (the unique partial index decides:
@@ -78,9 +81,9 @@ FROM STDIN
 INSERT_FROM_STAGING_SQL = statement(
     """
 INSERT INTO jobs (kind, payload, priority, max_attempts, not_before, dedupe_key, lock_key,
-  callback_url, needs_browser, profile_pool, rate_key, proxy_pool)
+  callback_url, needs_browser, profile_pool, rate_key, proxy_pool, proxy_session)
 SELECT kind, payload, priority, max_attempts, not_before, dedupe_key, lock_key,
-  callback_url, needs_browser, profile_pool, rate_key, proxy_pool
+  callback_url, needs_browser, profile_pool, rate_key, proxy_pool, proxy_session
 FROM incoming_jobs
 ORDER BY seq
 ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND status IN {unfinished}
@@ -142,6 +145,7 @@ def insert_jobs(
                     payload_profile_pool(job.payload) if needs_browser else None,
                     job.rate_key,  # None: the URL's host for the built-in actions (trigger)
                     job.proxy_pool,
+                    job.proxy_session,
                 )
             )
             if progress and seq % PROGRESS_EVERY_ROWS == PROGRESS_EVERY_ROWS - 1:

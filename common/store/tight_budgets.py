@@ -29,7 +29,7 @@ FROM unnest(CAST(:names AS text[]), CAST(:budgets AS int[])) AS t(name, budget)
 CROSS JOIN LATERAL (
 SELECT id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile,
   blocked_on_host, CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host,
-  pinned_host, proxy_pool, proxy_id
+  pinned_host, proxy_pool, proxy_id, proxy_session
 FROM jobs
 WHERE status = {job.pending} AND rate_key = t.name
   AND (not_before IS NULL OR not_before <= now())
@@ -87,7 +87,7 @@ FROM unnest(CAST(:names AS text[]), CAST(:budgets AS int[])) AS t(name, budget)
 CROSS JOIN LATERAL (
 SELECT id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile,
   blocked_on_host, CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host,
-  pinned_host, proxy_pool, proxy_id
+  pinned_host, proxy_pool, proxy_id, proxy_session
 FROM jobs
 WHERE status = {job.pending} AND NOT needs_browser AND rate_key = t.name
   AND (not_before IS NULL OR not_before <= now())
@@ -145,7 +145,7 @@ FROM unnest(CAST(:names AS text[]), CAST(:budgets AS int[])) AS t(name, budget)
 CROSS JOIN LATERAL (
 SELECT id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile,
   blocked_on_host, CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host,
-  pinned_host, proxy_pool, proxy_id
+  pinned_host, proxy_pool, proxy_id, proxy_session
 FROM jobs
 WHERE status = {job.pending} AND kind = t.name
   AND (not_before IS NULL OR not_before <= now())
@@ -204,7 +204,7 @@ FROM unnest(CAST(:names AS text[]), CAST(:budgets AS int[])) AS t(name, budget)
 CROSS JOIN LATERAL (
 SELECT id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile,
   blocked_on_host, CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host,
-  pinned_host, proxy_pool, proxy_id
+  pinned_host, proxy_pool, proxy_id, proxy_session
 FROM jobs
 WHERE status = {job.pending} AND NOT needs_browser AND kind = t.name
   AND (not_before IS NULL OR not_before <= now())

@@ -11,7 +11,9 @@
   one, when), and how that attempt ended for it (``blocked``, ``error``, ``ok``): the ban
   rates of the ``identity_health`` view are counted here.
 - ``jobs.proxy_pool`` (what the job asked for) and ``jobs.proxy_id`` (the proxy leased to its
-  current or last attempt, set by the producer as it assigns).
+  current or last attempt, set by the producer as it assigns); ``jobs.proxy_session`` and
+  ``proxy_sessions``: a sticky session's jobs go out through one proxy until a block or
+  ``session_max_uses`` retires it.
 - Two SECURITY DEFINER functions are all a consumer's role reaches: ``proxy_for_attempt``
   answers the credentials of the proxy leased to a job *processing on the caller's host* under
   that claim, and ``identity_charge`` records how the attempt ended for its proxy (a block:
@@ -39,6 +41,7 @@ NAME_PATTERN = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"  # common.identities.proxy_po
 IN_FLIGHT = "status IN ('queued', 'processing')"
 POOLS_COMMENT = (
     "Named proxy pools and their settings: `max_jobs_per_proxy` (jobs at once on one proxy), "
+    "`session_max_uses` (a sticky session's jobs on one proxy), "
     "`cooldown_s` and `max_cooldown_s` (a blocked proxy's back-off, doubled per consecutive "
     "block), `ban_blocks` within `ban_window_s` ban a proxy for `ban_s`, `error_cooldown_s` "
     "(an unreachable proxy), `block_statuses` (HTTP statuses that mean a block), `next_pool` "
@@ -56,6 +59,11 @@ CREDENTIALS_COMMENT = (
 LEASES_COMMENT = (
     "One row per assignment of a job under a proxy or a profile: `job_id`, `proxy_id`, "
     "`profile`, `at`, `outcome` (`leased`, `ok`, `blocked`, `error`) and `ended_at`"
+)
+SESSIONS_COMMENT = (
+    "Sticky sessions of a pool: `key` (a job's `session`: the site's host for \"site\"), the "
+    "`proxy_id` its jobs go out through, `uses`, `started_at`, `last_used_at`, `retired_at` (a "
+    "block or `session_max_uses` ends it: the next job starts a new session on another proxy)"
 )
 HEALTH_COMMENT = (
     "Ban rates per proxy and per profile: `identity` (proxy URL without credentials, or "
@@ -113,7 +121,7 @@ BEGIN
         RAISE EXCEPTION 'identity_charge: outcome must be ok, blocked or error'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    SELECT id, host, proxy_id, profile INTO j FROM jobs
+    SELECT id, host, proxy_id, profile, proxy_session INTO j FROM jobs
         WHERE id = p_job AND claims = p_claim AND status = 'processing';
     IF NOT FOUND OR NOT identity_caller_may(j.host) THEN
         RETURN NULL;
@@ -141,6 +149,10 @@ BEGIN
             WHERE id = px.id RETURNING state INTO new_state;
         RETURN new_state;
     END IF;
+    -- A blocked session is over: its next job starts a new one, on another proxy.
+    UPDATE proxy_sessions AS s SET retired_at = now()
+        WHERE s.pool = px.pool AND s.key = j.proxy_session AND s.proxy_id = px.id
+          AND s.retired_at IS NULL;
     -- Tiers: the job's blocks on this pool's proxies reach the pool's bound: its next attempt
     -- leases from the next pool.
     IF pool.next_pool IS NOT NULL AND (
@@ -252,6 +264,8 @@ def upgrade() -> None:
         # Tiers: a job of this pool blocked escalate_after_blocks times here moves to next_pool.
         sa.Column("next_pool", sa.Text),
         sa.Column("escalate_after_blocks", sa.Integer, nullable=False, server_default="2"),
+        # Sticky sessions: a session's proxy serves at most this many of its jobs.
+        sa.Column("session_max_uses", sa.Integer, nullable=False, server_default="50"),
         sa.Column("created_at", TS, nullable=False, server_default=sa.text("now()")),
         sa.ForeignKeyConstraint(
             ["next_pool"],
@@ -261,6 +275,7 @@ def upgrade() -> None:
         ),
         sa.CheckConstraint("next_pool IS DISTINCT FROM name", name="proxy_pools_next_not_self"),
         sa.CheckConstraint("escalate_after_blocks >= 1", name="proxy_pools_escalate_after_valid"),
+        sa.CheckConstraint("session_max_uses >= 1", name="proxy_pools_session_uses_valid"),
         sa.CheckConstraint(f"name ~ '{NAME_PATTERN}'", name="proxy_pools_name_valid"),
         sa.CheckConstraint("max_jobs_per_proxy BETWEEN 1 AND 1000", name="proxy_pools_cap_valid"),
         sa.CheckConstraint(
@@ -323,12 +338,29 @@ def upgrade() -> None:
         ),
         comment=LEASES_COMMENT,
     )
+    op.create_table(
+        "proxy_sessions",
+        sa.Column(
+            "pool",
+            sa.Text,
+            sa.ForeignKey("proxy_pools.name", ondelete="CASCADE"),
+            primary_key=True,
+        ),
+        sa.Column("key", sa.Text, primary_key=True),
+        sa.Column("proxy_id", sa.BigInteger, nullable=False),
+        sa.Column("uses", sa.Integer, nullable=False, server_default="0"),
+        sa.Column("started_at", TS, nullable=False, server_default=sa.text("now()")),
+        sa.Column("last_used_at", TS),
+        sa.Column("retired_at", TS),
+        comment=SESSIONS_COMMENT,
+    )
     op.create_index("identity_leases_job_idx", "identity_leases", ["job_id"])
     op.create_index("identity_leases_proxy_idx", "identity_leases", ["proxy_id", "at"])
     op.create_index("identity_leases_at_brin", "identity_leases", ["at"], postgresql_using="brin")
     for table in ("jobs", "jobs_archive"):
         op.add_column(table, sa.Column("proxy_pool", sa.Text))
         op.add_column(table, sa.Column("proxy_id", sa.BigInteger))
+        op.add_column(table, sa.Column("proxy_session", sa.Text))
     op.create_index(
         "jobs_proxy_in_flight_idx",
         "jobs",
@@ -354,9 +386,11 @@ def downgrade() -> None:
     op.execute("DROP FUNCTION identity_caller_may(text)")
     op.drop_index("jobs_proxy_in_flight_idx", table_name="jobs")
     for table in ("jobs", "jobs_archive"):
+        op.drop_column(table, "proxy_session")
         op.drop_column(table, "proxy_id")
         op.drop_column(table, "proxy_pool")
     op.drop_table("identity_leases")
+    op.drop_table("proxy_sessions")
     op.drop_table("proxy_credentials")
     op.drop_table("proxies")
     op.drop_table("proxy_pools")

@@ -33,6 +33,7 @@ class SiteLog:
     now: Counter[str] = field(default_factory=Counter)  # requests being answered, per address
     most_at_once: Counter[str] = field(default_factory=Counter)
     times: dict[str, list[float]] = field(default_factory=dict)  # each request's arrival
+    by_site: dict[str, Counter[str]] = field(default_factory=dict)  # Host name -> addresses
 
 
 class BlockingSite:
@@ -51,8 +52,8 @@ class BlockingSite:
     def port(self) -> int:
         return int(self._server.server_address[1])
 
-    def url(self, path: str) -> str:
-        return f"http://site{TEST_DOMAIN}:{self.port}{path}"
+    def url(self, path: str, name: str = "site") -> str:
+        return f"http://{name}{TEST_DOMAIN}:{self.port}{path}"
 
     def __enter__(self) -> BlockingSite:
         self._thread.start()
@@ -62,10 +63,11 @@ class BlockingSite:
         self._server.shutdown()
         self._server.server_close()
 
-    def _arrive(self, address: str) -> bool:
+    def _arrive(self, address: str, site: str) -> bool:
         """Counted; whether the address is refused."""
         with self._lock:
             log = self.log
+            log.by_site.setdefault(site, Counter())[address] += 1
             log.requests[address] += 1
             log.times.setdefault(address, []).append(time.monotonic())
             log.now[address] += 1
@@ -90,7 +92,8 @@ class BlockingSite:
 
             def do_GET(self) -> None:
                 address = self.client_address[0]
-                refused = site._arrive(address)
+                name = (self.headers.get("Host") or "").rpartition(":")[0]
+                refused = site._arrive(address, name)
                 try:
                     time.sleep(site.pause_s)
                     status, title = (403, "Access denied") if refused else (200, "Welcome")

@@ -298,3 +298,40 @@ def test_submit_from_a_file_names_the_bad_pool_and_inserts_nothing(
     assert _jobs(engine) == {}
     pinned = run_cli(["submit", "-", "--host", "h1"], database_url, stdin=json.dumps(good))
     assert pinned.returncode == 2 and "a proxy pool" in pinned.stderr
+
+
+def _session_get(url: str, session: str = "site") -> NewJob:
+    payload = {"url": url, "proxy_pool": "res", "session": session}
+    return validate_job({"kind": "http_get", "payload": payload})
+
+
+def test_a_sticky_session_keeps_its_proxy_until_a_block_retires_it(
+    engine: Engine, producer: Producer
+) -> None:
+    _add(engine, "res", [f"http://127.0.0.{n}:8080" for n in (2, 3, 4)])
+    with pytest.raises(SubmitError, match=r"payload\.session: a session needs a proxy_pool"):
+        validate_job({"kind": "http_get", "payload": {"url": "http://a.test/", "session": "x"}})
+    ids = submit(engine, [_session_get(f"http://shop.test/{n}") for n in range(3)])
+    assert {_jobs(engine)[i]["proxy_session"] for i in ids} == {"shop.test"}  # "site": the host
+    leased = []
+    for job_id in ids[:2]:
+        producer.run_cycle()
+        job = _jobs(engine)[job_id]
+        leased.append(job["proxy_id"])
+        claimed = _claim(engine, job_id)
+        with engine.begin() as conn:
+            store.complete_job(conn, job["host"], job_id, claimed.claim, {})
+    assert leased[0] == leased[1]  # the session's proxy, though others were used less lately
+    producer.run_cycle()
+    job = _jobs(engine)[ids[2]]
+    assert job["proxy_id"] == leased[0]
+    claimed = _claim(engine, ids[2])
+    with engine.begin() as conn:
+        store.release_blocked(
+            conn, job["host"], ids[2], claimed.claim, "403", max_blocks=10, profile_cooldown_s=60
+        )
+    producer.run_cycle()
+    assert _jobs(engine)[ids[2]]["proxy_id"] != leased[0]  # retired: a new session elsewhere
+    with engine.connect() as conn:
+        session = conn.execute(sa.text("SELECT * FROM proxy_sessions")).one()
+    assert (session.key, session.uses, session.retired_at) == ("shop.test", 1, None)

@@ -27,7 +27,11 @@ def _leased_jobs(admin: Engine) -> dict[str, tuple[int, int]]:
     claimed: host -> (job id, claim)."""
     jobs = {}
     with admin.begin() as conn:
-        conn.execute(sa.text("TRUNCATE proxy_pools, proxies, proxy_credentials, identity_leases"))
+        conn.execute(
+            sa.text(
+                "TRUNCATE proxy_pools, proxies, proxy_credentials, identity_leases, proxy_sessions"
+            )
+        )
         entries = [parse_proxy(f"http://u{n}:{SECRET}@127.0.0.{n}:8080") for n in (2, 3)]
         store.add_proxies(conn, "res", entries)
         ids = dict(conn.execute(sa.text("SELECT url, id FROM proxies")).all())

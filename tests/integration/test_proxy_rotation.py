@@ -198,3 +198,36 @@ def test_a_job_pinned_to_the_blocked_proxy_meets_the_block_again(
     assert row["status"] == "failed"
     assert site.log.blocked[BURNT] == 3 and set(site.log.blocked) == {BURNT}
     assert "403" in (row["last_error"] or "")
+
+
+def test_a_sticky_session_sends_each_sites_jobs_through_one_exit(
+    engine: Engine, proxies: list[ExitProxy], fleet: Any
+) -> None:
+    with engine.begin() as conn:
+        store.add_proxies(conn, "res", [parse_proxy(p.url) for p in proxies])
+    with BlockingSite({}) as site:  # blocks no exit: nothing retires a session here
+        _two_sites_in_sessions(engine, site)
+
+
+def _two_sites_in_sessions(engine: Engine, site: BlockingSite) -> None:
+    jobs = [
+        validate_job(
+            {
+                "kind": "http_get",
+                "payload": {
+                    "url": site.url(f"/p/{i}", name=name),
+                    "proxy_pool": "res",
+                    "session": "site",
+                },
+            }
+        )
+        for i in range(12)
+        for name in ("shop-a", "shop-b")
+    ]
+    ids = submit(engine, jobs)
+    wait_for(lambda: _finished(engine, ids), scaled(60), "two sites' sessions")
+
+    assert {r["status"] for r in _jobs(engine, ids)} == {"completed"}
+    seen = {name: set(site.log.by_site[f"{name}.test"]) for name in ("shop-a", "shop-b")}
+    assert all(len(addresses) == 1 for addresses in seen.values()), seen  # one visitor each
+    assert seen["shop-a"] != seen["shop-b"]  # and the two sessions on different exits

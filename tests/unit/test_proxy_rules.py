@@ -13,7 +13,14 @@ from scrapefleet.common.actions.error_classes import Blocked
 from scrapefleet.common.api import refuse_unpinnable
 from scrapefleet.common.errors import SubmitError
 from scrapefleet.common.http.client import HTTPStatusFailure
-from scrapefleet.common.store import ClaimedJob, NewJob, PendingJob, ProfileRow, ProxyRow
+from scrapefleet.common.store import (
+    ClaimedJob,
+    NewJob,
+    PendingJob,
+    ProfileRow,
+    ProxyRow,
+    SessionRow,
+)
 from scrapefleet.consumer.proxy_use import proxy_verdict, scrub, with_leased_proxy
 from scrapefleet.consumer.runner import run_job
 from scrapefleet.producer.planner import HostSlots, plan_assignments
@@ -142,3 +149,44 @@ def test_a_pool_job_with_no_proxy_leased_is_released_never_run_direct() -> None:
 def test_a_pool_job_cannot_be_pinned_to_a_host() -> None:
     with pytest.raises(SubmitError, match=r"job 1: .* a proxy pool"):
         refuse_unpinnable([NewJob("http_get", {"url": "http://a.test/"}, proxy_pool="res")])
+
+
+def _session_job(job_id: int, key: str, last: int | None = None) -> PendingJob:
+    return PendingJob(job_id, None, False, proxy_pool="res", last_proxy=last, proxy_session=key)
+
+
+def _sessions(*rows: SessionRow) -> dict[tuple[str, str], SessionRow]:
+    return {(r.pool, r.key): r for r in rows}
+
+
+def test_a_live_session_keeps_its_proxy_and_waits_for_it_at_its_cap() -> None:
+    proxies = [_proxy(1, used_s_ago=5), _proxy(2)]  # 2 is the least recently used
+    live = _sessions(SessionRow("res", "shop.test", 1, 3, True))
+    placement = ProxyPlacement(proxies, NOW, sessions=live)
+    jobs = [_session_job(10, "shop.test"), _session_job(11, "shop.test"), _job(12)]
+    plan = plan_assignments(HOSTS, jobs, set(), placement)
+    assert placement.chosen == {10: 1, 12: 2}  # 11 waits for its session's proxy
+    assert [job_id for job_id, _ in plan] == [10, 12]
+
+
+def test_a_new_session_binds_one_proxy_for_all_its_jobs_of_a_plan() -> None:
+    proxies = [replace(_proxy(n), cap=3) for n in (1, 2, 3)]
+    placement = ProxyPlacement(proxies, NOW)
+    jobs = [_session_job(10, "a"), _session_job(11, "b"), _session_job(12, "a")]
+    plan_assignments(HOSTS, jobs, set(), placement)
+    assert placement.chosen[10] == placement.chosen[12] != placement.chosen[11]
+
+
+def test_a_retired_session_or_an_unusable_proxy_starts_the_session_again_elsewhere() -> None:
+    retired = _sessions(SessionRow("res", "a", 1, 3, False))
+    assert _placed(retired, _proxy(1), _proxy(2, used_s_ago=5), last=1) == {10: 2}
+    cooling = _sessions(SessionRow("res", "a", 1, 3, True))
+    assert _placed(cooling, _proxy(1, cool_for_s=60), _proxy(2, used_s_ago=5)) == {10: 2}
+
+
+def _placed(
+    sessions: dict[tuple[str, str], SessionRow], *proxies: ProxyRow, last: int | None = None
+) -> dict[int, int]:
+    placement = ProxyPlacement(proxies, NOW, sessions=sessions)
+    plan_assignments(HOSTS, [_session_job(10, "a", last)], set(), placement)
+    return placement.chosen
