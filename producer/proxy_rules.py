@@ -78,6 +78,7 @@ class ProxyPlacement:
         self._leased: dict[int, int] = {}  # proxy id -> jobs this plan gave it
         self._order: dict[int, int] = {}  # proxy id -> when this plan last gave it one
         self.chosen: dict[int, int] = {}
+        self._picked: tuple[int, ProxyFacts | None] = (-1, None)  # (job id, its pick)
 
     @property
     def inner(self) -> Placement | None:
@@ -85,8 +86,12 @@ class ProxyPlacement:
 
     def hosts_for(self, job: PlannedJob) -> HostChoice | None:
         pool: str | None = getattr(job, "proxy_pool", None)
-        if pool is not None and self._pick(job, pool) is None:
-            return None
+        if pool is not None:
+            # The planner calls placed() for this job, if at all, before any other call: the
+            # pick made now is the one it leases then.
+            self._picked = (job.id, self._pick(job, pool))
+            if self._picked[1] is None:
+                return None
         if self._inner is None:
             return ANY_HOST
         return self._inner.hosts_for(job)
@@ -97,7 +102,9 @@ class ProxyPlacement:
         pool: str | None = getattr(job, "proxy_pool", None)
         if pool is None:
             return
-        proxy = self._pick(job, pool)
+        picked_for, proxy = self._picked
+        if picked_for != job.id:
+            proxy = self._pick(job, pool)
         if proxy is None:  # hosts_for said there was one, and nothing took it since
             return
         self._leased[proxy.id] = self._leased.get(proxy.id, 0) + 1
