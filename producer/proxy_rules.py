@@ -15,6 +15,7 @@ with which proxy.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Protocol
@@ -77,6 +78,11 @@ class ProxyPlacement:
         self._bound = {key: row.proxy_id for key, row in (sessions or {}).items() if row.live}
         self._leased: dict[int, int] = {}  # proxy id -> jobs this plan gave it
         self._order: dict[int, int] = {}  # proxy id -> when this plan last gave it one
+        # Per pool, a heap of (recency..., id) over its proxies available at ``now`` (which a
+        # plan never changes), built on first use: an entry is stale once its proxy was leased
+        # again (a newer entry was pushed), and a proxy at its cap leaves for the plan (caps
+        # only fill during a plan).
+        self._heaps: dict[str, list[tuple[int, float, int, int]]] = {}
         self.chosen: dict[int, int] = {}
         self._picked: tuple[int, ProxyFacts | None] = (-1, None)  # (job id, its pick)
 
@@ -110,6 +116,8 @@ class ProxyPlacement:
         self._leased[proxy.id] = self._leased.get(proxy.id, 0) + 1
         self._order[proxy.id] = len(self.chosen)
         self.chosen[job.id] = proxy.id
+        if pool in self._heaps:
+            heapq.heappush(self._heaps[pool], self._entry(proxy))
         session: str | None = getattr(job, "proxy_session", None)
         if session is not None:
             self._bound[pool, session] = proxy.id
@@ -123,23 +131,41 @@ class ProxyPlacement:
                 # A live session keeps its proxy: its job waits while that one is at its cap.
                 return proxy if self._under_cap(proxy) else None
             # Its proxy cannot take jobs now: the session starts again on another.
+        # Never used before any used, this plan's leases after every earlier use, the least
+        # recently used first; then the lowest id. The last attempt's proxy only if no other.
+        heap = self._heap(pool)
+        best = self._top(heap)
         last: int | None = getattr(job, "last_proxy", None)
-        usable = [p for p in self._by_pool.get(pool, ()) if self._usable(p)]
-        if not usable:
-            return None
-        # The last attempt's proxy last; then never used before any used, this plan's leases
-        # after every earlier use, the least recently used first; then the lowest id.
-        return min(usable, key=lambda p: (p.id == last, *self._recency(p), p.id))
+        if best is None or best.id != last:
+            return best
+        held = heapq.heappop(heap)
+        other = self._top(heap)
+        heapq.heappush(heap, held)
+        return best if other is None else other
 
-    def _recency(self, proxy: ProxyFacts) -> tuple[int, float, int]:
+    def _heap(self, pool: str) -> list[tuple[int, float, int, int]]:
+        if pool not in self._heaps:
+            available = [p for p in self._by_pool.get(pool, ()) if not self._unavailable(p)]
+            self._heaps[pool] = [self._entry(p) for p in available]
+            heapq.heapify(self._heaps[pool])
+        return self._heaps[pool]
+
+    def _top(self, heap: list[tuple[int, float, int, int]]) -> ProxyFacts | None:
+        """The heap's best current entry's proxy under its cap; stale and full ones dropped."""
+        while heap:
+            entry = heap[0]
+            proxy = self._by_id[entry[3]]
+            if entry == self._entry(proxy) and self._under_cap(proxy):
+                return proxy
+            heapq.heappop(heap)
+        return None
+
+    def _entry(self, proxy: ProxyFacts) -> tuple[int, float, int, int]:
         if proxy.id in self._order:
-            return (2, 0.0, self._order[proxy.id])
+            return (2, 0.0, self._order[proxy.id], proxy.id)
         if proxy.last_used_at is None:
-            return (0, 0.0, 0)
-        return (1, proxy.last_used_at.timestamp(), 0)
-
-    def _usable(self, proxy: ProxyFacts) -> bool:
-        return not self._unavailable(proxy) and self._under_cap(proxy)
+            return (0, 0.0, 0, proxy.id)
+        return (1, proxy.last_used_at.timestamp(), 0, proxy.id)
 
     def _unavailable(self, proxy: ProxyFacts) -> bool:
         return bool(unavailable(proxy.state, proxy.cooldown_until, proxy.banned_until, self._now))
