@@ -81,12 +81,15 @@ __all__ = [
 
 def refuse_unpinnable(jobs: Sequence[NewJob]) -> None:
     """A pinned job skips the planner, so it must not need what only the planner guarantees:
-    one job per lock key, one job per browser profile at a time on the profile's own host."""
+    one job per lock key, one job per browser profile at a time on the profile's own host, a
+    proxy of its pool leased to each attempt."""
     for number, job in enumerate(jobs, 1):
         if job.lock_key is not None:
             reason = f"lock_key {job.lock_key!r}"
         elif payload_profile_pool(job.payload):
             reason = "a browser profile"
+        elif job.proxy_pool is not None:
+            reason = f"a proxy pool ({job.proxy_pool!r}: the producer leases its proxies)"
         else:
             continue
         raise SubmitError(

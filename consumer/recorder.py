@@ -32,6 +32,7 @@ from scrapefleet.common.clock import utcnow
 from scrapefleet.common.db.engines import describe, transaction
 from scrapefleet.common.db.executes import Executes
 from scrapefleet.common.errors import DatabaseUnavailable
+from scrapefleet.common.identities.proxy_pools import LeaseOutcome
 from scrapefleet.common.runtime.side_threads import SideThreads
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import ClaimedJob
@@ -190,7 +191,10 @@ class OutcomeRecorder:
 
     def _write_batch(self, conn: Connection, batch: list[Finished]) -> None:
         """Completions in one statement (the hot path); failures and releases one by one."""
-        self._write_completions(conn, [i for i in batch if i.outcome.status == "completed"])
+        completed = [i for i in batch if i.outcome.status == "completed"]
+        for item in completed:
+            _charge(conn, item.job, LeaseOutcome.OK)
+        self._write_completions(conn, completed)
         for item in batch:
             if item.outcome.status != "completed":
                 self._write(conn, item)
@@ -214,6 +218,7 @@ class OutcomeRecorder:
         job, outcome = item.job, item.outcome
         if outcome.status == "completed":
             assert outcome.result is not None
+            _charge(conn, job, LeaseOutcome.OK)
             spawn = _spawn_entries(outcome)
             if not store.complete_job(conn, self.host, job.id, job.claim, outcome.result, spawn):
                 log.warning("job %d claim %d is no longer ours: result dropped", *_key(job))
@@ -251,6 +256,8 @@ class OutcomeRecorder:
                 retry_after_max_s=self.settings.retry_after_max_s,
             )
         error = outcome.error or "failed"
+        if outcome.proxy_error:
+            _charge(conn, job, LeaseOutcome.ERROR)
         status = store.fail_attempt(
             conn,
             self.host,
@@ -296,6 +303,14 @@ class OutcomeRecorder:
             reason,
             "no longer ours" if status is None else status,
         )
+
+
+def _charge(conn: Connection, job: ClaimedJob, outcome: LeaseOutcome) -> None:
+    """How the attempt ended for the proxy (or profile) it leased: before the statement that
+    moves the job on, which the charge reads as still processing. (A block is charged by
+    store.release_blocked itself.)"""
+    if job.proxy_id is not None or job.profile is not None:
+        store.charge_identity(conn, job.id, job.claim, outcome)
 
 
 def _spawn_entries(outcome: Outcome) -> list[dict[str, Any]]:

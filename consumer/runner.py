@@ -34,7 +34,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from scrapefleet.common.actions.error_classes import ErrorClass, classify, reason_of, retry_after_of
@@ -51,6 +51,7 @@ from scrapefleet.consumer.browser import (  # noqa: F401  (they register the bro
 )
 from scrapefleet.consumer.browser.block_detection import NO_RULES, BlockRules, blocking_rules
 from scrapefleet.consumer.browser.job_setup import job_browser
+from scrapefleet.consumer.proxy_use import proxy_verdict, scrub, with_leased_proxy
 
 DriverFactory = Callable[[], Any]
 # isolation -> a context manager giving the job's driver; entering it raises when the host has
@@ -81,6 +82,9 @@ class Outcome:
     # Released because the browser died under the job's page: counted towards the job's bound
     # of such releases (store.release_job). Every other release is the host's own fault.
     by_page: bool = False
+    # Failed because the attempt's leased proxy could not be reached (consumer.proxy_use):
+    # the proxy is charged an error as the failure is written.
+    proxy_error: bool = False
 
     @classmethod
     def completed(cls, result: dict[str, Any], spawn: tuple[Child, ...] = ()) -> Outcome:
@@ -172,7 +176,17 @@ def run_job(
     ``host_starved``: why the host is starved of CPU or memory now, else None: a browser
     action that times out meanwhile is released (the host's fault), not failed."""
     with blocking_rules(block_rules):
-        return _run_job(job, lease, driver_factory, capture_failure, browser_defaults, host_starved)
+        outcome = _run_job(
+            job, lease, driver_factory, capture_failure, browser_defaults, host_starved
+        )
+    if job.proxy_url is None:
+        return outcome
+    # Nothing an attempt leaves behind carries its proxy's password.
+    return replace(
+        outcome,
+        error=scrub(outcome.error, job.proxy_url),
+        reason=scrub(outcome.reason, job.proxy_url),
+    )
 
 
 def _run_job(
@@ -185,11 +199,24 @@ def _run_job(
 ) -> Outcome:
     if lease is None and driver_factory is not None:
         lease = leases_from(driver_factory)
+    if job.proxy_pool is not None and job.proxy_url is None:
+        # Never straight out from this host's own address: the producer leases it a proxy of
+        # its pool next time (the one it had was removed meanwhile, or none was leased).
+        return Outcome.released(f"released: no proxy of pool {job.proxy_pool!r} leased to it")
     try:
         action = get_action(job.kind)
-        params = action.validate(job.payload)
-        isolation = action.isolation_of(job.payload)
-        options = action.browser_options_of(job.payload)
+        payload = job.payload
+        if job.proxy_url is not None and isinstance(payload, dict):
+            payload = with_leased_proxy(
+                payload,
+                job.proxy_url,
+                needs_browser=action.needs_browser,
+                takes_proxy="proxy" in action.params_model.model_fields,
+                own_fields=action.params_model.model_fields,
+            )
+        params = action.validate(payload)
+        isolation = action.isolation_of(payload)
+        options = action.browser_options_of(payload)
         if action.needs_browser:
             options = options.over(browser_defaults)
             isolation = with_options(isolation, not options.empty)
@@ -206,7 +233,7 @@ def _run_job(
         except StackError as exc:
             return Outcome.released(f"released: {exc}", exc)
         except BaseException as exc:  # a worker thread must survive anything an action raises
-            return Outcome.raised(exc, traceback.format_exc(), None)
+            return _raised(job, exc, traceback.format_exc(), None)
         return _checked_result(job.kind, returned)
 
     if lease is None:
@@ -266,11 +293,26 @@ def _run_browser_job(
             # what blocked us: the evidence an operator wants).
             error = traceback.format_exc()
             artifacts = _capture(capture_failure, driver, job, error)
-            return Outcome.raised(exc, error, artifacts)
+            return _raised(job, exc, error, artifacts)
         finally:
             with contextlib.suppress(Exception):
                 held.close()  # the lease's own cleanup must never turn into the job's error
     return _checked_result(job.kind, returned)
+
+
+def _raised(
+    job: ClaimedJob, exc: BaseException, error: str, artifacts: dict[str, Any] | None
+) -> Outcome:
+    """How an attempt whose action raised ended; for one through a leased proxy, a refusal of
+    its exit address is the proxy's block (back to pending, another proxy next time) and an
+    unreachable proxy is the proxy's error (consumer.proxy_use)."""
+    if job.proxy_id is not None:
+        verdict = proxy_verdict(exc, job.proxy_block_statuses)
+        if verdict == "blocked":
+            return Outcome.blocked(f"proxy refused: {_first_line(exc)}", error, artifacts)
+        if verdict == "error":
+            return replace(Outcome.raised(exc, error, artifacts), proxy_error=True)
+    return Outcome.raised(exc, error, artifacts)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -16,7 +16,8 @@ from scrapefleet.common import store
 from scrapefleet.common.reads import queries
 from scrapefleet.producer.planner import host_slots, plan_assignments, runnable_kinds
 from scrapefleet.producer.producer_base import ProducerBase
-from scrapefleet.producer.profile_steps import bind_assigned_profiles, profile_placement
+from scrapefleet.producer.profile_steps import profile_placement
+from scrapefleet.producer.proxy_steps import lease_assigned, proxy_placement
 from scrapefleet.producer.recent_probes import current_probes
 
 # One logger for every part of the producer: its lines keep the name they had.
@@ -58,11 +59,11 @@ class AssignmentStep(ProducerBase):
             # The pending query already leaves out busy keys; this read is the planner's
             # second guard and is skipped when no candidate has a key at all.
             busy = queries.busy_lock_keys(conn) if any(p.lock_key for p in pending) else set()
-            placement = profile_placement(conn, pending, now)
+            placement = proxy_placement(conn, pending, now, profile_placement(conn, pending, now))
             plan = plan_assignments(slots, pending, busy, placement, admission)
             assigned = store.assign_jobs(conn, plan)
             if placement is not None:
-                bind_assigned_profiles(conn, placement, assigned)
+                lease_assigned(conn, placement, assigned)
         hosts = [host for _, host in assigned]
         if hosts:
             log.debug("assigned jobs=%d free_slots=%d hosts=%s", len(hosts), free, hosts)

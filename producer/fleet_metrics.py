@@ -8,12 +8,13 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common.db.engines import wrapped_errors
-from scrapefleet.common.reads import queries
+from scrapefleet.common.reads import identity_figures, queries
 from scrapefleet.common.reads.producer_status import read_producer_status
 from scrapefleet.common.reads.progress import read_progress
 from scrapefleet.common.runtime.metrics import (
     FleetSnapshot,
     HostFigures,
+    IdentityFigures,
     ProducerFigures,
     RateKeyFigures,
     ScheduleFigures,
@@ -24,6 +25,7 @@ from scrapefleet.common.runtime.metrics import (
 # fleet with a default limit on 100,000 sites would otherwise export 400,000 series.
 METRICS_RATE_KEYS = 100
 METRICS_SCHEDULES = 500  # series per schedule: more schedules than this are not exported
+METRICS_PROFILES = 20  # series per profile: the ones blocked most in the last hour
 
 
 def read_fleet_snapshot(engine: Engine) -> FleetSnapshot:
@@ -35,6 +37,8 @@ def read_fleet_snapshot(engine: Engine) -> FleetSnapshot:
         oldest = read_progress(conn)["oldest_pending_age"]
         rate_keys = queries.rate_keys(conn, every_key=False, limit=METRICS_RATE_KEYS)
         schedules = queries.schedule_figures(conn, METRICS_SCHEDULES)
+        pools = identity_figures.pool_figures(conn)
+        profiles = identity_figures.profile_figures(conn, METRICS_PROFILES)
     return FleetSnapshot(
         jobs=jobs,
         hosts={
@@ -60,6 +64,11 @@ def read_fleet_snapshot(engine: Engine) -> FleetSnapshot:
             for row in rate_keys
         },
         schedules={row["name"]: _schedule_figures(row) for row in schedules},
+        proxy_pools={
+            name: IdentityFigures(row["leases"], row["blocks"], row["states"])
+            for name, row in pools.items()
+        },
+        profiles={name: IdentityFigures(*figures) for name, figures in profiles.items()},
     )
 
 

@@ -1,5 +1,6 @@
-"""The assignment's two profile steps around the pure rules (producer.profile_rules): read the
-pools' profiles before planning, bind the chosen ones after assigning, in the same transaction.
+"""The assignment's profile step before the pure rules (producer.profile_rules): read the pools'
+profiles before planning. The chosen ones are bound after assigning, in the same transaction,
+with the proxies (producer.proxy_steps.lease_assigned).
 """
 
 from __future__ import annotations
@@ -23,15 +24,3 @@ def profile_placement(
     if not names and not any(job.blocked_on_host or job.lingering_on_host for job in pending):
         return None
     return ProfilePlacement(store.profile_rows(conn, names) if names else {}, now)
-
-
-def bind_assigned_profiles(
-    conn: Connection, placement: ProfilePlacement, assigned: Sequence[tuple[int, str]]
-) -> None:
-    """Each assigned job's chosen profile on the job, the profile bound to its host."""
-    chosen = [
-        (job_id, placement.chosen[job_id], host)
-        for job_id, host in assigned
-        if job_id in placement.chosen
-    ]
-    store.bind_profiles(conn, chosen)

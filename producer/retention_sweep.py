@@ -5,6 +5,8 @@ prunes its own.)
 Jobs move ``retention_batch_rows`` at a time, one short transaction each (a DELETE ... RETURNING
 feeding an INSERT, rows taken with SKIP LOCKED), so the hot table is never locked for long and
 a crash loses nothing: every committed batch is wholly in one table. Their job_events stay.
+The identities' lease rows (the ban rates' counts) go after as long, and never before two days
+(the ban rates read the last day).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from scrapefleet.common.settings import Settings
 log = logging.getLogger(__name__)
 
 MAX_BATCHES_PER_RUN = 1000  # a backlog is worked off over several runs, not in one long one
+MIN_LEASE_KEEP = timedelta(days=2)
 
 
 @dataclass(frozen=True)
@@ -44,11 +47,24 @@ def archive_old_jobs(engine: Engine, settings: Settings, now: datetime) -> int:
     return total
 
 
+def prune_leases(engine: Engine, settings: Settings, now: datetime) -> int:
+    cutoff = now - max(timedelta(days=settings.retention_days), MIN_LEASE_KEEP)
+    total = 0
+    for _ in range(MAX_BATCHES_PER_RUN):
+        with transaction(engine) as conn:
+            pruned = store.prune_identity_leases(conn, cutoff, settings.retention_batch_rows)
+        total += pruned
+        if pruned < settings.retention_batch_rows:
+            break
+    return total
+
+
 def run_retention(
     engine: Engine, settings: Settings, now: datetime | None = None
 ) -> RetentionReport:
     now = now or utcnow()
     archived = archive_old_jobs(engine, settings, now)
-    if archived:
-        log.info("retention: archived_jobs=%d", archived)
+    pruned = prune_leases(engine, settings, now)
+    if archived or pruned:
+        log.info("retention: archived_jobs=%d identity_leases_pruned=%d", archived, pruned)
     return RetentionReport(archived)

@@ -49,7 +49,8 @@ def engine(session_engine: Engine) -> Engine:
                 "TRUNCATE jobs, hosts, job_events, host_events, jobs_archive, webhook_deliveries,"
                 " fleet_control, producers, profiles, crawl_runs, crawl_seen, rate_keys,"
                 " live_controls, control_changes,"
-                " schedule_defs, schedule_runs"
+                " schedule_defs, schedule_runs, proxy_pools, proxies, proxy_credentials,"
+                " identity_leases, proxy_sessions"
                 " RESTART IDENTITY"
             )
         )

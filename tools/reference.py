@@ -201,9 +201,9 @@ def _sample_snapshot(metrics: Any) -> Any:
         jobs={("pending", "k"): 1},
         hosts={"h": metrics.HostFigures("active", 1, 0, 0)},
         producer=metrics.ProducerFigures(up=True, last_cycle_timestamp_s=1.0),
-        oldest_pending_age_s=0.0,
         rate_keys={"k": metrics.RateKeyFigures(1, 1, 1.0, False)},
         schedules={"s": metrics.ScheduleFigures(False, 1.0, 0.0, 1.0, 0.0, 1.0)},
+        **{k: {"x": metrics.IdentityFigures(1, 0)} for k in ("proxy_pools", "profiles")},
     )
 
 

@@ -28,8 +28,12 @@ A module that does not import, or a name that is not a function, raises Settings
 it in one line: a consumer does not start with half its actions.
 
 ``register`` also takes an action's defaults for its jobs: ``timeout_s`` (a consumer's limit on
-one attempt, instead of the host's ``job_timeout_s``), ``max_attempts``, ``priority`` and
-``rate_key``, applied at submit wherever the job does not give its own.
+one attempt, instead of the host's ``job_timeout_s``), ``max_attempts``, ``priority``,
+``rate_key`` and ``proxy_pool``, applied at submit wherever the job does not give its own.
+
+Any job's payload may name a proxy pool (key ``proxy_pool``: common.identities.proxy_pools):
+each attempt then goes out through a proxy of that pool, leased by the producer; the built-in
+``http_get`` and every browser action use it, the params never see the key.
 
 An action that returns within a millisecond and never waits (no network, no file, no sleep) may
 say so with ``light``: a consumer then runs its jobs in the thread that claimed them, with no
@@ -70,6 +74,12 @@ from scrapefleet.common.browser.options import (
     cookie_domains_filled,
 )
 from scrapefleet.common.errors import SettingsError, SubmitError, UnknownAction
+from scrapefleet.common.identities.proxy_pools import (
+    PROXY_POOL_KEY,
+    SESSION_KEY,
+    session_key,
+    validate_pool_name,
+)
 from scrapefleet.common.jobs.rate_limits import check_rate_key
 
 __all__ = [
@@ -112,6 +122,7 @@ class Action:
     max_attempts: int | None = None
     priority: int | None = None
     rate_key: str | None = None
+    proxy_pool: str | None = None  # its jobs lease a proxy of this pool per attempt
 
     def time_limit_s(self, host_default_s: float) -> float:
         """How long one attempt may run on a host whose own limit is ``host_default_s``."""
@@ -142,12 +153,56 @@ class Action:
             self.browser_options_of(payload)
             if BROWSER_KEY not in self.params_model.model_fields:
                 payload = {k: v for k, v in payload.items() if k != BROWSER_KEY}
+        if PROXY_POOL_KEY in payload or SESSION_KEY in payload:
+            self.proxy_session_of(payload)
+            for key in (PROXY_POOL_KEY, SESSION_KEY):
+                if key not in self.params_model.model_fields:
+                    payload = {k: v for k, v in payload.items() if k != key}
         try:
             return self.params_model.model_validate(payload)
         except ValidationError as exc:
             err = exc.errors()[0]
             where = ".".join(str(p) for p in err["loc"]) or "payload"
             raise SubmitError(f"payload.{where}: {err['msg']}") from None
+
+    def proxy_pool_of(self, payload: Any) -> str | None:
+        """The proxy pool the job's attempts lease from: the payload's ``proxy_pool``, else the
+        action's own; SubmitError for a bad name, or a job that also names its own proxy (a
+        pool's proxy replaces it: the two cannot both be what it goes out with)."""
+        if not isinstance(payload, dict):
+            return self.proxy_pool
+        options = payload.get(BROWSER_KEY)
+        own = "proxy" if payload.get("proxy") is not None else None
+        if isinstance(options, dict) and options.get("proxy") is not None:
+            own = f"{BROWSER_KEY}.proxy"
+        if payload.get(PROXY_POOL_KEY) is None:
+            return None if own else self.proxy_pool  # a job's own proxy beats the default
+        try:
+            pool = validate_pool_name(payload[PROXY_POOL_KEY])
+        except ValueError as exc:
+            raise SubmitError(f"payload.{PROXY_POOL_KEY}: {exc}") from None
+        if own is not None:
+            where = own
+            raise SubmitError(
+                f"payload.{PROXY_POOL_KEY}: the job names its own proxy too (payload.{where});"
+                " give one or the other"
+            )
+        return pool
+
+    def proxy_session_of(self, payload: Any) -> str | None:
+        """The job's sticky session key (payload ``session``: its proxy stays the same for
+        its session's jobs), None for none; SubmitError when it is bad or has no pool."""
+        pool = self.proxy_pool_of(payload)
+        if not isinstance(payload, dict) or payload.get(SESSION_KEY) is None:
+            return None
+        if SESSION_KEY in self.params_model.model_fields and pool is None:
+            return None  # the action's own param of that name
+        if pool is None:
+            raise SubmitError(f"payload.{SESSION_KEY}: a session needs a {PROXY_POOL_KEY}")
+        try:
+            return session_key(payload[SESSION_KEY], payload)
+        except ValueError as exc:
+            raise SubmitError(f"payload.{SESSION_KEY}: {exc}") from None
 
     def isolation_of(self, payload: Any) -> Isolation:
         """How a browser job is kept apart from the jobs before it: the payload's
@@ -205,6 +260,7 @@ def register(
     max_attempts: int | None = None,
     priority: int | None = None,
     rate_key: str | None = None,
+    proxy_pool: str | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the decorated function as the action ``name`` (see the module's docstring).
     The defaults are checked here, so a bad one stops the import that declares it."""
@@ -220,6 +276,8 @@ def register(
         raise ValueError(f"action {name!r}: priority must be {PRIORITY_MIN} to {PRIORITY_MAX}")
     if rate_key is not None:
         rate_key = check_rate_key(rate_key)
+    if proxy_pool is not None:
+        proxy_pool = validate_pool_name(proxy_pool)
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
         action = Action(
@@ -233,6 +291,7 @@ def register(
             max_attempts=max_attempts,
             priority=priority,
             rate_key=rate_key,
+            proxy_pool=proxy_pool,
         )
         with _LOCK:
             _REGISTRY[name] = action

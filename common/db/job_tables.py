@@ -90,6 +90,11 @@ jobs = sa.Table(
     # Migration 0027: the host `submit --host` pinned it to; the producer assigns it nowhere
     # else, however often that host hands it back.
     sa.Column("pinned_host", sa.Text),
+    # Migration 0032: the proxy pool the job asked for (common.identities.proxy_pools) and the
+    # proxy the producer leased to its current or last attempt.
+    sa.Column("proxy_pool", sa.Text),
+    sa.Column("proxy_id", sa.BigInteger),
+    sa.Column("proxy_session", sa.Text),  # a sticky session's key (proxy_sessions)
     sa.CheckConstraint(column_in("status", JOB_STATUSES), name="jobs_status_valid"),
     sa.CheckConstraint(column_in("error_class", ERROR_CLASSES), name="jobs_error_class_valid"),
     sa.CheckConstraint("max_attempts >= 1", name="jobs_max_attempts_positive"),
@@ -157,6 +162,12 @@ sa.Index(
     jobs.c.profile,
     unique=True,
     postgresql_where=sa.text(f"profile IS NOT NULL AND {column_in('status', IN_FLIGHT).text}"),
+)
+# The jobs holding each proxy now: its per-proxy cap is counted here (0032).
+sa.Index(
+    "jobs_proxy_in_flight_idx",
+    jobs.c.proxy_id,
+    postgresql_where=sa.text(f"proxy_id IS NOT NULL AND {column_in('status', IN_FLIGHT).text}"),
 )
 # A crawl's jobs by status (crawls show, the crawls view).
 sa.Index(

@@ -4,7 +4,8 @@
 The tables are declared by domain, each group in a module that reads on its own:
 common.db.job_tables (jobs, their events, archive and webhook deliveries), host_tables (hosts,
 their events and access, database roles, profiles), crawl_tables, schedule_tables and
-control_tables (operator switches and live controls, producers, rate keys); what they share is
+control_tables (operator switches and live controls, producers, rate keys) and
+identity_tables (proxy pools, their proxies and credentials, identity leases); what they share is
 common.db.schema_base's. Importing this module is what puts every one of them on ``metadata``.
 """
 
@@ -14,6 +15,7 @@ from scrapefleet.common.db import (
     control_tables,
     crawl_tables,
     host_tables,
+    identity_tables,
     job_tables,
     schedule_tables,
 )
@@ -21,6 +23,13 @@ from scrapefleet.common.db.schema_base import metadata
 
 # Every group, imported for its tables: a table module not named here is not in the schema the
 # migrations are held to.
-TABLE_MODULES = (job_tables, host_tables, crawl_tables, schedule_tables, control_tables)
+TABLE_MODULES = (
+    job_tables,
+    host_tables,
+    crawl_tables,
+    schedule_tables,
+    control_tables,
+    identity_tables,
+)
 
 __all__ = ["TABLE_MODULES", "metadata"]

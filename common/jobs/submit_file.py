@@ -85,12 +85,19 @@ def validate_job(fields: dict[str, Any]) -> NewJob:
         raise SubmitError(f"field {where!r}: {err['msg']}") from None
     action = get_action(line.kind)  # UnknownAction names the kind
     action.validate(line.payload)
+    proxy_pool = action.proxy_pool_of(line.payload)
+    proxy_session = action.proxy_session_of(line.payload)
     fields = line.model_dump()
     # The job's own fields win; then the action's defaults (register(...)).
     fields["priority"] = _first(line.priority, action.priority, 0)
     fields["max_attempts"] = _first(line.max_attempts, action.max_attempts)
     fields["rate_key"] = _first(line.rate_key, action.rate_key)
-    return NewJob(**fields, needs_browser=action.needs_browser)
+    return NewJob(
+        **fields,
+        needs_browser=action.needs_browser,
+        proxy_pool=proxy_pool,
+        proxy_session=proxy_session,
+    )
 
 
 def _first(*values: Any) -> Any:

@@ -30,6 +30,7 @@ from scrapefleet.common.ops.jobs_command import jobs, results
 from scrapefleet.common.ops.lazy_import import lazy_module
 from scrapefleet.common.ops.one_line_errors import one_line_errors
 from scrapefleet.common.ops.profiles_command import profiles
+from scrapefleet.common.ops.proxies_command import proxies
 from scrapefleet.common.ops.rate_limits_command import rate_limits
 from scrapefleet.common.ops.results_out import (
     jsonl_lines,
@@ -285,6 +286,7 @@ def hosts_remove(ctx: CliContext, name: str) -> None:
 # ---------------------------------------------------------------- profiles, rate limits
 
 cli.add_command(profiles)
+cli.add_command(proxies)
 cli.add_command(rate_limits)
 cli.add_command(controls)
 

@@ -157,6 +157,10 @@ def base_plan(names: RoleNames, cluster: Cluster) -> list[str]:
         f"REVOKE INSERT, UPDATE, DELETE ON {schema}.db_roles FROM {producer}",
         f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {schema} TO {producer}",
         f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {reporting}",
+        # Proxies' passwords (migration 0032): the producer's only, never the reporting role's
+        # (the dashboard's), whatever the line above granted.
+        "DO $$ BEGIN IF to_regclass('proxy_credentials') IS NOT NULL THEN"
+        f" EXECUTE 'REVOKE ALL ON proxy_credentials FROM ' || {literal(reporting)}; END IF; END $$",
         # Tables a later migration creates (as the owner) get the same grants.
         f"ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA {schema}"
         f" GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO {producer}",

@@ -22,6 +22,7 @@ from sqlalchemy.engine import Connection
 from scrapefleet.common.ops.render import render_status
 from scrapefleet.common.reads import queries
 from scrapefleet.common.reads.kind_waits import waiting_kinds
+from scrapefleet.common.reads.pool_waits import pools_in_trouble, waiting_pools
 from scrapefleet.common.reads.producer_status import NO_SECRET, ProducerStatus, read_producer_status
 from scrapefleet.common.reads.progress import progress_json, read_progress, render_progress
 
@@ -52,6 +53,10 @@ class FleetStatus:
     progress: dict[str, Any]
     # Pending kinds no active host runs: kind, jobs, reason (common.reads.kind_waits).
     waiting_kinds: tuple[dict[str, Any], ...] = ()
+    # Pools whose pending jobs wait for a proxy, and pools blocked often in the last hour
+    # (common.reads.pool_waits).
+    waiting_pools: tuple[dict[str, Any], ...] = ()
+    pools_in_trouble: tuple[str, ...] = ()
 
     def document(self) -> dict[str, Any]:
         return {
@@ -62,6 +67,8 @@ class FleetStatus:
             "hosts": self.hosts,
             "pending_browser_jobs": self.pending_browser,
             "waiting_kinds": list(self.waiting_kinds),
+            "waiting_pools": list(self.waiting_pools),
+            "pools_in_trouble": list(self.pools_in_trouble),
             "webhooks": {
                 "unsent": self.producer.unsent_webhooks,
                 "not_sent_reason": NO_SECRET if self.producer.webhooks_blocked else None,
@@ -82,6 +89,8 @@ class FleetStatus:
                 render_progress(self.progress, self.producer.up),
                 render_status(self.counts, self.hosts, self.pending_browser),
                 *(f"{w['jobs']} job(s) {w['reason']}" for w in self.waiting_kinds),
+                *(f"{w['jobs']} job(s) {w['reason']}" for w in self.waiting_pools),
+                *self.pools_in_trouble,
             ]
         )
 
@@ -101,4 +110,6 @@ def _read(conn: Connection) -> FleetStatus:
         pending_browser=queries.pending_browser_jobs(conn),
         progress=read_progress(conn),
         waiting_kinds=tuple(waiting_kinds(conn)),
+        waiting_pools=tuple(waiting_pools(conn)),
+        pools_in_trouble=tuple(pools_in_trouble(conn)),
     )

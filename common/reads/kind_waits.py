@@ -19,6 +19,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from scrapefleet.common.reads.pool_waits import pool_wait
 from scrapefleet.common.store.sql_text import statement
 from scrapefleet.common.store.statuses import HostState
 
@@ -75,10 +76,14 @@ def read_host_kinds(conn: Connection) -> list[HostKinds]:
 
 
 def job_wait_reason(conn: Connection, job: dict[str, Any]) -> str | None:
-    """For a pending job's row: why its kind keeps it waiting, if it does."""
+    """For a pending job's row: why its kind, or its proxy pool (common.reads.pool_waits),
+    keeps it waiting, if one does."""
     if job.get("status") != "pending":
         return None
-    return wait_reason(str(job["kind"]), read_host_kinds(conn))
+    reason = wait_reason(str(job["kind"]), read_host_kinds(conn))
+    if reason is None and job.get("proxy_pool"):
+        reason = pool_wait(conn, str(job["proxy_pool"]))
+    return reason
 
 
 def waiting_kinds(conn: Connection) -> list[dict[str, Any]]:

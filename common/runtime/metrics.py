@@ -194,6 +194,23 @@ class RateKeyFigures:
 
 
 @dataclass(frozen=True)
+class IdentityFigures:
+    """A proxy pool's (or a profile's) last hour: leases, those that ended blocked, and for a
+    pool its proxies by state (common.reads.identity_figures)."""
+
+    leases: int
+    blocks: int
+    states: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def ban_rate(self) -> float:
+        return self.blocks / self.leases if self.leases else 0.0
+
+
+PROXY_STATES = ("ready", "cooling", "banned", "disabled")
+
+
+@dataclass(frozen=True)
 class FleetSnapshot:
     jobs: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (status, kind) -> n
     hosts: Mapping[str, HostFigures] = field(default_factory=dict)
@@ -201,6 +218,8 @@ class FleetSnapshot:
     oldest_pending_age_s: float = 0.0  # of a pending job due now; 0 when none waits
     rate_keys: Mapping[str, RateKeyFigures] = field(default_factory=dict)
     schedules: Mapping[str, ScheduleFigures] = field(default_factory=dict)
+    proxy_pools: Mapping[str, IdentityFigures] = field(default_factory=dict)
+    profiles: Mapping[str, IdentityFigures] = field(default_factory=dict)  # the top few
 
 
 def job_counts_with_zeros(
@@ -267,11 +286,42 @@ class _FleetCollector(Collector):
         yield from (jobs, state, memory, restarts, reboots, oldest)
         yield from _rate_key_families(snapshot.rate_keys)
         yield from _schedule_families(snapshot.schedules)
+        yield from _identity_families(snapshot.proxy_pools, snapshot.profiles)
         if snapshot.producer is not None:
             yield from _producer_families(snapshot.producer)
 
     def describe(self) -> Iterator[Metric]:
         return iter(())  # collected lazily: registration must not call collect()
+
+
+def _identity_families(
+    pools: Mapping[str, IdentityFigures], profiles: Mapping[str, IdentityFigures]
+) -> Iterator[Metric]:
+    proxies = GaugeMetricFamily(
+        "scrapefleet_proxy_pool_proxies",
+        "The pool's proxies in each state (ready, cooling, banned, disabled)",
+        labels=["pool", "state"],
+    )
+    for name, figures in sorted(pools.items()):
+        for state in PROXY_STATES:
+            proxies.add_metric([name, state], figures.states.get(state, 0))
+    yield proxies
+    # (name, figure, help): each name written out whole, where the monitoring files' test
+    # finds the exported names.
+    last_hour = (
+        ("scrapefleet_proxy_pool_leases", "leases", "Leases of the pool's proxies, last hour"),
+        ("scrapefleet_proxy_pool_blocks", "blocks", "Of the pool's leases, those blocked"),
+        ("scrapefleet_proxy_pool_ban_rate", "ban_rate", "The pool's blocked over all leases"),
+        ("scrapefleet_profile_leases", "leases", "The profile's jobs, last hour (top blocked)"),
+        ("scrapefleet_profile_blocks", "blocks", "Of those, the ones blocked (top blocked)"),
+        ("scrapefleet_profile_ban_rate", "ban_rate", "The profile's blocked over all jobs"),
+    )
+    for name, figure, text in last_hour:
+        pool = name.startswith("scrapefleet_proxy_pool_")
+        family = GaugeMetricFamily(name, text, labels=["pool" if pool else "profile"])
+        for key, figures in sorted((pools if pool else profiles).items()):
+            family.add_metric([key], getattr(figures, figure))
+        yield family
 
 
 def _rate_key_families(keys: Mapping[str, RateKeyFigures]) -> Iterator[Metric]:

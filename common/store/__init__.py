@@ -26,6 +26,8 @@ One module per table or actor, each with its named statements at the top:
     events         the audit message and host_events rows
     crawls         a crawl's start, and the children a completion spawns
     profiles       persistent browser profiles: bound, cooled, reset, moved
+    proxies        proxy pools: leased per attempt (sticky sessions too), charged
+    proxy_admin    proxy pools, the operator's: proxies added, disabled, reset, removed
     rate_keys      rate limits: the budget's counts and back-off state
     tight_budgets  the pending jobs assignable within the rate limits
     schedules      recurring submissions: added, paused, removed; a slot claimed and its run
@@ -62,6 +64,8 @@ MODULES = (
     "roles",
     "events",
     "profiles",
+    "proxies",
+    "proxy_admin",
     "crawls",
     "rate_keys",
     "tight_budgets",
@@ -182,6 +186,33 @@ if TYPE_CHECKING:
         move_profile,
         profile_rows,
         reset_profile,
+    )
+    from scrapefleet.common.store.proxies import (
+        LEASE_SQL,
+        PRUNE_LEASES_SQL,
+        LeasedProxy,
+        ProxyRow,
+        SessionRow,
+        charge_identity,
+        known_pools,
+        lease_identities,
+        proxy_for_attempt,
+        proxy_rows,
+        prune_identity_leases,
+        session_rows,
+    )
+    from scrapefleet.common.store.proxy_admin import (
+        ADD_PROXY_SQL,
+        NO_CHANGE,
+        POOL_SETTINGS,
+        ProxyBusy,
+        add_proxies,
+        list_pools,
+        list_proxies,
+        remove_proxies,
+        reset_proxies,
+        set_pool,
+        set_proxies_disabled,
     )
     from scrapefleet.common.store.rate_keys import (
         RATE_IN_FLIGHT_SQL,

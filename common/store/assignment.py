@@ -36,7 +36,7 @@ __all__ = [
 # checks) and are pending only after their host handed them back, so they are read like any.
 PENDING_COLUMNS = """id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile,
   blocked_on_host, CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host,
-  pinned_host"""
+  pinned_host, proxy_pool, proxy_id, proxy_session"""
 # What makes a pending job assignable now besides its status: the conditions of the two
 # statements below, also read by common.store.rate_keys (which passes a Holds' params too); a
 # test checks that each statement holds them word for word.
@@ -68,6 +68,16 @@ READY_NOW = fill(
       LEFT JOIN hosts AS bound ON bound.name = pr.host WHERE pr.name = pool.name
       AND (pr.cooldown_until > now()
         OR (pr.host IS NOT NULL AND bound.state IS DISTINCT FROM {host.active})))))
+  -- The same for proxy pools: a job of a pool waits, unread, while no proxy of its pool can
+  -- take it: every one disabled, banned, cooling down or at its pool's per-proxy cap
+  -- (producer.proxy_rules decides again, with the planner's clock).
+  AND (proxy_pool IS NULL OR EXISTS (
+    SELECT 1 FROM proxies AS px JOIN proxy_pools AS pp ON pp.name = px.pool
+    WHERE px.pool = jobs.proxy_pool AND px.state <> 'disabled'
+    AND (px.banned_until IS NULL OR px.banned_until <= now())
+    AND (px.cooldown_until IS NULL OR px.cooldown_until <= now())
+    AND (SELECT count(*) FROM jobs AS held WHERE held.proxy_id = px.id
+      AND held.status IN {in_flight}) < pp.max_jobs_per_proxy))
   -- What an operator paused live (common.store.controls.Holds: empty arrays, nothing held),
   -- and the kinds no host with a free slot runs (only_kinds NULL: any kind).
   AND (rate_key IS NULL OR rate_key <> ALL(CAST(:held_keys AS text[])))
@@ -81,7 +91,7 @@ LOCK_PENDING_SQL = statement(
     """
 SELECT id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile,
   blocked_on_host, CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host,
-  pinned_host
+  pinned_host, proxy_pool, proxy_id, proxy_session
 FROM jobs
 WHERE status = {job.pending}
   AND (not_before IS NULL OR not_before <= now())
@@ -110,6 +120,16 @@ WHERE status = {job.pending}
       LEFT JOIN hosts AS bound ON bound.name = pr.host WHERE pr.name = pool.name
       AND (pr.cooldown_until > now()
         OR (pr.host IS NOT NULL AND bound.state IS DISTINCT FROM {host.active})))))
+  -- The same for proxy pools: a job of a pool waits, unread, while no proxy of its pool can
+  -- take it: every one disabled, banned, cooling down or at its pool's per-proxy cap
+  -- (producer.proxy_rules decides again, with the planner's clock).
+  AND (proxy_pool IS NULL OR EXISTS (
+    SELECT 1 FROM proxies AS px JOIN proxy_pools AS pp ON pp.name = px.pool
+    WHERE px.pool = jobs.proxy_pool AND px.state <> 'disabled'
+    AND (px.banned_until IS NULL OR px.banned_until <= now())
+    AND (px.cooldown_until IS NULL OR px.cooldown_until <= now())
+    AND (SELECT count(*) FROM jobs AS held WHERE held.proxy_id = px.id
+      AND held.status IN {in_flight}) < pp.max_jobs_per_proxy))
   -- What an operator paused live (common.store.controls.Holds: empty arrays, nothing held),
   -- and the kinds no host with a free slot runs (only_kinds NULL: any kind).
   AND (rate_key IS NULL OR rate_key <> ALL(CAST(:held_keys AS text[])))
@@ -131,7 +151,7 @@ LOCK_PENDING_NO_BROWSER_SQL = statement(
     """
 SELECT id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile,
   blocked_on_host, CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host,
-  pinned_host
+  pinned_host, proxy_pool, proxy_id, proxy_session
 FROM jobs
 WHERE status = {job.pending} AND NOT needs_browser
   AND (not_before IS NULL OR not_before <= now())
@@ -160,6 +180,16 @@ WHERE status = {job.pending} AND NOT needs_browser
       LEFT JOIN hosts AS bound ON bound.name = pr.host WHERE pr.name = pool.name
       AND (pr.cooldown_until > now()
         OR (pr.host IS NOT NULL AND bound.state IS DISTINCT FROM {host.active})))))
+  -- The same for proxy pools: a job of a pool waits, unread, while no proxy of its pool can
+  -- take it: every one disabled, banned, cooling down or at its pool's per-proxy cap
+  -- (producer.proxy_rules decides again, with the planner's clock).
+  AND (proxy_pool IS NULL OR EXISTS (
+    SELECT 1 FROM proxies AS px JOIN proxy_pools AS pp ON pp.name = px.pool
+    WHERE px.pool = jobs.proxy_pool AND px.state <> 'disabled'
+    AND (px.banned_until IS NULL OR px.banned_until <= now())
+    AND (px.cooldown_until IS NULL OR px.cooldown_until <= now())
+    AND (SELECT count(*) FROM jobs AS held WHERE held.proxy_id = px.id
+      AND held.status IN {in_flight}) < pp.max_jobs_per_proxy))
   -- What an operator paused live (common.store.controls.Holds: empty arrays, nothing held),
   -- and the kinds no host with a free slot runs (only_kinds NULL: any kind).
   AND (rate_key IS NULL OR rate_key <> ALL(CAST(:held_keys AS text[])))
@@ -240,6 +270,9 @@ def pending_jobs(rows: Iterable[sa.Row[Any]]) -> list[PendingJob]:
             blocked_on_host=r.blocked_on_host,
             lingering_on_host=r.lingering_on_host,
             pinned_host=r.pinned_host,
+            proxy_pool=r.proxy_pool,
+            last_proxy=r.proxy_id,
+            proxy_session=r.proxy_session,
         )
         for r in rows
     ]

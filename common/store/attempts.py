@@ -23,6 +23,7 @@ from scrapefleet.common.constants import CHANNEL_FINISHED
 from scrapefleet.common.db.executes import Executes
 from scrapefleet.common.errors import NotFound
 from scrapefleet.common.store.crawls import spawn_children
+from scrapefleet.common.store.proxies import LeasedProxy, proxy_for_attempt
 from scrapefleet.common.store.records import Claim, ClaimedJob, Heartbeat
 from scrapefleet.common.store.sql_text import statement
 
@@ -75,7 +76,8 @@ WITH browser AS (
     started_at = now(), heartbeat_at = now()
   FROM picked WHERE jobs.id = picked.id
   RETURNING jobs.id, jobs.kind, jobs.payload, jobs.attempts, jobs.max_attempts,
-    jobs.lock_key, jobs.needs_browser, jobs.profile, jobs.claims
+    jobs.lock_key, jobs.needs_browser, jobs.profile, jobs.claims, jobs.proxy_id,
+    jobs.proxy_pool
 ), tally AS (
   SELECT count(*) AS n, count(*) FILTER (WHERE needs_browser) AS browser FROM claimed
 ), counted AS (
@@ -217,6 +219,13 @@ def claim_jobs(
     rows = conn.execute(CLAIM_SQL, params).all()
     if not rows:
         raise NotFound(f"host {host!r} is not registered")
+    # Read here, in the claim's own connection: the one moment the attempt is this host's and
+    # nothing of it has run yet.
+    leased = {
+        r.id: proxy_for_attempt(conn, r.id, r.claims)
+        for r in rows
+        if r.id is not None and r.proxy_id is not None
+    }
     claimed = [
         ClaimedJob(
             r.id,
@@ -228,12 +237,24 @@ def claim_jobs(
             r.needs_browser,
             profile=r.profile,
             claim=r.claims,
+            proxy_id=r.proxy_id,
+            proxy_pool=r.proxy_pool,
+            proxy_url=_url(leased.get(r.id)),
+            proxy_block_statuses=_statuses(leased.get(r.id)),
         )
         for r in sorted(rows, key=lambda r: r.id or 0)
         if r.id is not None
     ]
     first = rows[0]
     return Claim(claimed, first.jobs_since_restart, first.jobs_since_boot, more=first.more)
+
+
+def _url(leased: LeasedProxy | None) -> str | None:
+    return None if leased is None else leased.url
+
+
+def _statuses(leased: LeasedProxy | None) -> tuple[int, ...]:
+    return () if leased is None else leased.block_statuses
 
 
 def complete_job(

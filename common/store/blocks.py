@@ -4,7 +4,8 @@ Like a release (store.releases), the job goes back to pending and the attempt is
 its own count, ``blocks``, is bounded instead: the attempt that reaches ``max_blocks`` ends the
 job failed, class ``blocked``. The host it was blocked on is kept in ``blocked_on_host`` so the
 producer can prefer another host next time, and the job's profile (if any) cools down in the
-same transaction (store.profiles).
+same transaction (store.profiles), as does its leased proxy (store.proxies: the producer then
+leases it another).
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from sqlalchemy.engine import Connection
 
 from scrapefleet.common.actions.error_classes import ErrorClass
 from scrapefleet.common.constants import CHANNEL_FINISHED
+from scrapefleet.common.identities.proxy_pools import LeaseOutcome
 from scrapefleet.common.store.events import set_audit_message
 from scrapefleet.common.store.profiles import cool_profile_after_block
+from scrapefleet.common.store.proxies import charge_identity
 from scrapefleet.common.store.sql_text import statement
 
 __all__ = ["BLOCKED_SQL", "release_blocked"]
@@ -64,6 +67,11 @@ def release_blocked(
     reason) becomes ``last_error``. The job's profile cools down for ``profile_cooldown_s``.
     Returns the new status, or None if the attempt (its ``claim``) was no longer ours."""
     reason = reason[:REASON_MAX_CHARS]
+    # The proxy the attempt leased, if any, takes the block (a cool-down that grows, a ban past
+    # its pool's threshold), read while the job is still this attempt's.
+    proxy_state = charge_identity(conn, job_id, claim, LeaseOutcome.BLOCKED)
+    if proxy_state is not None:
+        reason = f"{reason} (its proxy is {proxy_state} now)"[:REASON_MAX_CHARS]
     set_audit_message(conn, f"blocked: {reason}")
     params = {
         "id": job_id,

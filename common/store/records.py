@@ -38,6 +38,8 @@ class NewJob:
     # Only a host whose browser stack takes them runs it; None: from its kind's action.
     needs_browser: bool | None = None
     rate_key: str | None = None  # its politeness limits' key (common.jobs.rate_limits)
+    proxy_pool: str | None = None  # each attempt leases a proxy of it (common.identities)
+    proxy_session: str | None = None  # its sticky session's key: one proxy for its jobs
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,9 @@ class PendingJob:
     rate_key: str | None = None  # common.jobs.rate_limits
     lingering_on_host: str | None = None  # may still run an ended attempt of it (store 0016)
     pinned_host: str | None = None  # submit --host: it runs on this host or nowhere (0027)
+    proxy_pool: str | None = None  # each attempt leases a proxy of it (common.identities)
+    last_proxy: int | None = None  # the proxy its last attempt held
+    proxy_session: str | None = None  # its sticky session's key
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,11 @@ class ClaimedJob:
     # This attempt's token: the job's claim count at this claim (jobs.claims), never the same
     # for two attempts of one job; every write of the attempt is conditional on it.
     claim: int = 0
+    proxy_pool: str | None = None  # the pool it must go out through (common.identities)
+    proxy_id: int | None = None  # the pool proxy leased to this attempt
+    # Its URL with its credentials, read for this attempt only: never shown (not in repr).
+    proxy_url: str | None = field(default=None, repr=False)
+    proxy_block_statuses: tuple[int, ...] = ()  # HTTP statuses its pool takes for a block
 
     @property
     def key(self) -> tuple[int, int]:

@@ -14,9 +14,10 @@ from sqlalchemy.engine import Connection
 from scrapefleet.common.actions.registry import get_action
 from scrapefleet.common.browser.profile_names import payload_profile_pool
 from scrapefleet.common.db.channels import assigned_channel
-from scrapefleet.common.errors import UnknownAction
+from scrapefleet.common.errors import SubmitError, UnknownAction
 from scrapefleet.common.store.events import set_audit_message
 from scrapefleet.common.store.hosts import require_host
+from scrapefleet.common.store.proxies import known_pools
 from scrapefleet.common.store.records import InsertResult, NewJob
 from scrapefleet.common.store.sql_text import statement
 
@@ -44,6 +45,8 @@ SUBMITTED_COLUMNS = (
     "needs_browser",
     "profile_pool",
     "rate_key",
+    "proxy_pool",
+    "proxy_session",
 )
 # The staging table has SUBMITTED_COLUMNS with the types of jobs' columns (a test holds them
 # to common.db.tables, so that it cannot drift from jobs), and the order of submission.
@@ -61,13 +64,16 @@ CREATE TEMP TABLE incoming_jobs (
   callback_url TEXT,
   needs_browser BOOLEAN,
   profile_pool TEXT[],
-  rate_key TEXT
+  rate_key TEXT,
+  proxy_pool TEXT,
+  proxy_session TEXT
 ) ON COMMIT DROP
 """
 )
 COPY_STAGING = """
 COPY incoming_jobs (seq, kind, payload, priority, max_attempts, not_before, dedupe_key,
-  lock_key, callback_url, needs_browser, profile_pool, rate_key)
+  lock_key, callback_url, needs_browser, profile_pool, rate_key, proxy_pool,
+  proxy_session)
 FROM STDIN
 """.strip()
 # Rows whose dedupe key an unfinished job holds are skipped (the unique partial index decides:
@@ -75,9 +81,9 @@ FROM STDIN
 INSERT_FROM_STAGING_SQL = statement(
     """
 INSERT INTO jobs (kind, payload, priority, max_attempts, not_before, dedupe_key, lock_key,
-  callback_url, needs_browser, profile_pool, rate_key)
+  callback_url, needs_browser, profile_pool, rate_key, proxy_pool, proxy_session)
 SELECT kind, payload, priority, max_attempts, not_before, dedupe_key, lock_key,
-  callback_url, needs_browser, profile_pool, rate_key
+  callback_url, needs_browser, profile_pool, rate_key, proxy_pool, proxy_session
 FROM incoming_jobs
 ORDER BY seq
 ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND status IN {unfinished}
@@ -117,6 +123,7 @@ def insert_jobs(
     transaction."""
     if not jobs:
         return InsertResult([], 0)
+    _refuse_unusable_pools(conn, jobs)
     conn.execute(CREATE_STAGING_SQL)
     raw = conn.connection.driver_connection
     assert raw is not None
@@ -137,6 +144,8 @@ def insert_jobs(
                     needs_browser,
                     payload_profile_pool(job.payload) if needs_browser else None,
                     job.rate_key,  # None: the URL's host for the built-in actions (trigger)
+                    job.proxy_pool,
+                    job.proxy_session,
                 )
             )
             if progress and seq % PROGRESS_EVERY_ROWS == PROGRESS_EVERY_ROWS - 1:
@@ -159,6 +168,44 @@ def pin_jobs_to_host(conn: Connection, ids: Sequence[int], host: str) -> list[in
     if pinned:
         conn.execute(NOTIFY_HOST_SQL, {"channel": assigned_channel(host), "host": host})
     return pinned
+
+
+# A browser cannot authenticate to a SOCKS proxy (common.browser.options): a browser job may not
+# ask for a pool holding one with credentials.
+_SOCKS_WITH_CREDENTIALS_SQL = statement(
+    """
+SELECT DISTINCT pool FROM proxies
+WHERE pool = ANY(CAST(:pools AS text[])) AND has_credentials AND url LIKE 'socks%'
+"""
+)
+
+
+def _refuse_unusable_pools(conn: Connection, jobs: Sequence[NewJob]) -> None:
+    """SubmitError naming the first job whose proxy pool does not exist, or is one a browser
+    cannot use; nothing is inserted."""
+    asked = {job.proxy_pool for job in jobs if job.proxy_pool is not None}
+    if not asked:
+        return
+    known = known_pools(conn, asked)
+    browser_pools = {job.proxy_pool for job in jobs if job.proxy_pool and _needs_browser(job)}
+    socks = (
+        set(conn.execute(_SOCKS_WITH_CREDENTIALS_SQL, {"pools": sorted(browser_pools)}).scalars())
+        if browser_pools
+        else set()
+    )
+    for number, job in enumerate(jobs, 1):
+        if job.proxy_pool is None:
+            continue
+        if job.proxy_pool not in known:
+            raise SubmitError(
+                f"job {number}: payload.proxy_pool: no proxy pool named {job.proxy_pool!r}"
+                " (`scrapefleet proxies add` makes one)"
+            )
+        if job.proxy_pool in socks and _needs_browser(job):
+            raise SubmitError(
+                f"job {number}: payload.proxy_pool: pool {job.proxy_pool!r} holds a socks5"
+                " proxy with credentials, which a browser cannot use (an http proxy can)"
+            )
 
 
 def _needs_browser(job: NewJob) -> bool:

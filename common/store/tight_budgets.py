@@ -29,7 +29,7 @@ FROM unnest(CAST(:names AS text[]), CAST(:budgets AS int[])) AS t(name, budget)
 CROSS JOIN LATERAL (
 SELECT id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile,
   blocked_on_host, CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host,
-  pinned_host
+  pinned_host, proxy_pool, proxy_id, proxy_session
 FROM jobs
 WHERE status = {job.pending} AND rate_key = t.name
   AND (not_before IS NULL OR not_before <= now())
@@ -58,6 +58,16 @@ WHERE status = {job.pending} AND rate_key = t.name
       LEFT JOIN hosts AS bound ON bound.name = pr.host WHERE pr.name = pool.name
       AND (pr.cooldown_until > now()
         OR (pr.host IS NOT NULL AND bound.state IS DISTINCT FROM {host.active})))))
+  -- The same for proxy pools: a job of a pool waits, unread, while no proxy of its pool can
+  -- take it: every one disabled, banned, cooling down or at its pool's per-proxy cap
+  -- (producer.proxy_rules decides again, with the planner's clock).
+  AND (proxy_pool IS NULL OR EXISTS (
+    SELECT 1 FROM proxies AS px JOIN proxy_pools AS pp ON pp.name = px.pool
+    WHERE px.pool = jobs.proxy_pool AND px.state <> 'disabled'
+    AND (px.banned_until IS NULL OR px.banned_until <= now())
+    AND (px.cooldown_until IS NULL OR px.cooldown_until <= now())
+    AND (SELECT count(*) FROM jobs AS held WHERE held.proxy_id = px.id
+      AND held.status IN {in_flight}) < pp.max_jobs_per_proxy))
   -- What an operator paused live (common.store.controls.Holds: empty arrays, nothing held),
   -- and the kinds no host with a free slot runs (only_kinds NULL: any kind).
   AND (rate_key IS NULL OR rate_key <> ALL(CAST(:held_keys AS text[])))
@@ -77,7 +87,7 @@ FROM unnest(CAST(:names AS text[]), CAST(:budgets AS int[])) AS t(name, budget)
 CROSS JOIN LATERAL (
 SELECT id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile,
   blocked_on_host, CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host,
-  pinned_host
+  pinned_host, proxy_pool, proxy_id, proxy_session
 FROM jobs
 WHERE status = {job.pending} AND NOT needs_browser AND rate_key = t.name
   AND (not_before IS NULL OR not_before <= now())
@@ -106,6 +116,16 @@ WHERE status = {job.pending} AND NOT needs_browser AND rate_key = t.name
       LEFT JOIN hosts AS bound ON bound.name = pr.host WHERE pr.name = pool.name
       AND (pr.cooldown_until > now()
         OR (pr.host IS NOT NULL AND bound.state IS DISTINCT FROM {host.active})))))
+  -- The same for proxy pools: a job of a pool waits, unread, while no proxy of its pool can
+  -- take it: every one disabled, banned, cooling down or at its pool's per-proxy cap
+  -- (producer.proxy_rules decides again, with the planner's clock).
+  AND (proxy_pool IS NULL OR EXISTS (
+    SELECT 1 FROM proxies AS px JOIN proxy_pools AS pp ON pp.name = px.pool
+    WHERE px.pool = jobs.proxy_pool AND px.state <> 'disabled'
+    AND (px.banned_until IS NULL OR px.banned_until <= now())
+    AND (px.cooldown_until IS NULL OR px.cooldown_until <= now())
+    AND (SELECT count(*) FROM jobs AS held WHERE held.proxy_id = px.id
+      AND held.status IN {in_flight}) < pp.max_jobs_per_proxy))
   -- What an operator paused live (common.store.controls.Holds: empty arrays, nothing held),
   -- and the kinds no host with a free slot runs (only_kinds NULL: any kind).
   AND (rate_key IS NULL OR rate_key <> ALL(CAST(:held_keys AS text[])))
@@ -125,7 +145,7 @@ FROM unnest(CAST(:names AS text[]), CAST(:budgets AS int[])) AS t(name, budget)
 CROSS JOIN LATERAL (
 SELECT id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile,
   blocked_on_host, CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host,
-  pinned_host
+  pinned_host, proxy_pool, proxy_id, proxy_session
 FROM jobs
 WHERE status = {job.pending} AND kind = t.name
   AND (not_before IS NULL OR not_before <= now())
@@ -154,6 +174,16 @@ WHERE status = {job.pending} AND kind = t.name
       LEFT JOIN hosts AS bound ON bound.name = pr.host WHERE pr.name = pool.name
       AND (pr.cooldown_until > now()
         OR (pr.host IS NOT NULL AND bound.state IS DISTINCT FROM {host.active})))))
+  -- The same for proxy pools: a job of a pool waits, unread, while no proxy of its pool can
+  -- take it: every one disabled, banned, cooling down or at its pool's per-proxy cap
+  -- (producer.proxy_rules decides again, with the planner's clock).
+  AND (proxy_pool IS NULL OR EXISTS (
+    SELECT 1 FROM proxies AS px JOIN proxy_pools AS pp ON pp.name = px.pool
+    WHERE px.pool = jobs.proxy_pool AND px.state <> 'disabled'
+    AND (px.banned_until IS NULL OR px.banned_until <= now())
+    AND (px.cooldown_until IS NULL OR px.cooldown_until <= now())
+    AND (SELECT count(*) FROM jobs AS held WHERE held.proxy_id = px.id
+      AND held.status IN {in_flight}) < pp.max_jobs_per_proxy))
   -- What an operator paused live (common.store.controls.Holds: empty arrays, nothing held),
   -- and the kinds no host with a free slot runs (only_kinds NULL: any kind).
   AND (rate_key IS NULL OR rate_key <> ALL(CAST(:held_keys AS text[])))
@@ -174,7 +204,7 @@ FROM unnest(CAST(:names AS text[]), CAST(:budgets AS int[])) AS t(name, budget)
 CROSS JOIN LATERAL (
 SELECT id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile,
   blocked_on_host, CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host,
-  pinned_host
+  pinned_host, proxy_pool, proxy_id, proxy_session
 FROM jobs
 WHERE status = {job.pending} AND NOT needs_browser AND kind = t.name
   AND (not_before IS NULL OR not_before <= now())
@@ -203,6 +233,16 @@ WHERE status = {job.pending} AND NOT needs_browser AND kind = t.name
       LEFT JOIN hosts AS bound ON bound.name = pr.host WHERE pr.name = pool.name
       AND (pr.cooldown_until > now()
         OR (pr.host IS NOT NULL AND bound.state IS DISTINCT FROM {host.active})))))
+  -- The same for proxy pools: a job of a pool waits, unread, while no proxy of its pool can
+  -- take it: every one disabled, banned, cooling down or at its pool's per-proxy cap
+  -- (producer.proxy_rules decides again, with the planner's clock).
+  AND (proxy_pool IS NULL OR EXISTS (
+    SELECT 1 FROM proxies AS px JOIN proxy_pools AS pp ON pp.name = px.pool
+    WHERE px.pool = jobs.proxy_pool AND px.state <> 'disabled'
+    AND (px.banned_until IS NULL OR px.banned_until <= now())
+    AND (px.cooldown_until IS NULL OR px.cooldown_until <= now())
+    AND (SELECT count(*) FROM jobs AS held WHERE held.proxy_id = px.id
+      AND held.status IN {in_flight}) < pp.max_jobs_per_proxy))
   -- What an operator paused live (common.store.controls.Holds: empty arrays, nothing held),
   -- and the kinds no host with a free slot runs (only_kinds NULL: any kind).
   AND (rate_key IS NULL OR rate_key <> ALL(CAST(:held_keys AS text[])))

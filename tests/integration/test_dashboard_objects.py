@@ -28,7 +28,7 @@ def _get(engine: Engine, database_url: str, path: str) -> str:
 
 def test_every_object_page_is_linked_from_the_header(engine: Engine, database_url: str) -> None:
     page = _get(engine, database_url, "/")
-    for path in ("/failures", "/crawls", "/rate-limits", "/profiles"):
+    for path in ("/failures", "/crawls", "/rate-limits", "/profiles", "/identities"):
         assert f'href="{path}"' in page, path
 
 

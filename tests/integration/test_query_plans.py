@@ -126,7 +126,14 @@ def test_hot_queries_use_partial_indexes_at_one_million_rows(engine: Engine) -> 
             ),
             _generic_plan(conn, store.REQUEUE_FROM_UNAVAILABLE_SQL, grace=60.0),
         ]
-    assert "jobs_pending_idx" in pending and "Seq Scan" not in pending, pending
+    assert "jobs_pending_idx" in pending, pending
+    # A proxy pool's condition reads the proxies once per statement (a hashed subplan): a scan
+    # of that small table is fine; of jobs, never.
+    assert SEQ_SCAN_ON_JOBS not in _scans(pending), pending
+    assert {name for kind, name in _scans(pending) if kind == "Seq Scan"} <= {
+        "proxies",
+        "proxy_pools",
+    }, pending
     assert "jobs_pending_no_browser_idx" in no_browser, no_browser
     assert SEQ_SCAN_ON_JOBS not in _scans(no_browser), no_browser
     assert "jobs_in_flight_by_host_idx" in claim and "Seq Scan" not in claim, claim

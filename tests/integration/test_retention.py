@@ -107,3 +107,24 @@ def test_an_archived_row_keeps_every_column(
     kept = after._asdict()
     assert kept["releases"] == 4 and kept["needs_browser"] is True
     assert {k: v for k, v in kept.items() if k != "archived_at"} == before._asdict()
+
+
+def test_old_identity_leases_are_pruned_and_the_last_days_kept(
+    engine: Engine, database_url: str, tmp_path: Path
+) -> None:
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO identity_leases (job_id, profile, at)"
+                " SELECT n, 'acct', now() - make_interval(days => n % 4) * 10"
+                " FROM generate_series(1, 2500) AS n"
+            )
+        )
+        kept = conn.execute(
+            sa.text("SELECT count(*) FROM identity_leases WHERE at > now() - interval '30 days'")
+        ).scalar_one()
+    settings = producer_settings(
+        database_url, tmp_path, retention_days=30, retention_batch_rows=500
+    )
+    run_retention(engine, settings)
+    assert count(engine, "identity_leases") == kept  # 0, 10 and 20 days old; not 30

@@ -356,6 +356,16 @@ def _install_object_pages(app: Flask, settings: Settings, engine: Engine) -> Non
                    "created_at"]  # fmt: skip
         return object_list("Browser profiles", rows, "name", columns, None)
 
+    @app.get("/identities")
+    def identities() -> tuple[str, int]:
+        rows = read(
+            reads.identity_list, parse_after_name(request.args.get("after")), DASHBOARD_PAGE_ROWS
+        )
+        columns = ["identity", "kind", "pool", "state", "jobs", "blocks", "errors",
+                   "jobs_last_hour", "ban_rate_hour", "jobs_last_day", "ban_rate_day",
+                   "cooldown_until", "banned_until"]  # fmt: skip
+        return object_list("Proxies and profiles", rows, "identity", columns, None)
+
     @app.get("/failures")
     def failures() -> tuple[str, int]:
         rows = read(read_rows, "failure_groups", FAILURE_GROUPS_SHOWN)

@@ -218,6 +218,15 @@ _PROFILES_SQL = sa.text(
     " ORDER BY name LIMIT :limit"
 )
 
+# Proxies (their URLs without credentials) and profiles, with their ban rates (migration 0032).
+_IDENTITIES_SQL = sa.text(
+    "SELECT kind, pool, identity, state, jobs, blocks, errors, jobs_last_hour,"
+    " blocks_last_hour, ban_rate_hour, jobs_last_day, ban_rate_day, cooldown_until,"
+    " banned_until FROM identity_health"
+    " WHERE CAST(:after AS text) IS NULL OR identity > :after"
+    " ORDER BY identity LIMIT :limit"
+)
+
 
 def crawl_list(conn: Connection, after: int | None, limit: int) -> list[dict[str, Any]]:
     """Crawls, newest first."""
@@ -234,6 +243,12 @@ def rate_key_list(conn: Connection, after: str | None, limit: int) -> list[dict[
 def profile_list(conn: Connection, after: str | None, limit: int) -> list[dict[str, Any]]:
     """Browser profiles, by name."""
     rows = conn.execute(_PROFILES_SQL, {"after": after, "limit": limit})
+    return [dict(r._mapping) for r in rows]
+
+
+def identity_list(conn: Connection, after: str | None, limit: int) -> list[dict[str, Any]]:
+    """Proxies and profiles with their ban rates (the identity_health view), by name."""
+    rows = conn.execute(_IDENTITIES_SQL, {"after": after, "limit": limit})
     return [dict(r._mapping) for r in rows]
 
 
