@@ -38,6 +38,7 @@ class NewJob:
     # Only a host whose browser stack takes them runs it; None: from its kind's action.
     needs_browser: bool | None = None
     rate_key: str | None = None  # its politeness limits' key (common.jobs.rate_limits)
+    traceparent: str | None = None  # its trace (common.tracing); None: a new one
 
 
 @dataclass(frozen=True)

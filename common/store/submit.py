@@ -19,6 +19,7 @@ from scrapefleet.common.store.events import set_audit_message
 from scrapefleet.common.store.hosts import require_host
 from scrapefleet.common.store.records import InsertResult, NewJob
 from scrapefleet.common.store.sql_text import statement
+from scrapefleet.common.tracing import new_traceparent
 
 __all__ = [
     "CREATE_STAGING_SQL",
@@ -44,6 +45,7 @@ SUBMITTED_COLUMNS = (
     "needs_browser",
     "profile_pool",
     "rate_key",
+    "traceparent",
 )
 # The staging table has SUBMITTED_COLUMNS with the types of jobs' columns (a test holds them
 # to common.db.tables, so that it cannot drift from jobs), and the order of submission.
@@ -61,13 +63,14 @@ CREATE TEMP TABLE incoming_jobs (
   callback_url TEXT,
   needs_browser BOOLEAN,
   profile_pool TEXT[],
-  rate_key TEXT
+  rate_key TEXT,
+  traceparent TEXT
 ) ON COMMIT DROP
 """
 )
 COPY_STAGING = """
 COPY incoming_jobs (seq, kind, payload, priority, max_attempts, not_before, dedupe_key,
-  lock_key, callback_url, needs_browser, profile_pool, rate_key)
+  lock_key, callback_url, needs_browser, profile_pool, rate_key, traceparent)
 FROM STDIN
 """.strip()
 # Rows whose dedupe key an unfinished job holds are skipped (the unique partial index decides:
@@ -75,9 +78,9 @@ FROM STDIN
 INSERT_FROM_STAGING_SQL = statement(
     """
 INSERT INTO jobs (kind, payload, priority, max_attempts, not_before, dedupe_key, lock_key,
-  callback_url, needs_browser, profile_pool, rate_key)
+  callback_url, needs_browser, profile_pool, rate_key, traceparent)
 SELECT kind, payload, priority, max_attempts, not_before, dedupe_key, lock_key,
-  callback_url, needs_browser, profile_pool, rate_key
+  callback_url, needs_browser, profile_pool, rate_key, traceparent
 FROM incoming_jobs
 ORDER BY seq
 ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND status IN {unfinished}
@@ -137,6 +140,7 @@ def insert_jobs(
                     needs_browser,
                     payload_profile_pool(job.payload) if needs_browser else None,
                     job.rate_key,  # None: the URL's host for the built-in actions (trigger)
+                    job.traceparent or new_traceparent(),  # every job in a trace of its own
                 )
             )
             if progress and seq % PROGRESS_EVERY_ROWS == PROGRESS_EVERY_ROWS - 1:

@@ -1,0 +1,274 @@
+"""The job's spans on the daemons (common.tracing names them all): an assignment on the
+producer, an attempt's claim, run and result write on a consumer, a webhook delivery.
+
+An attempt's span opens at its claim (the claiming thread) and ends with its outcome (the job's
+thread); its result write comes later still (the recorder's thread), as a child of the ended
+attempt. Between those threads the open spans wait here, by attempt (job id, claim), in
+bounded maps: an attempt whose thread never returns cannot grow them past a bound.
+
+Every helper does nothing, first thing, while tracing is off; the database reads that give
+the spans their trace (common.reads.job_traces) are made only while it is on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
+
+from scrapefleet.common import tracing
+from scrapefleet.common.tracing import MAX_OPEN_ATTEMPTS, _attributes, _links, _parent_context
+
+AttemptKey = tuple[int, int]
+# job id -> (traceparent, trace_link) as its row has them
+Traces = Mapping[int, tuple[str | None, str | None]]
+
+
+def _bounded_put(spans: dict[AttemptKey, Any], key: AttemptKey, value: Any) -> Any:
+    """Put ``value``; the oldest entry it pushed out, if the map was full."""
+    spans[key] = value
+    if len(spans) > MAX_OPEN_ATTEMPTS:
+        return spans.pop(next(iter(spans)))
+    return None
+
+
+def attempt_outcome(status: str, retryable: bool, attempt: int, max_attempts: int) -> str:
+    """What happens to the job after the attempt, as consumer.attempt_log says it."""
+    if status == "failed" and retryable and attempt < max_attempts:
+        return "retry"
+    return status
+
+
+def claimed(jobs: Sequence[Any], traces: Traces, host: str, began_ns: int) -> None:
+    """Open an attempt span per claimed job, with its claim span (``began_ns``: when the claim
+    statement was sent) as its first child."""
+    on = tracing._on
+    if on is None:
+        return
+    from opentelemetry import trace
+
+    ended_ns = time.time_ns()
+    for job in jobs:
+        traceparent, trace_link = traces.get(job.id, (None, None))
+        attempt = on.tracer.start_span(
+            "scrapefleet.attempt",
+            context=_parent_context(traceparent),
+            links=_links(trace_link),
+            start_time=began_ns,
+            attributes=_attributes(_job_attributes(job, host)),
+        )
+        on.tracer.start_span(
+            "scrapefleet.claim",
+            context=trace.set_span_in_context(attempt),
+            start_time=began_ns,
+            attributes=_attributes({"host": host, "claim": job.claim}),
+        ).end(end_time=ended_ns)
+        with on.lock:
+            pushed_out = _bounded_put(on.attempts, job.key, attempt)
+        if pushed_out is not None:
+            pushed_out.end()
+
+
+def _job_attributes(job: Any, host: str) -> dict[str, Any]:
+    return {
+        "job.id": job.id,
+        "job.kind": job.kind,
+        "host": host,
+        "attempt": job.attempt,
+        "claim": job.claim,
+        "profile": job.profile,
+    }
+
+
+class _Running:
+    def __init__(self, job: Any, attempt: Any = None, run: Any = None) -> None:
+        self.job, self.attempt, self.run = job, attempt, run
+
+    def ended(self, outcome: Any) -> Any:
+        """The attempt's outcome on its spans; returns it."""
+        if self.attempt is not None:
+            job = self.job
+            attributes = {
+                "outcome": attempt_outcome(
+                    outcome.status, outcome.retryable, job.attempt, job.max_attempts
+                ),
+                "error_class": getattr(outcome.error_class, "value", outcome.error_class),
+            }
+            tracing.Span(self.attempt).set(**attributes)
+            tracing.Span(self.run).set(**attributes)
+            if outcome.status in ("failed", "blocked"):
+                from opentelemetry.trace import Status, StatusCode
+
+                self.attempt.set_status(Status(StatusCode.ERROR, attributes["error_class"]))
+        return outcome
+
+
+_NOT_RUNNING = _Running(None)
+
+
+@contextlib.contextmanager
+def _running(on: tracing._On, job: Any, host: str) -> Iterator[_Running]:
+    from opentelemetry import trace
+
+    with on.lock:
+        attempt = on.attempts.pop(job.key, None)
+    if attempt is None:  # claimed before tracing was on, or pushed out: a span of its own
+        attempt = on.tracer.start_span(
+            "scrapefleet.attempt", attributes=_attributes(_job_attributes(job, host))
+        )
+    try:
+        with (
+            trace.use_span(attempt, end_on_exit=False),
+            on.tracer.start_as_current_span(
+                "scrapefleet.run", attributes=_attributes({"host": host})
+            ) as run,
+        ):
+            yield _Running(job, attempt, run)
+    finally:
+        attempt.end()
+        with on.lock:
+            _bounded_put(on.written, job.key, attempt.get_span_context())
+
+
+def running(job: Any, host: str) -> contextlib.AbstractContextManager[_Running]:
+    """The attempt's run, in its thread: its span is the current one while the action runs
+    (the browser's spans are its children); the attempt's span ends with it."""
+    on = tracing._on
+    if on is None:
+        return contextlib.nullcontext(_NOT_RUNNING)
+    return _running(on, job, host)
+
+
+def result_written(jobs: Iterable[Any], host: str, began_ns: int, error: str | None) -> None:
+    """A ``scrapefleet.result_write`` span per job of one write (made after it, with its
+    times), each a child of its attempt's span."""
+    on = tracing._on
+    if on is None:
+        return
+    from opentelemetry import trace
+    from opentelemetry.trace import Status, StatusCode
+
+    jobs = list(jobs)
+    ended_ns = time.time_ns()
+    for job in jobs:
+        with on.lock:  # a failed write is tried again: its attempt's context is kept for it
+            attempt = (on.written.get if error else on.written.pop)(job.key, None)
+        if attempt is None:
+            continue
+        span = on.tracer.start_span(
+            "scrapefleet.result_write",
+            context=trace.set_span_in_context(trace.NonRecordingSpan(attempt)),
+            start_time=began_ns,
+            attributes=_attributes({"job.id": job.id, "host": host, "jobs": len(jobs)}),
+        )
+        if error is not None:
+            span.set_status(Status(StatusCode.ERROR, error))
+        span.end(end_time=ended_ns)
+
+
+def assignments(rows: Iterable[Mapping[str, Any]]) -> None:
+    """A ``scrapefleet.assign`` span per job just assigned: from when it became pending to
+    now (``rows``: common.reads.job_traces.assigned_jobs)."""
+    on = tracing._on
+    if on is None:
+        return
+    now_ns = time.time_ns()
+    for row in rows:
+        pending_since = row["pending_since"]
+        began_ns = int(pending_since.timestamp() * 1e9) if pending_since else now_ns
+        began_ns = min(began_ns, now_ns)
+        on.tracer.start_span(
+            "scrapefleet.assign",
+            context=_parent_context(row["traceparent"]),
+            links=_links(row["trace_link"]),
+            start_time=began_ns,
+            attributes=_attributes(
+                {
+                    "job.id": row["id"],
+                    "job.kind": row["kind"],
+                    "job.rate_key": row["rate_key"],
+                    "host": row["host"],
+                    "attempt": row["attempts"] + 1,
+                    "profile": row["profile"],
+                    "pending_s": round((now_ns - began_ns) / 1e9, 6),
+                }
+            ),
+        ).end(end_time=now_ns)
+
+
+def webhook(
+    traces: Traces, job_id: int, attempt: int, receiver: str
+) -> contextlib.AbstractContextManager[tracing.Span | tracing._NoSpan]:
+    """One webhook delivery's span, in its job's trace."""
+    traceparent, trace_link = traces.get(job_id, (None, None))
+    attributes: dict[str, Any] = {
+        "job.id": job_id,
+        "delivery.attempt": attempt,
+        "server.address": receiver,
+    }
+    return tracing.job_span("scrapefleet.webhook", traceparent, trace_link, **attributes)
+
+
+def claimed_read(conn: Any, jobs: Sequence[Any], host: str, began_ns: int) -> None:
+    """``claimed``, with the jobs' traces read on the claim's connection (only while on)."""
+    if tracing._on is None or not jobs:
+        return
+    from scrapefleet.common.reads.job_traces import job_traces
+
+    claimed(jobs, job_traces(conn, [job.id for job in jobs]), host, began_ns)
+
+
+def assigned_read(conn: Any, assigned: Sequence[tuple[int, str]]) -> None:
+    """``assigned`` for the (job id, host) pairs an assignment wrote, read in its transaction."""
+    if tracing._on is None or not assigned:
+        return
+    from scrapefleet.common.reads.job_traces import assigned_jobs
+
+    assignments(assigned_jobs(conn, [job_id for job_id, _ in assigned]))
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def result_write(method: F) -> F:
+    """A recorder's write of outcomes (``method(self, conn, items)``, ``items`` one finished
+    attempt or a list of them, each with ``.job``) as each job's ``scrapefleet.result_write``."""
+
+    @functools.wraps(method)
+    def wrapper(recorder: Any, conn: Any, items: Any) -> Any:
+        if tracing._on is None:
+            return method(recorder, conn, items)
+        jobs = [item.job for item in (items if isinstance(items, list) else [items])]
+        began_ns = time.time_ns()
+        try:
+            returned = method(recorder, conn, items)
+        except BaseException as exc:
+            result_written(jobs, recorder.host, began_ns, type(exc).__name__)
+            raise
+        result_written(jobs, recorder.host, began_ns, None)
+        return returned
+
+    return wrapper  # type: ignore[return-value]
+
+
+def delivery_traced(method: F) -> F:
+    """A webhook sender's delivery (``method(self, delivery, ...)`` returning its outcome) as a
+    ``scrapefleet.webhook`` span in its job's trace; the job's trace read on the sender's
+    engine (``self._engine``) only while tracing is on."""
+
+    @functools.wraps(method)
+    def wrapper(sender: Any, delivery: Any, *rest: Any) -> Any:
+        if tracing._on is None:
+            return method(sender, delivery, *rest)
+        from scrapefleet.common.reads.job_traces import job_traces
+
+        with sender._engine.connect() as conn:
+            traces = job_traces(conn, [delivery.job_id])
+        with webhook(traces, delivery.job_id, delivery.attempt, delivery.receiver) as span:
+            outcome = method(sender, delivery, *rest)
+            span.set(outcome=outcome)
+            return outcome
+
+    return wrapper  # type: ignore[return-value]
