@@ -41,9 +41,9 @@ def attempt_outcome(status: str, retryable: bool, attempt: int, max_attempts: in
     return status
 
 
-def claimed(jobs: Sequence[Any], traces: Traces, host: str, began_ns: int) -> None:
-    """Open an attempt span per claimed job, with its claim span (``began_ns``: when the claim
-    statement was sent) as its first child."""
+def claimed(jobs: Sequence[Any], host: str, began_ns: int) -> None:
+    """Open an attempt span per claimed job (in the trace its row carries), with its claim
+    span (``began_ns``: when the claim statement was sent) as its first child."""
     on = tracing._on
     if on is None:
         return
@@ -51,11 +51,10 @@ def claimed(jobs: Sequence[Any], traces: Traces, host: str, began_ns: int) -> No
 
     ended_ns = time.time_ns()
     for job in jobs:
-        traceparent, trace_link = traces.get(job.id, (None, None))
         attempt = on.tracer.start_span(
             "scrapefleet.attempt",
-            context=_parent_context(traceparent),
-            links=_links(trace_link),
+            context=_parent_context(job.traceparent),
+            links=_links(job.trace_link),
             start_time=began_ns,
             attributes=_attributes(_job_attributes(job, host)),
         )
@@ -209,15 +208,6 @@ def webhook(
         "server.address": receiver,
     }
     return tracing.job_span("scrapefleet.webhook", traceparent, trace_link, **attributes)
-
-
-def claimed_read(conn: Any, jobs: Sequence[Any], host: str, began_ns: int) -> None:
-    """``claimed``, with the jobs' traces read on the claim's connection (only while on)."""
-    if tracing._on is None or not jobs:
-        return
-    from scrapefleet.common.reads.job_traces import job_traces
-
-    claimed(jobs, job_traces(conn, [job.id for job in jobs]), host, began_ns)
 
 
 def assigned_read(conn: Any, assigned: Sequence[tuple[int, str]]) -> None:

@@ -103,7 +103,7 @@ class Claiming(RunningBase):
         claim = store.claim_jobs(
             self._statements, self.host, free, browser_free, running_here=room.running_here
         )
-        tracing_jobs.claimed_read(self._statements, claim.jobs, self.host, began_ns)
+        tracing_jobs.claimed(claim.jobs, self.host, began_ns)
         in_flight = self.attempts.claimed(
             claim.jobs,
             time.monotonic(),

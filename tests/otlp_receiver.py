@@ -89,6 +89,19 @@ def decode(body: bytes) -> list[ReceivedSpan]:
 def otlp_receiver() -> Iterator[Receiver]:
     """A receiver, and tracing turned on in this process towards it (and off at the end: what
     was buffered is exported first)."""
+    with serving() as receiver:
+        tracing.shutdown()  # whatever an earlier test left on
+        endpoint = {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.url}
+        try:
+            assert tracing.start("scrapefleet-test", endpoint)
+            yield receiver
+        finally:
+            tracing.shutdown()
+
+
+@contextmanager
+def serving() -> Iterator[Receiver]:
+    """A receiver on a free port of 127.0.0.1 (its ``url``), until the end."""
     receiver = Receiver()
 
     class Handler(BaseHTTPRequestHandler):
@@ -116,13 +129,8 @@ def otlp_receiver() -> Iterator[Receiver]:
     receiver.url = f"http://127.0.0.1:{server.server_port}/v1/traces"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    tracing.shutdown()  # whatever an earlier test left on
     try:
-        assert tracing.start(
-            "scrapefleet-test", {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.url}
-        )
         yield receiver
     finally:
-        tracing.shutdown()
         server.shutdown()
         server.server_close()

@@ -75,7 +75,8 @@ WITH browser AS (
     started_at = now(), heartbeat_at = now()
   FROM picked WHERE jobs.id = picked.id
   RETURNING jobs.id, jobs.kind, jobs.payload, jobs.attempts, jobs.max_attempts,
-    jobs.lock_key, jobs.needs_browser, jobs.profile, jobs.claims
+    jobs.lock_key, jobs.needs_browser, jobs.profile, jobs.claims, jobs.traceparent,
+    jobs.trace_link
 ), tally AS (
   SELECT count(*) AS n, count(*) FILTER (WHERE needs_browser) AS browser FROM claimed
 ), counted AS (
@@ -228,6 +229,8 @@ def claim_jobs(
             r.needs_browser,
             profile=r.profile,
             claim=r.claims,
+            traceparent=r.traceparent,
+            trace_link=r.trace_link,
         )
         for r in sorted(rows, key=lambda r: r.id or 0)
         if r.id is not None

@@ -77,6 +77,9 @@ class ClaimedJob:
     # This attempt's token: the job's claim count at this claim (jobs.claims), never the same
     # for two attempts of one job; every write of the attempt is conditional on it.
     claim: int = 0
+    # Its trace (common.tracing): the spans of the attempt are children of it.
+    traceparent: str | None = None
+    trace_link: str | None = None  # a spawned job's parent's traceparent
 
     @property
     def key(self) -> tuple[int, int]:

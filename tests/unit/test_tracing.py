@@ -219,8 +219,8 @@ class Ended:
 
 
 def test_an_attempt_is_its_claim_its_run_and_its_write(in_memory: InMemory) -> None:
-    job = ClaimedJob(7, "noop", {}, attempt=1, max_attempts=2, lock_key=None, claim=3)
-    tracing_jobs.claimed([job], {7: (GOOD, None)}, "h1", began_ns=1)
+    job = ClaimedJob(7, "noop", {}, 1, 2, None, claim=3, traceparent=GOOD)
+    tracing_jobs.claimed([job], "h1", began_ns=1)
     with tracing_jobs.running(job, "h1") as run, tracing.span("inner"):
         logged = logging.LogRecord("x", logging.INFO, "", 0, "line", None, None)
         tracing.LogTraceIds().filter(logged)
@@ -242,7 +242,7 @@ def test_an_attempt_is_its_claim_its_run_and_its_write(in_memory: InMemory) -> N
 def test_open_attempts_are_bounded(in_memory: InMemory, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tracing_jobs, "MAX_OPEN_ATTEMPTS", 2)
     jobs = [ClaimedJob(i, "noop", {}, 1, 1, None, claim=1) for i in range(5)]
-    tracing_jobs.claimed(jobs, {}, "h1", began_ns=1)
+    tracing_jobs.claimed(jobs, "h1", began_ns=1)
     assert list(tracing._on.attempts) == [(3, 1), (4, 1)]  # type: ignore[union-attr]
     pushed_out = [s for s in in_memory.spans() if s.name == "scrapefleet.attempt"]
     assert len(pushed_out) == 3  # ended, not lost
