@@ -263,8 +263,24 @@ def _span(
         links=list(links),
         start_time=start_ns,
         attributes=_attributes(attributes or {}),
+        record_exception=False,  # its message can hold a URL's query, a page's text
+        set_status_on_exception=False,
     ) as span:
-        yield Span(span)
+        try:
+            yield Span(span)
+        except BaseException as exc:
+            failed(span, exc)
+            raise
+
+
+def failed(span: Any, exc: BaseException) -> None:
+    """``span`` ended by ``exc``: an error with its class's name, never its message (a URL with
+    its query, a page's text, a credential an action put there)."""
+    from opentelemetry.trace import Status, StatusCode
+
+    name = type(exc).__name__
+    span.set_attribute("error.type", name)
+    span.set_status(Status(StatusCode.ERROR, name))
 
 
 def span(name: str, **attributes: Any) -> contextlib.AbstractContextManager[Span | _NoSpan]:
@@ -383,8 +399,6 @@ def submitting(jobs: Sequence[Any]) -> Iterator[list[Any]]:
             for job in jobs
         ]
         return
-    from opentelemetry.trace import Status, StatusCode
-
     spans: list[Any] = []
     try:
         traced_jobs = []
@@ -399,8 +413,7 @@ def submitting(jobs: Sequence[Any]) -> Iterator[list[Any]]:
         yield traced_jobs
     except BaseException as exc:
         for submit in spans:
-            submit.record_exception(exc)
-            submit.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            failed(submit, exc)
         raise
     finally:
         for submit in spans:

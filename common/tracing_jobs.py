@@ -119,9 +119,14 @@ def _running(on: tracing._On, job: Any, host: str) -> Iterator[_Running]:
         )
     try:
         with (
-            trace.use_span(attempt, end_on_exit=False),
+            trace.use_span(
+                attempt, end_on_exit=False, record_exception=False, set_status_on_exception=False
+            ),
             on.tracer.start_as_current_span(
-                "scrapefleet.run", attributes=_attributes({"host": host})
+                "scrapefleet.run",
+                attributes=_attributes({"host": host}),
+                record_exception=False,  # what an action raised can hold anything
+                set_status_on_exception=False,
             ) as run,
         ):
             yield _Running(job, attempt, run)

@@ -4,17 +4,27 @@ page (docs/reference/tracing.md) is generated from these."""
 from __future__ import annotations
 
 SPANS = {
-    "scrapefleet.submit": "one job's submit (CLI or Python API), child of the caller's span",
-    "scrapefleet.assign": "pending until assigned: starts when the job became pending",
-    "scrapefleet.attempt": "one attempt on a consumer, from its claim to its outcome",
-    "scrapefleet.claim": "the claim statement that took the attempt (child of the attempt)",
-    "scrapefleet.run": "the action in its thread (child of the attempt)",
-    "scrapefleet.browser.lease": "a browser session for the job: a new one or a reused one",
-    "scrapefleet.browser.navigate": "the page load (the URL without its query)",
-    "scrapefleet.browser.fields": "the page's fields, title and status read in one script",
-    "scrapefleet.browser.artifacts": "a failed attempt's screenshot, HTML and network log",
-    "scrapefleet.result_write": "the attempt's outcome written (child of the attempt)",
-    "scrapefleet.webhook": "one POST of the job's webhook",
+    "scrapefleet.submit": "one job's submit (CLI or Python API): the root of the job's trace, or"
+    " a child of the caller's span (Python API) or of its given traceparent",
+    "scrapefleet.assign": "child of the submit: from when the job became pending (its insert, a"
+    " retry's or a release's hand-back, a later not_before) to its assignment to a host; one"
+    " per assignment",
+    "scrapefleet.attempt": "child of the submit: one attempt on a consumer, from its claim to its"
+    " outcome; a retry is a second one",
+    "scrapefleet.claim": "child of the attempt: the claim statement that took it",
+    "scrapefleet.run": "child of the attempt: the action in its thread (after the wait for a"
+    " free thread)",
+    "scrapefleet.browser.lease": "child of the run: a browser session for the job, new or reused"
+    " (the wait for a slot, the session's start, the isolation's context)",
+    "scrapefleet.browser.navigate": "child of the run: the page load",
+    "scrapefleet.browser.fields": "child of the run: the page's fields, title and status, read in"
+    " one script",
+    "scrapefleet.browser.artifacts": "child of the run: a failed attempt's screenshot, HTML and"
+    " network log",
+    "scrapefleet.result_write": "child of the attempt (after its end): the statement that wrote"
+    " its outcome, one span per job of a batch",
+    "scrapefleet.webhook": "child of the submit: one delivery of the job's webhook (the POST and"
+    " its record)",
 }
 ATTRIBUTES = {
     "scrapefleet.job.id": "the job's id (every span but submit)",
@@ -32,6 +42,7 @@ ATTRIBUTES = {
     "scrapefleet.session": "new, reused or replaced (lease)",
     "scrapefleet.jobs": "how many outcomes one write carried (result_write)",
     "scrapefleet.delivery.attempt": "the webhook delivery's attempt",
+    "error.type": "the class of what a span's work raised (never its message)",
     "url.full": "the page's URL without user info, query and fragment (navigate)",
     "server.address": "the webhook receiver's host (webhook)",
 }

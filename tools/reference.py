@@ -350,6 +350,36 @@ def states_page() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+# ---------------------------------------------------------------- tracing
+
+TRACING_MODULE = "scrapefleet.common.tracing_names"
+
+
+def tracing_page() -> str:
+    names = importlib.import_module(TRACING_MODULE)
+    lines = [
+        GENERATED.format(source=f"`SPANS` and `ATTRIBUTES` in `{TRACING_MODULE}`"),
+        "# Spans and attributes",
+        "",
+        "One trace per job, when tracing is on (the standard `OTEL_*` variables name an OTLP",
+        "endpoint and the `otel` extra is installed): how to turn it on, send it to a collector",
+        "and read it: [Tracing](../how-to/tracing.md).",
+        "",
+        "## Spans",
+        "",
+        "| span | what it covers |",
+        "|---|---|",
+        *(f"| `{name}` | {_cell(text)} |" for name, text in names.SPANS.items()),
+        "",
+        "## Attributes",
+        "",
+        "| attribute | what it holds |",
+        "|---|---|",
+        *(f"| `{name}` | {_cell(text)} |" for name, text in names.ATTRIBUTES.items()),
+    ]
+    return "\n".join(lines).rstrip() + "\n"
+
+
 # ---------------------------------------------------------------- SQL
 
 _RELATIONS = """
@@ -409,6 +439,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "metrics.md": metrics_page,
     "action-params.md": action_params_page,
     "states.md": states_page,
+    "tracing.md": tracing_page,
 }
 
 

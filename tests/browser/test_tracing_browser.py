@@ -62,7 +62,7 @@ def test_a_browser_job_is_one_trace_with_its_lease_page_fields_and_write(
                         max_attempts=1,
                     )
                     missing = client.submit(
-                        "fetch_page", {"url": site.url("/nope")}, max_attempts=1
+                        "fetch_page", {"url": site.url(f"/nope?q={QUERY_SECRET}")}, max_attempts=1
                     )
                     assert whoami is not None and missing is not None
                     wait_for(lambda: _ended(engine, [whoami, missing]), 180, "the jobs")

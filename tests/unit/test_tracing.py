@@ -204,6 +204,17 @@ def test_each_submitted_job_is_a_trace_of_its_own_under_its_callers_span(
     assert f"{mine.context.span_id:016x}" in traced[0].traceparent
 
 
+def test_a_span_whose_work_raises_names_the_class_never_the_message(
+    in_memory: InMemory,
+) -> None:
+    with pytest.raises(ValueError), tracing.navigating("https://a.example/?token=s3cret"):
+        raise ValueError("loading https://a.example/?token=s3cret: timed out")
+    [page] = in_memory.spans()
+    assert page.attributes["error.type"] == "ValueError" and not page.status.is_ok
+    assert page.status.description == "ValueError" and not page.events
+    assert "s3cret" not in repr(dict(page.attributes))
+
+
 def test_a_submit_that_raises_ends_its_spans_as_errors(in_memory: InMemory) -> None:
     with pytest.raises(RuntimeError), tracing.submitting([NewJob("noop")]):
         raise RuntimeError("the database said no")
