@@ -216,11 +216,11 @@ def _value(value: Any) -> Any:
     return str(value)[:ATTRIBUTE_MAX_CHARS]
 
 
-def _attributes(values: Mapping[str, Any]) -> dict[str, Any]:
+def span_attributes(values: Mapping[str, Any]) -> dict[str, Any]:
     return {_key(k): _value(v) for k, v in values.items() if v is not None}
 
 
-def _parent_context(traceparent: str | None) -> Any:
+def parent_context(traceparent: str | None) -> Any:
     """A context whose span is the remote ``traceparent`` (None: the current one)."""
     if not is_traceparent(traceparent):
         return None
@@ -234,8 +234,8 @@ def _parent_context(traceparent: str | None) -> Any:
     return trace.set_span_in_context(trace.NonRecordingSpan(context))
 
 
-def _links(trace_link: str | None) -> list[Any]:
-    parent = _parent_context(trace_link)
+def links_to(trace_link: str | None) -> list[Any]:
+    parent = parent_context(trace_link)
     if parent is None:
         return []
     from opentelemetry import trace
@@ -262,7 +262,7 @@ def _span(
         context=parent,
         links=list(links),
         start_time=start_ns,
-        attributes=_attributes(attributes or {}),
+        attributes=span_attributes(attributes or {}),
         record_exception=False,  # its message can hold a URL's query, a page's text
         set_status_on_exception=False,
     ) as span:
@@ -302,7 +302,7 @@ def job_span(
     on = _on
     if on is None:
         return _OFF
-    return _span(on, name, _parent_context(traceparent), _links(trace_link), start_ns, attributes)
+    return _span(on, name, parent_context(traceparent), links_to(trace_link), start_ns, attributes)
 
 
 def note(**attributes: Any) -> None:
@@ -405,8 +405,8 @@ def submitting(jobs: Sequence[Any]) -> Iterator[list[Any]]:
         for job in jobs:
             submit = on.tracer.start_span(
                 "scrapefleet.submit",
-                context=_parent_context(submit_traceparent(job.traceparent)),
-                attributes=_attributes({"job.kind": job.kind, "job.rate_key": job.rate_key}),
+                context=parent_context(submit_traceparent(job.traceparent)),
+                attributes=span_attributes({"job.kind": job.kind, "job.rate_key": job.rate_key}),
             )
             spans.append(submit)
             traced_jobs.append(dataclasses.replace(job, traceparent=traceparent_of(submit)))

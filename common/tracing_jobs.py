@@ -6,8 +6,9 @@ thread); its result write comes later still (the recorder's thread), as a child 
 attempt. Between those threads the open spans wait here, by attempt (job id, claim), in
 bounded maps: an attempt whose thread never returns cannot grow them past a bound.
 
-Every helper does nothing, first thing, while tracing is off; the database reads that give
-the spans their trace (common.reads.job_traces) are made only while it is on.
+Every helper does nothing, first thing, while tracing is off. A consumer's claim returns its
+jobs' trace context with them; the producer's reads of it (common.reads.job_traces: after an
+assignment, before a webhook's delivery) are made only while tracing is on.
 """
 
 from __future__ import annotations
@@ -19,7 +20,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from scrapefleet.common import tracing
-from scrapefleet.common.tracing import MAX_OPEN_ATTEMPTS, _attributes, _links, _parent_context
+from scrapefleet.common.tracing import (
+    MAX_OPEN_ATTEMPTS,
+    links_to,
+    parent_context,
+    span_attributes,
+)
 
 AttemptKey = tuple[int, int]
 # job id -> (traceparent, trace_link) as its row has them
@@ -53,16 +59,16 @@ def claimed(jobs: Sequence[Any], host: str, began_ns: int) -> None:
     for job in jobs:
         attempt = on.tracer.start_span(
             "scrapefleet.attempt",
-            context=_parent_context(job.traceparent),
-            links=_links(job.trace_link),
+            context=parent_context(job.traceparent),
+            links=links_to(job.trace_link),
             start_time=began_ns,
-            attributes=_attributes(_job_attributes(job, host)),
+            attributes=span_attributes(_job_attributes(job, host)),
         )
         on.tracer.start_span(
             "scrapefleet.claim",
             context=trace.set_span_in_context(attempt),
             start_time=began_ns,
-            attributes=_attributes({"host": host, "claim": job.claim}),
+            attributes=span_attributes({"host": host, "claim": job.claim}),
         ).end(end_time=ended_ns)
         with on.lock:
             pushed_out = _bounded_put(on.attempts, job.key, attempt)
@@ -113,9 +119,12 @@ def _running(on: tracing._On, job: Any, host: str) -> Iterator[_Running]:
 
     with on.lock:
         attempt = on.attempts.pop(job.key, None)
-    if attempt is None:  # claimed before tracing was on, or pushed out: a span of its own
+    if attempt is None:  # claimed before tracing was on, or pushed out: opened now
         attempt = on.tracer.start_span(
-            "scrapefleet.attempt", attributes=_attributes(_job_attributes(job, host))
+            "scrapefleet.attempt",
+            context=parent_context(job.traceparent),
+            links=links_to(job.trace_link),
+            attributes=span_attributes(_job_attributes(job, host)),
         )
     try:
         with (
@@ -124,7 +133,7 @@ def _running(on: tracing._On, job: Any, host: str) -> Iterator[_Running]:
             ),
             on.tracer.start_as_current_span(
                 "scrapefleet.run",
-                attributes=_attributes({"host": host}),
+                attributes=span_attributes({"host": host}),
                 record_exception=False,  # what an action raised can hold anything
                 set_status_on_exception=False,
             ) as run,
@@ -165,7 +174,7 @@ def result_written(jobs: Iterable[Any], host: str, began_ns: int, error: str | N
             "scrapefleet.result_write",
             context=trace.set_span_in_context(trace.NonRecordingSpan(attempt)),
             start_time=began_ns,
-            attributes=_attributes({"job.id": job.id, "host": host, "jobs": len(jobs)}),
+            attributes=span_attributes({"job.id": job.id, "host": host, "jobs": len(jobs)}),
         )
         if error is not None:
             span.set_status(Status(StatusCode.ERROR, error))
@@ -185,10 +194,10 @@ def assignments(rows: Iterable[Mapping[str, Any]]) -> None:
         began_ns = min(began_ns, now_ns)
         on.tracer.start_span(
             "scrapefleet.assign",
-            context=_parent_context(row["traceparent"]),
-            links=_links(row["trace_link"]),
+            context=parent_context(row["traceparent"]),
+            links=links_to(row["trace_link"]),
             start_time=began_ns,
-            attributes=_attributes(
+            attributes=span_attributes(
                 {
                     "job.id": row["id"],
                     "job.kind": row["kind"],
