@@ -39,8 +39,8 @@ import functools
 import importlib
 import logging
 import os
+import random
 import re
-import secrets
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -54,6 +54,9 @@ TRACEPARENT_RE = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 ATTRIBUTE_MAX_CHARS = 256
 # Attempt spans opened at a claim and not yet run (a stop can drop queued work): bounded.
 MAX_OPEN_ATTEMPTS = 10_000
+# A submit of more jobs is one span for all of them, each job's trace linked to it: a span per
+# job costs ~50 us of CPU each and would overflow the exporter's queue (2,048 by default).
+SUBMIT_SPANS_MAX = 1_000
 
 
 def is_traceparent(text: object) -> bool:
@@ -65,7 +68,10 @@ def is_traceparent(text: object) -> bool:
 
 
 def new_traceparent() -> str:
-    return f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-01"
+    """A new trace (sampled): ids as random as the SDK's own (``random``, not ``secrets``:
+    an id is no secret, and a bulk submit makes one per job)."""
+    ids = random.randbytes(24).hex()  # an all-zero id (invalid) once in 2**64: not guarded
+    return "00-" + ids[:32] + "-" + ids[32:] + "-01"
 
 
 def tracing_wanted(environ: Mapping[str, str]) -> bool:
@@ -389,7 +395,8 @@ def submit_traceparent(given: object) -> str | None:
 def submitting(jobs: Sequence[Any]) -> Iterator[list[Any]]:
     """The jobs, each with its ``traceparent``: with tracing on a ``scrapefleet.submit`` span
     per job (a child of the job's own traceparent if it brought one, else of the caller's
-    current span), ended when the submit has; off, the one it brought (None if malformed)."""
+    current span), ended when the submit has; off, the one it brought (None if malformed).
+    A submit of more than SUBMIT_SPANS_MAX jobs is one span, each job's trace linked to it."""
     on = _on
     if on is None:  # store.insert_jobs gives a job without one a random one
         yield [
@@ -398,6 +405,18 @@ def submitting(jobs: Sequence[Any]) -> Iterator[list[Any]]:
             else dataclasses.replace(job, traceparent=submit_traceparent(job.traceparent))
             for job in jobs
         ]
+        return
+    if len(jobs) > SUBMIT_SPANS_MAX:
+        with _span(on, "scrapefleet.submit", attributes={"jobs": len(jobs)}) as batch:
+            link = traceparent_of(batch.span)
+            yield [
+                dataclasses.replace(
+                    job,
+                    traceparent=submit_traceparent(job.traceparent) or new_traceparent(),
+                    trace_link=link,
+                )
+                for job in jobs
+            ]
         return
     spans: list[Any] = []
     try:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 SPANS = {
     "scrapefleet.submit": "one job's submit (CLI or Python API): the root of the job's trace, or"
-    " a child of the caller's span (Python API) or of its given traceparent",
+    " a child of the caller's span (Python API) or of its given traceparent; a submit of more"
+    " than 1,000 jobs at once is one span in the caller's trace, which each job's trace links to",
     "scrapefleet.assign": "child of the submit: from when the job became pending (its insert, a"
     " retry's or a release's hand-back, a later not_before) to its assignment to a host; one"
     " per assignment",
@@ -40,7 +41,8 @@ ATTRIBUTES = {
     "scrapefleet.profile": "the persistent browser profile's name",
     "scrapefleet.isolation": "how fresh the job's browser is (lease)",
     "scrapefleet.session": "new, reused or replaced (lease)",
-    "scrapefleet.jobs": "how many outcomes one write carried (result_write)",
+    "scrapefleet.jobs": "how many outcomes one write carried (result_write), how many jobs a"
+    " bulk submit carried (submit)",
     "scrapefleet.delivery.attempt": "the webhook delivery's attempt",
     "error.type": "the class of what a span's work raised (never its message)",
     "url.full": "the page's URL without user info, query and fragment (navigate)",

@@ -39,6 +39,7 @@ class NewJob:
     needs_browser: bool | None = None
     rate_key: str | None = None  # its politeness limits' key (common.jobs.rate_limits)
     traceparent: str | None = None  # its trace (common.tracing); None: a new one
+    trace_link: str | None = None  # a trace its own links to (a bulk submit's span)
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ SUBMITTED_COLUMNS = (
     "profile_pool",
     "rate_key",
     "traceparent",
+    "trace_link",
 )
 # The staging table has SUBMITTED_COLUMNS with the types of jobs' columns (a test holds them
 # to common.db.tables, so that it cannot drift from jobs), and the order of submission.
@@ -64,13 +65,14 @@ CREATE TEMP TABLE incoming_jobs (
   needs_browser BOOLEAN,
   profile_pool TEXT[],
   rate_key TEXT,
-  traceparent TEXT
+  traceparent TEXT,
+  trace_link TEXT
 ) ON COMMIT DROP
 """
 )
 COPY_STAGING = """
 COPY incoming_jobs (seq, kind, payload, priority, max_attempts, not_before, dedupe_key,
-  lock_key, callback_url, needs_browser, profile_pool, rate_key, traceparent)
+  lock_key, callback_url, needs_browser, profile_pool, rate_key, traceparent, trace_link)
 FROM STDIN
 """.strip()
 # Rows whose dedupe key an unfinished job holds are skipped (the unique partial index decides:
@@ -78,9 +80,9 @@ FROM STDIN
 INSERT_FROM_STAGING_SQL = statement(
     """
 INSERT INTO jobs (kind, payload, priority, max_attempts, not_before, dedupe_key, lock_key,
-  callback_url, needs_browser, profile_pool, rate_key, traceparent)
+  callback_url, needs_browser, profile_pool, rate_key, traceparent, trace_link)
 SELECT kind, payload, priority, max_attempts, not_before, dedupe_key, lock_key,
-  callback_url, needs_browser, profile_pool, rate_key, traceparent
+  callback_url, needs_browser, profile_pool, rate_key, traceparent, trace_link
 FROM incoming_jobs
 ORDER BY seq
 ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND status IN {unfinished}
@@ -141,6 +143,7 @@ def insert_jobs(
                     payload_profile_pool(job.payload) if needs_browser else None,
                     job.rate_key,  # None: the URL's host for the built-in actions (trigger)
                     job.traceparent or new_traceparent(),  # every job in a trace of its own
+                    job.trace_link,
                 )
             )
             if progress and seq % PROGRESS_EVERY_ROWS == PROGRESS_EVERY_ROWS - 1:

@@ -2,15 +2,16 @@
 
 - ``traceparent``: the job's trace (``00-<trace id>-<span id>-<flags>``), set at submit from
   the submitter's span (common.tracing); every span the producer and the consumers make for
-  the job is a child of it. A path that does not set it (a spawned child, a schedule's job, a
+  the job is a child of it. A path that does not set it (a spawned child, a crawl's seed, a
   hand-written INSERT) gets a fresh random one from the column's default, so that every job
   has its own trace whoever inserted it. Random ids cost nothing to the fleet when no one
-  traces: the daemons read the column only with tracing on.
-- ``trace_link``: for a spawned job, its parent's ``traceparent``, set by the BEFORE INSERT
-  trigger ``jobs_trace_link`` (a consumer's role inserts children only through
-  spawn_children, and sees its parent's row; the trigger runs as its owner so that no insert
-  path needs to read the parent itself). Its spans link to the parent's trace rather than
-  join it: a crawl of ten thousand pages is ten thousand traces, each one a readable size.
+  traces: the daemons use the column only with tracing on.
+- ``trace_link``: a trace the job's own links to. For a spawned job, its parent's
+  ``traceparent``, set by the BEFORE INSERT trigger ``jobs_trace_link`` (a consumer's role
+  inserts children only through spawn_children; the trigger runs as its owner so that no insert
+  path needs to read the parent itself): its spans link to the parent's trace rather than join
+  it, so a crawl of ten thousand pages is ten thousand traces, each one a readable size. For a
+  job of a bulk submit, the submit's one span (common.tracing.SUBMIT_SPANS_MAX).
 
 Both are bounded by their CHECK on the W3C shape (version 00, lower-case hex): what reaches
 the tracing backend from a row is never anything else. Archived with the job.

@@ -204,6 +204,22 @@ def test_each_submitted_job_is_a_trace_of_its_own_under_its_callers_span(
     assert f"{mine.context.span_id:016x}" in traced[0].traceparent
 
 
+def test_a_bulk_submit_is_one_span_each_jobs_trace_linked_to_it(
+    in_memory: InMemory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tracing, "SUBMIT_SPANS_MAX", 2)
+    with tracing.submitting(
+        [NewJob("noop"), NewJob("noop", traceparent=GOOD), NewJob("x")]
+    ) as jobs:
+        pass
+    [submit] = in_memory.spans()
+    assert submit.attributes["scrapefleet.jobs"] == 3
+    link = tracing.traceparent_of(submit)
+    assert [job.trace_link for job in jobs] == [link] * 3
+    assert jobs[1].traceparent == GOOD and len({job.traceparent for job in jobs}) == 3
+    assert all(tracing.is_traceparent(job.traceparent) for job in jobs)
+
+
 def test_a_span_whose_work_raises_names_the_class_never_the_message(
     in_memory: InMemory,
 ) -> None:
