@@ -30,7 +30,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any
 
-from scrapefleet.common import store, tracing
+from scrapefleet.common import store, tracing, tracing_jobs
 from scrapefleet.common.actions.error_classes import Blocked, Permanent, RateLimited
 from scrapefleet.common.actions.registry import FreeParams, Lightness, load_user_actions, register
 from scrapefleet.common.actions.spawn import Child, Spawned
@@ -160,7 +160,7 @@ class Client:
         queued on that host at once, for its consumer only (NotFound if there is none)."""
         if host is not None:
             refuse_unpinnable(jobs)
-        with tracing.submitting(jobs) as jobs, transaction(self.engine) as conn:
+        with tracing_jobs.submitting(jobs) as jobs, transaction(self.engine) as conn:
             result = store.insert_jobs(
                 conn, jobs, default_max_attempts=self.settings.max_attempts, progress=progress
             )

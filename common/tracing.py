@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import dataclasses
 import functools
 import importlib
 import logging
@@ -54,9 +53,6 @@ TRACEPARENT_RE = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 ATTRIBUTE_MAX_CHARS = 256
 # Attempt spans opened at a claim and not yet run (a stop can drop queued work): bounded.
 MAX_OPEN_ATTEMPTS = 10_000
-# A submit of more jobs is one span for all of them, each job's trace linked to it: a span per
-# job costs ~50 us of CPU each and would overflow the exporter's queue (2,048 by default).
-SUBMIT_SPANS_MAX = 1_000
 
 
 def is_traceparent(text: object) -> bool:
@@ -389,54 +385,6 @@ def submit_traceparent(given: object) -> str | None:
         given[:80] if isinstance(given, str) else given,
     )
     return None
-
-
-@contextlib.contextmanager
-def submitting(jobs: Sequence[Any]) -> Iterator[list[Any]]:
-    """The jobs, each with its ``traceparent``: with tracing on a ``scrapefleet.submit`` span
-    per job (a child of the job's own traceparent if it brought one, else of the caller's
-    current span), ended when the submit has; off, the one it brought (None if malformed).
-    A submit of more than SUBMIT_SPANS_MAX jobs is one span, each job's trace linked to it."""
-    on = _on
-    if on is None:  # store.insert_jobs gives a job without one a random one
-        yield [
-            job
-            if job.traceparent is None or is_traceparent(job.traceparent)
-            else dataclasses.replace(job, traceparent=submit_traceparent(job.traceparent))
-            for job in jobs
-        ]
-        return
-    if len(jobs) > SUBMIT_SPANS_MAX:
-        with _span(on, "scrapefleet.submit", attributes={"jobs": len(jobs)}) as batch:
-            link = traceparent_of(batch.span)
-            yield [
-                dataclasses.replace(
-                    job,
-                    traceparent=submit_traceparent(job.traceparent) or new_traceparent(),
-                    trace_link=link,
-                )
-                for job in jobs
-            ]
-        return
-    spans: list[Any] = []
-    try:
-        traced_jobs = []
-        for job in jobs:
-            submit = on.tracer.start_span(
-                "scrapefleet.submit",
-                context=parent_context(submit_traceparent(job.traceparent)),
-                attributes=span_attributes({"job.kind": job.kind, "job.rate_key": job.rate_key}),
-            )
-            spans.append(submit)
-            traced_jobs.append(dataclasses.replace(job, traceparent=traceparent_of(submit)))
-        yield traced_jobs
-    except BaseException as exc:
-        for submit in spans:
-            failed(submit, exc)
-        raise
-    finally:
-        for submit in spans:
-            submit.end()
 
 
 class LogTraceIds(logging.Filter):

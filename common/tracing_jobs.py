@@ -1,4 +1,4 @@
-"""The job's spans on the daemons (common.tracing names them all): an assignment on the
+"""A job's spans (common.tracing_names names them all): its submit, an assignment on the
 producer, an attempt's claim, run and result write on a consumer, a webhook delivery.
 
 An attempt's span opens at its claim (the claiming thread) and ends with its outcome (the job's
@@ -14,6 +14,7 @@ assignment, before a webhook's delivery) are made only while tracing is on.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -26,6 +27,10 @@ from scrapefleet.common.tracing import (
     parent_context,
     span_attributes,
 )
+
+# A submit of more jobs is one span for all of them, each job's trace linked to it: a span per
+# job costs ~50 us of CPU each and would overflow the exporter's queue (2,048 by default).
+SUBMIT_SPANS_MAX = 1_000
 
 AttemptKey = tuple[int, int]
 # job id -> (traceparent, trace_link) as its row has them
@@ -276,3 +281,52 @@ def delivery_traced(method: F) -> F:
             return outcome
 
     return wrapper  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def submitting(jobs: Sequence[Any]) -> Iterator[list[Any]]:
+    """The jobs, each with its ``traceparent``: with tracing on a ``scrapefleet.submit`` span
+    per job (a child of the job's own traceparent if it brought one, else of the caller's
+    current span), ended when the submit has; off, the one it brought (None if malformed).
+    A submit of more than SUBMIT_SPANS_MAX jobs is one span, each job's trace linked to it."""
+    on = tracing._on
+    if on is None:  # store.insert_jobs gives a job without one a random one
+        yield [
+            job
+            if job.traceparent is None or tracing.is_traceparent(job.traceparent)
+            else dataclasses.replace(job, traceparent=tracing.submit_traceparent(job.traceparent))
+            for job in jobs
+        ]
+        return
+    if len(jobs) > SUBMIT_SPANS_MAX:
+        with tracing._span(on, "scrapefleet.submit", attributes={"jobs": len(jobs)}) as batch:
+            link = tracing.traceparent_of(batch.span)
+            yield [
+                dataclasses.replace(
+                    job,
+                    traceparent=tracing.submit_traceparent(job.traceparent)
+                    or tracing.new_traceparent(),
+                    trace_link=link,
+                )
+                for job in jobs
+            ]
+        return
+    spans: list[Any] = []
+    try:
+        traced_jobs = []
+        for job in jobs:
+            submit = on.tracer.start_span(
+                "scrapefleet.submit",
+                context=parent_context(tracing.submit_traceparent(job.traceparent)),
+                attributes=span_attributes({"job.kind": job.kind, "job.rate_key": job.rate_key}),
+            )
+            spans.append(submit)
+            traced_jobs.append(dataclasses.replace(job, traceparent=tracing.traceparent_of(submit)))
+        yield traced_jobs
+    except BaseException as exc:
+        for submit in spans:
+            tracing.failed(submit, exc)
+        raise
+    finally:
+        for submit in spans:
+            submit.end()

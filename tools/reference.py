@@ -8,8 +8,7 @@ model's field descriptions, the commands from the click groups, the metrics from
 registries, the SQL relations from a migrated database's catalog and its COMMENTs. The SQL page
 needs a database: ``--database-url`` (migrated to head), else a throwaway one made like the
 tests' (SCRAPEFLEET_TEST_DATABASE_URL, the server at 127.0.0.1:5432, or an embedded pgserver).
-tests/unit/test_reference_docs.py and tests/integration/test_reference_sql.py fail when a
-committed page differs from what this writes.
+Tests fail when a committed page differs from what this writes (test_reference_docs, _sql).
 """
 
 from __future__ import annotations
@@ -350,36 +349,6 @@ def states_page() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-# ---------------------------------------------------------------- tracing
-
-TRACING_MODULE = "scrapefleet.common.tracing_names"
-
-
-def tracing_page() -> str:
-    names = importlib.import_module(TRACING_MODULE)
-    lines = [
-        GENERATED.format(source=f"`SPANS` and `ATTRIBUTES` in `{TRACING_MODULE}`"),
-        "# Spans and attributes",
-        "",
-        "One trace per job, when tracing is on (the standard `OTEL_*` variables name an OTLP",
-        "endpoint and the `otel` extra is installed): how to turn it on, send it to a collector",
-        "and read it: [Tracing](../how-to/tracing.md).",
-        "",
-        "## Spans",
-        "",
-        "| span | what it covers |",
-        "|---|---|",
-        *(f"| `{name}` | {_cell(text)} |" for name, text in names.SPANS.items()),
-        "",
-        "## Attributes",
-        "",
-        "| attribute | what it holds |",
-        "|---|---|",
-        *(f"| `{name}` | {_cell(text)} |" for name, text in names.ATTRIBUTES.items()),
-    ]
-    return "\n".join(lines).rstrip() + "\n"
-
-
 # ---------------------------------------------------------------- SQL
 
 _RELATIONS = """
@@ -439,7 +408,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "metrics.md": metrics_page,
     "action-params.md": action_params_page,
     "states.md": states_page,
-    "tracing.md": tracing_page,
+    "tracing.md": lambda: importlib.import_module("tools.reference_tracing").tracing_page(),
 }
 
 

@@ -11,7 +11,7 @@
   inserts children only through spawn_children; the trigger runs as its owner so that no insert
   path needs to read the parent itself): its spans link to the parent's trace rather than join
   it, so a crawl of ten thousand pages is ten thousand traces, each one a readable size. For a
-  job of a bulk submit, the submit's one span (common.tracing.SUBMIT_SPANS_MAX).
+  job of a bulk submit, the submit's one span (common.tracing_jobs.SUBMIT_SPANS_MAX).
 
 Both are bounded by their CHECK on the W3C shape (version 00, lower-case hex): what reaches
 the tracing backend from a row is never anything else. Archived with the job.

@@ -193,7 +193,10 @@ def test_each_submitted_job_is_a_trace_of_its_own_under_its_callers_span(
     on = tracing._on
     assert on is not None
     jobs = [NewJob("noop"), NewJob("noop", traceparent=GOOD), NewJob("noop", traceparent="bad")]
-    with on.tracer.start_as_current_span("caller") as caller, tracing.submitting(jobs) as traced:
+    with (
+        on.tracer.start_as_current_span("caller") as caller,
+        tracing_jobs.submitting(jobs) as traced,
+    ):
         pass
     submits = [s for s in in_memory.spans() if s.name == "scrapefleet.submit"]
     assert len(submits) == 3 and all(tracing.is_traceparent(j.traceparent) for j in traced)
@@ -207,8 +210,8 @@ def test_each_submitted_job_is_a_trace_of_its_own_under_its_callers_span(
 def test_a_bulk_submit_is_one_span_each_jobs_trace_linked_to_it(
     in_memory: InMemory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(tracing, "SUBMIT_SPANS_MAX", 2)
-    with tracing.submitting(
+    monkeypatch.setattr(tracing_jobs, "SUBMIT_SPANS_MAX", 2)
+    with tracing_jobs.submitting(
         [NewJob("noop"), NewJob("noop", traceparent=GOOD), NewJob("x")]
     ) as jobs:
         pass
@@ -232,7 +235,7 @@ def test_a_span_whose_work_raises_names_the_class_never_the_message(
 
 
 def test_a_submit_that_raises_ends_its_spans_as_errors(in_memory: InMemory) -> None:
-    with pytest.raises(RuntimeError), tracing.submitting([NewJob("noop")]):
+    with pytest.raises(RuntimeError), tracing_jobs.submitting([NewJob("noop")]):
         raise RuntimeError("the database said no")
     [submit] = in_memory.spans()
     assert not submit.status.is_ok
