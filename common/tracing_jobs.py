@@ -243,13 +243,19 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def result_write(method: F) -> F:
     """A recorder's write of outcomes (``method(self, conn, items)``, ``items`` one finished
-    attempt or a list of them, each with ``.job``) as each job's ``scrapefleet.result_write``."""
+    attempt or a list of them, each with ``.job``) as each job's ``scrapefleet.result_write``:
+    one attempt's write as the current span (the recorder's lines about it carry its ids), a
+    batch's as a span per job made after it."""
 
     @functools.wraps(method)
     def wrapper(recorder: Any, conn: Any, items: Any) -> Any:
-        if tracing._on is None:
+        on = tracing._on
+        if on is None:
             return method(recorder, conn, items)
-        jobs = [item.job for item in (items if isinstance(items, list) else [items])]
+        if not isinstance(items, list):
+            with _writing_one(on, items.job, recorder.host):
+                return method(recorder, conn, items)
+        jobs = [item.job for item in items]
         began_ns = time.time_ns()
         try:
             returned = method(recorder, conn, items)
@@ -260,6 +266,23 @@ def result_write(method: F) -> F:
         return returned
 
     return wrapper  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def _writing_one(on: tracing._On, job: Any, host: str) -> Iterator[None]:
+    from opentelemetry import trace
+
+    with on.lock:
+        attempt = on.written.get(job.key)
+    if attempt is None:
+        yield
+        return
+    parent = trace.set_span_in_context(trace.NonRecordingSpan(attempt))
+    attributes = {"job.id": job.id, "host": host, "jobs": 1}
+    with tracing._span(on, "scrapefleet.result_write", parent, attributes=attributes):
+        yield
+    with on.lock:  # written: a failed write (raised past this) is tried again, under it too
+        on.written.pop(job.key, None)
 
 
 def delivery_traced(method: F) -> F:

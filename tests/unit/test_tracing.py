@@ -269,6 +269,46 @@ def test_an_attempt_is_its_claim_its_run_and_its_write(in_memory: InMemory) -> N
     assert not tracing._on.attempts and not tracing._on.written  # type: ignore[union-attr]
 
 
+@dataclass(frozen=True)
+class Finished:
+    job: ClaimedJob
+
+
+class Recorder:
+    host = "h1"
+
+    def __init__(self) -> None:
+        self.lines: list[logging.LogRecord] = []
+
+    @tracing_jobs.result_write
+    def write(self, conn: Any, item: Any) -> None:
+        line = logging.LogRecord("x", logging.WARNING, "", 0, "blocked", None, None)
+        tracing.LogTraceIds().filter(line)
+        self.lines.append(line)
+        if conn == "fails":
+            raise RuntimeError("the connection dropped")
+
+
+def test_one_attempts_write_is_the_current_span_and_a_failed_one_is_tried_again_under_it(
+    in_memory: InMemory,
+) -> None:
+    job = ClaimedJob(8, "noop", {}, 1, 1, None, claim=1, traceparent=GOOD)
+    tracing_jobs.claimed([job], "h1", began_ns=1)
+    with tracing_jobs.running(job, "h1") as run:
+        run.ended(Ended("completed"))
+    recorder = Recorder()
+    with pytest.raises(RuntimeError):
+        recorder.write("fails", Finished(job))
+    recorder.write("ok", Finished(job))
+    writes = [s for s in in_memory.spans() if s.name == "scrapefleet.result_write"]
+    [attempt] = [s for s in in_memory.spans() if s.name == "scrapefleet.attempt"]
+    assert [w.status.is_ok for w in writes] == [False, True]
+    assert {w.parent.span_id for w in writes} == {attempt.context.span_id}
+    ids = [(line.sf_trace_id, line.sf_span_id) for line in recorder.lines]  # type: ignore[attr-defined]
+    assert ids == [(f"{w.context.trace_id:032x}", f"{w.context.span_id:016x}") for w in writes]
+    assert not tracing._on.written  # type: ignore[union-attr]
+
+
 def test_open_attempts_are_bounded(in_memory: InMemory, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tracing_jobs, "MAX_OPEN_ATTEMPTS", 2)
     jobs = [ClaimedJob(i, "noop", {}, 1, 1, None, claim=1) for i in range(5)]
@@ -276,3 +316,32 @@ def test_open_attempts_are_bounded(in_memory: InMemory, monkeypatch: pytest.Monk
     assert list(tracing._on.attempts) == [(3, 1), (4, 1)]  # type: ignore[union-attr]
     pushed_out = [s for s in in_memory.spans() if s.name == "scrapefleet.attempt"]
     assert len(pushed_out) == 3  # ended, not lost
+
+
+def test_a_program_that_traces_has_its_own_sdk_used_for_the_submits() -> None:
+    """The Python API in a program that set up its own SDK: its provider takes the spans
+    (nothing of ours is started), and its current span is each submit's parent."""
+    code = (
+        "from opentelemetry import trace\n"
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "from opentelemetry.sdk.trace.export import SimpleSpanProcessor\n"
+        "from opentelemetry.sdk.trace.export.in_memory_span_exporter import"
+        " InMemorySpanExporter\n"
+        "from scrapefleet.common import tracing, tracing_jobs\n"
+        "from scrapefleet.common.store import NewJob\n"
+        "exporter = InMemorySpanExporter()\n"
+        "provider = TracerProvider()\n"
+        "provider.add_span_processor(SimpleSpanProcessor(exporter))\n"
+        "trace.set_tracer_provider(provider)\n"
+        "assert tracing.start_for_client('x') and tracing._on.provider is None\n"
+        "with trace.get_tracer('app').start_as_current_span('request') as request:\n"
+        "    with tracing_jobs.submitting([NewJob('noop')]) as jobs:\n"
+        "        pass\n"
+        "[submit] = [s for s in exporter.get_finished_spans() if s.name == 'scrapefleet.submit']\n"
+        "assert submit.parent.span_id == request.get_span_context().span_id\n"
+        "print(jobs[0].traceparent.split('-')[2] == f'{submit.context.span_id:016x}')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True
+    )
+    assert out.stdout.strip() == "True", out.stderr
