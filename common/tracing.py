@@ -5,7 +5,8 @@ the submit's span when the submitter traces, else a random one, so that the prod
 consumers' spans for one job always share a trace. Spans (their names and attributes are
 ``common.tracing_names``, from which the reference page is generated):
 
-    scrapefleet.submit                       per job, child of the caller's current span
+    scrapefleet.submit                       per job (one per bulk submit), child of the
+                                             caller's current span
     scrapefleet.assign                       per assignment: from pending to queued on a host
     scrapefleet.attempt                      per attempt: from its claim to its outcome
       scrapefleet.claim                      the claim statement
@@ -17,14 +18,14 @@ consumers' spans for one job always share a trace. Spans (their names and attrib
       scrapefleet.result_write               the outcome written (after the attempt's end)
     scrapefleet.webhook                      each delivery of the job's webhook
 
-A spawned job's trace is its own, with a link to its parent's.
+A spawned job's trace is its own, with a link to its parent's (``jobs.trace_link``).
 
 Tracing is on when the OpenTelemetry SDK is installed (``scrapefleet[otel]``) and the standard
 variables name an OTLP endpoint (``OTEL_EXPORTER_OTLP_ENDPOINT`` or
 ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``; ``OTEL_SDK_DISABLED=true`` or
 ``OTEL_TRACES_EXPORTER=none`` turn it off), or, for the Python API, when the calling program
-has set up its own SDK. Off, every helper here is one check of a module global: the SDK is
-never imported and nothing is allocated per job.
+has set up its own SDK. Off, every helper here is one check of a module global: no module of
+OpenTelemetry is imported and no span made (a submit still gives each job a random trace).
 
 What a span carries is bounded and never a secret: no payload, no proxy or credential, a URL
 without its user info, query and fragment (setting ``trace_full_urls`` keeps the query).
@@ -83,8 +84,8 @@ def tracing_wanted(environ: Mapping[str, str]) -> bool:
 
 
 def scrubbed_url(url: str, *, keep_query: bool = False) -> str:
-    """``url`` for a span: never its user info (a proxy's or a site's password), and its query
-    and fragment only when asked (tokens ride there)."""
+    """``url`` for a span: never its user info (a proxy's or a site's password) nor its
+    fragment, and its query only when asked (tokens ride there)."""
     try:
         parts = urlsplit(url)
         host = parts.hostname or ""
@@ -112,6 +113,7 @@ class _On:
 
 _on: _On | None = None
 _start_lock = threading.Lock()
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def active() -> bool:
@@ -181,6 +183,21 @@ def flush() -> None:
         on.provider.force_flush()
 
 
+def never_raises(func: F) -> F:
+    """A tracing helper a daemon calls on its own path (the claim, the assignment, the
+    recorder): whatever goes wrong in it is a warning, never the daemon's error."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except Exception as exc:
+            log.warning("tracing: %s failed, spans lost: %s", func.__name__, type(exc).__name__)
+            return None
+
+    return wrapper  # type: ignore[return-value]
+
+
 # -- spans ------------------------------------------------------------------------------------
 
 
@@ -231,7 +248,10 @@ def parent_context(traceparent: str | None) -> Any:
     assert traceparent is not None
     _, trace_id, span_id, flags = traceparent.split("-")
     context = trace.SpanContext(
-        int(trace_id, 16), int(span_id, 16), is_remote=True, trace_flags=trace.TraceFlags(flags)
+        int(trace_id, 16),
+        int(span_id, 16),
+        is_remote=True,
+        trace_flags=trace.TraceFlags(int(flags, 16) & trace.TraceFlags.SAMPLED),
     )
     return trace.set_span_in_context(trace.NonRecordingSpan(context))
 
@@ -314,9 +334,6 @@ def note(**attributes: Any) -> None:
     from opentelemetry import trace
 
     Span(trace.get_current_span()).set(**attributes)
-
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 def traced(name: str) -> Callable[[F], F]:

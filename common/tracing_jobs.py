@@ -52,6 +52,7 @@ def attempt_outcome(status: str, retryable: bool, attempt: int, max_attempts: in
     return status
 
 
+@tracing.never_raises
 def claimed(jobs: Sequence[Any], host: str, began_ns: int) -> None:
     """Open an attempt span per claimed job (in the trace its row carries), with its claim
     span (``began_ns``: when the claim statement was sent) as its first child."""
@@ -159,6 +160,7 @@ def running(job: Any, host: str) -> contextlib.AbstractContextManager[_Running]:
     return _running(on, job, host)
 
 
+@tracing.never_raises
 def result_written(jobs: Iterable[Any], host: str, began_ns: int, error: str | None) -> None:
     """A ``scrapefleet.result_write`` span per job of one write (made after it, with its
     times), each a child of its attempt's span."""
@@ -186,6 +188,7 @@ def result_written(jobs: Iterable[Any], host: str, began_ns: int, error: str | N
         span.end(end_time=ended_ns)
 
 
+@tracing.never_raises
 def assignments(rows: Iterable[Mapping[str, Any]]) -> None:
     """A ``scrapefleet.assign`` span per job just assigned: from when it became pending to
     now (``rows``: common.reads.job_traces.assigned_jobs)."""
@@ -229,13 +232,17 @@ def webhook(
     return tracing.job_span("scrapefleet.webhook", traceparent, trace_link, **attributes)
 
 
+@tracing.never_raises
 def assigned_read(conn: Any, assigned: Sequence[tuple[int, str]]) -> None:
-    """``assigned`` for the (job id, host) pairs an assignment wrote, read in its transaction."""
+    """``assignments`` for the (job id, host) pairs an assignment wrote, read in its
+    transaction, under a savepoint: a read that fails costs the spans, never the assignment."""
     if tracing._on is None or not assigned:
         return
     from scrapefleet.common.reads.job_traces import assigned_jobs
 
-    assignments(assigned_jobs(conn, [job_id for job_id, _ in assigned]))
+    with conn.begin_nested():
+        rows = assigned_jobs(conn, [job_id for job_id, _ in assigned])
+    assignments(rows)
 
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -309,6 +309,24 @@ def test_one_attempts_write_is_the_current_span_and_a_failed_one_is_tried_again_
     assert not tracing._on.written  # type: ignore[union-attr]
 
 
+def test_any_flags_of_a_traceparent_are_read_as_hex(in_memory: InMemory) -> None:
+    for flags, sampled in (("0a", False), ("ff", True), ("00", False), ("03", True)):
+        job = ClaimedJob(9, "noop", {}, 1, 1, None, traceparent=GOOD[:-2] + flags)
+        tracing_jobs.claimed([job], "h1", began_ns=1)
+        with tracing_jobs.running(job, "h1"):
+            pass
+        attempts = [s for s in in_memory.spans() if s.name == "scrapefleet.attempt"]
+        assert len(attempts) == (1 if sampled else 0)  # the SDK's sampler follows the parent
+        in_memory.exporter.clear()
+
+
+def test_a_tracing_helper_that_fails_is_a_warning_never_the_daemons_error(
+    in_memory: InMemory, caplog: pytest.LogCaptureFixture
+) -> None:
+    tracing_jobs.claimed([object()], "h1", began_ns=1)  # no .id, .traceparent...: it fails
+    assert "tracing: claimed failed" in caplog.text
+
+
 def test_open_attempts_are_bounded(in_memory: InMemory, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tracing_jobs, "MAX_OPEN_ATTEMPTS", 2)
     jobs = [ClaimedJob(i, "noop", {}, 1, 1, None, claim=1) for i in range(5)]
