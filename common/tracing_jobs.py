@@ -301,16 +301,46 @@ def delivery_traced(method: F) -> F:
     def wrapper(sender: Any, delivery: Any, *rest: Any) -> Any:
         if tracing._on is None:
             return method(sender, delivery, *rest)
-        from scrapefleet.common.reads.job_traces import job_traces
-
-        with sender._engine.connect() as conn:
-            traces = job_traces(conn, [delivery.job_id])
+        traces = _traces_or_none(sender._engine, delivery.job_id) or {}
         with webhook(traces, delivery.job_id, delivery.attempt, delivery.receiver) as span:
             outcome = method(sender, delivery, *rest)
             span.set(outcome=outcome)
             return outcome
 
     return wrapper  # type: ignore[return-value]
+
+
+def _checked(jobs: Sequence[Any]) -> list[Any]:
+    """The jobs, a malformed traceparent (with a warning) replaced by None."""
+    return [
+        job
+        if job.traceparent is None or tracing.is_traceparent(job.traceparent)
+        else dataclasses.replace(job, traceparent=tracing.submit_traceparent(job.traceparent))
+        for job in jobs
+    ]
+
+
+@tracing.never_raises
+def _with_submit_spans(on: tracing._On, jobs: Sequence[Any], spans: list[Any]) -> list[Any]:
+    """Each job with a submit span of its own (appended to ``spans``) as its traceparent."""
+    traced_jobs = []
+    for job in jobs:
+        submit = on.tracer.start_span(
+            "scrapefleet.submit",
+            context=parent_context(tracing.submit_traceparent(job.traceparent)),
+            attributes=span_attributes({"job.kind": job.kind, "job.rate_key": job.rate_key}),
+        )
+        spans.append(submit)
+        traced_jobs.append(dataclasses.replace(job, traceparent=tracing.traceparent_of(submit)))
+    return traced_jobs
+
+
+@tracing.never_raises
+def _traces_or_none(engine: Any, job_id: int) -> Traces:
+    from scrapefleet.common.reads.job_traces import job_traces
+
+    with engine.connect() as conn:
+        return job_traces(conn, [job_id])
 
 
 @contextlib.contextmanager
@@ -321,12 +351,7 @@ def submitting(jobs: Sequence[Any]) -> Iterator[list[Any]]:
     A submit of more than SUBMIT_SPANS_MAX jobs is one span, each job's trace linked to it."""
     on = tracing._on
     if on is None:  # store.insert_jobs gives a job without one a random one
-        yield [
-            job
-            if job.traceparent is None or tracing.is_traceparent(job.traceparent)
-            else dataclasses.replace(job, traceparent=tracing.submit_traceparent(job.traceparent))
-            for job in jobs
-        ]
+        yield _checked(jobs)
         return
     if len(jobs) > SUBMIT_SPANS_MAX:
         with tracing._span(on, "scrapefleet.submit", attributes={"jobs": len(jobs)}) as batch:
@@ -343,16 +368,7 @@ def submitting(jobs: Sequence[Any]) -> Iterator[list[Any]]:
         return
     spans: list[Any] = []
     try:
-        traced_jobs = []
-        for job in jobs:
-            submit = on.tracer.start_span(
-                "scrapefleet.submit",
-                context=parent_context(tracing.submit_traceparent(job.traceparent)),
-                attributes=span_attributes({"job.kind": job.kind, "job.rate_key": job.rate_key}),
-            )
-            spans.append(submit)
-            traced_jobs.append(dataclasses.replace(job, traceparent=tracing.traceparent_of(submit)))
-        yield traced_jobs
+        yield _with_submit_spans(on, jobs, spans) or _checked(jobs)  # failed: as if off
     except BaseException as exc:
         for submit in spans:
             tracing.failed(submit, exc)

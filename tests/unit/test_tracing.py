@@ -327,6 +327,18 @@ def test_a_tracing_helper_that_fails_is_a_warning_never_the_daemons_error(
     assert "tracing: claimed failed" in caplog.text
 
 
+def test_a_submit_whose_spans_cannot_be_made_still_submits_every_job(
+    in_memory: InMemory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the program's own provider is broken")
+
+    monkeypatch.setattr(tracing._on.tracer, "start_span", broken)  # type: ignore[union-attr]
+    with tracing_jobs.submitting([NewJob("noop"), NewJob("noop", traceparent="bad")]) as jobs:
+        pass
+    assert len(jobs) == 2 and jobs[1].traceparent is None  # store.insert_jobs: a random one
+
+
 def test_open_attempts_are_bounded(in_memory: InMemory, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tracing_jobs, "MAX_OPEN_ATTEMPTS", 2)
     jobs = [ClaimedJob(i, "noop", {}, 1, 1, None, claim=1) for i in range(5)]
