@@ -28,17 +28,18 @@ SPANS = {
     " its record)",
 }
 ATTRIBUTES = {
-    "scrapefleet.job.id": "the job's id (every span but submit)",
-    "scrapefleet.job.kind": "its action",
-    "scrapefleet.job.rate_key": "its politeness limits' key",
+    "scrapefleet.job.id": "the job's id (assign, attempt, result_write, webhook; the other spans"
+    " are their children)",
+    "scrapefleet.job.kind": "its action (submit, assign, attempt)",
+    "scrapefleet.job.rate_key": "its politeness limits' key (submit, assign)",
     "scrapefleet.host": "the consumer host (assign, attempt, claim, run, result_write)",
-    "scrapefleet.attempt": "the attempt's number, 1-based",
-    "scrapefleet.claim": "the attempt's claim token",
+    "scrapefleet.attempt": "the attempt's number, 1-based (attempt; assign: the one to come)",
+    "scrapefleet.claim": "the attempt's claim token (attempt, claim)",
     "scrapefleet.outcome": "completed, retry, failed, released, blocked (attempt); the "
     "delivery's delivered, failed, gave_up (webhook)",
     "scrapefleet.error_class": "of a failed or blocked attempt",
     "scrapefleet.pending_s": "seconds the job waited in pending (assign)",
-    "scrapefleet.profile": "the persistent browser profile's name",
+    "scrapefleet.profile": "the persistent browser profile's name (assign, attempt)",
     "scrapefleet.isolation": "how fresh the job's browser is (lease)",
     "scrapefleet.session": "new, reused or replaced (lease)",
     "scrapefleet.jobs": "how many outcomes one write carried (result_write), how many jobs a"
@@ -46,5 +47,5 @@ ATTRIBUTES = {
     "scrapefleet.delivery.attempt": "the webhook delivery's attempt",
     "error.type": "the class of what a span's work raised (never its message)",
     "url.full": "the page's URL without user info, query and fragment (navigate)",
-    "server.address": "the webhook receiver's host (webhook)",
+    "server.address": "the webhook receiver's host and port (webhook)",
 }
