@@ -32,7 +32,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any
 
-from scrapefleet.common import store
+from scrapefleet.common import store, tracing, tracing_jobs
 from scrapefleet.common.actions.error_classes import Blocked, Permanent, RateLimited
 from scrapefleet.common.actions.registry import FreeParams, Lightness, load_user_actions, register
 from scrapefleet.common.actions.spawn import Child, Spawned
@@ -105,6 +105,7 @@ class Client:
         if not url:
             raise SettingsError("database_url is not set (SCRAPEFLEET_DATABASE_URL)")
         load_user_actions(self.settings.actions)
+        tracing.start_for_client("scrapefleet-client", keep_query=self.settings.trace_full_urls)
         self.engine = make_engine(
             url, application_name="scrapefleet-client", settings=self.settings
         )
@@ -130,10 +131,13 @@ class Client:
         lock_key: str | None = None,
         callback_url: str | None = None,
         rate_key: str | None = None,
+        traceparent: str | None = None,
     ) -> int | None:
         """Submit one job; returns its id, or None when its dedupe key is already in use.
         A field left None takes its action's default (``register(...)``), else the settings'.
-        ``callback_url`` (http or https) gets a signed POST when the job completes or fails."""
+        ``callback_url`` (http or https) gets a signed POST when the job completes or fails.
+        ``traceparent`` (W3C): the job's trace's parent; by default the caller's current span
+        when the program traces (OpenTelemetry), else a trace of its own."""
         job = validate_job(
             {
                 "kind": kind,
@@ -145,6 +149,7 @@ class Client:
                 "lock_key": lock_key,
                 "callback_url": callback_url,
                 "rate_key": rate_key,
+                "traceparent": traceparent,
             }
         )
         ids = self.submit_many([job]).ids
@@ -161,7 +166,7 @@ class Client:
         queued on that host at once, for its consumer only (NotFound if there is none)."""
         if host is not None:
             refuse_unpinnable(jobs)
-        with transaction(self.engine) as conn:
+        with tracing_jobs.submitting(jobs) as jobs, transaction(self.engine) as conn:
             result = store.insert_jobs(
                 conn, jobs, default_max_attempts=self.settings.max_attempts, progress=progress
             )

@@ -21,6 +21,7 @@ from typing import Any
 
 import click
 
+from scrapefleet.common import tracing
 from scrapefleet.common.errors import DatabaseUnavailable, ProbeError, SettingsError
 from scrapefleet.common.settings import Settings, load_settings
 from scrapefleet.common.status.document import parse_status, read_status_text, status_path
@@ -116,6 +117,7 @@ def run(
 
     settings = _settings(config, capacity=capacity, metrics_port=metrics_port)
     configure_logging(settings.log_level, settings.log_format)
+    tracing.start("scrapefleet-consumer", keep_query=settings.trace_full_urls)
     if not settings.database_url:
         _fail("invalid setting database_url (SCRAPEFLEET_DATABASE_URL): not set", 2)
     assert settings.database_url is not None

@@ -9,7 +9,7 @@ import functools
 import logging
 import time
 
-from scrapefleet.common import store
+from scrapefleet.common import store, tracing_jobs
 from scrapefleet.common.actions.registry import get_action
 from scrapefleet.common.db.engines import transaction
 from scrapefleet.common.errors import UnknownAction
@@ -99,9 +99,11 @@ class Claiming(RunningBase):
             )
             if free <= 0:
                 return 0
+        began_ns = time.time_ns()
         claim = store.claim_jobs(
             self._statements, self.host, free, browser_free, running_here=room.running_here
         )
+        tracing_jobs.claimed(claim.jobs, self.host, began_ns)
         in_flight = self.attempts.claimed(
             claim.jobs,
             time.monotonic(),
@@ -179,8 +181,8 @@ class Claiming(RunningBase):
         canceller = RequestCanceller()
         self.attempts.add_canceller(job.key, canceller)
         try:
-            with cancellable(canceller):
-                return self._run_attempt(job)
+            with cancellable(canceller), tracing_jobs.running(job, self.host) as run:
+                return run.ended(self._run_attempt(job))
         finally:
             self.attempts.drop_canceller(job.key)
 

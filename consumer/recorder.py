@@ -25,7 +25,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection, Engine
 
-from scrapefleet.common import store
+from scrapefleet.common import store, tracing_jobs
 from scrapefleet.common.actions.error_classes import ErrorClass, next_try_at
 from scrapefleet.common.actions.retry import retry_at
 from scrapefleet.common.clock import utcnow
@@ -199,6 +199,7 @@ class OutcomeRecorder:
             if item.outcome.status != "completed":
                 self._write(conn, item)
 
+    @tracing_jobs.result_write
     def _write_completions(self, conn: Executes, completed: list[Finished]) -> None:
         if not completed:
             return
@@ -214,6 +215,7 @@ class OutcomeRecorder:
             if item.job.id not in moved:
                 log.warning("job %d claim %d is no longer ours: result dropped", *_key(item.job))
 
+    @tracing_jobs.result_write
     def _write(self, conn: Connection, item: Finished) -> None:
         job, outcome = item.job, item.outcome
         if outcome.status == "completed":

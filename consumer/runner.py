@@ -37,6 +37,7 @@ from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from scrapefleet.common import tracing
 from scrapefleet.common.actions.error_classes import ErrorClass, classify, reason_of, retry_after_of
 from scrapefleet.common.actions.registry import Action, get_action
 from scrapefleet.common.actions.spawn import Child, Spawned, SpawnError, validate_spawn
@@ -61,6 +62,7 @@ HostStarved = Callable[[], "str | None"]
 # (driver or None, job id, attempt, traceback text) -> artifact paths; must not raise.
 CaptureFailure = Callable[[Any, int, int, str], dict[str, Any]]
 
+LEASE = "scrapefleet.browser.lease"
 OutcomeStatus = Literal["completed", "failed", "released", "blocked"]
 
 
@@ -259,7 +261,7 @@ def _run_browser_job(
 ) -> Outcome:
     with ExitStack() as held:
         try:
-            driver = held.enter_context(lease(isolation))
+            driver = held.enter_context(tracing.entering(lease(isolation), LEASE, isolation))
         except BaseException as exc:  # no session is the host's fault, not the job's
             return Outcome.released(
                 f"released: no browser session: {type(exc).__name__}: {exc}", exc
@@ -360,6 +362,7 @@ def _checked_result(kind: str, returned: Any) -> Outcome:
     return Outcome.completed(returned, spawn)
 
 
+@tracing.traced("scrapefleet.browser.artifacts")
 def _capture(
     capture_failure: CaptureFailure | None, driver: Any, job: ClaimedJob, error: str
 ) -> dict[str, Any] | None:

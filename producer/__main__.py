@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from scrapefleet.common import tracing
 from scrapefleet.common.db.engines import check_reachable, make_engine
 from scrapefleet.common.db.pooler import require_direct
 from scrapefleet.common.errors import DatabaseUnavailable, SettingsError
@@ -64,6 +65,7 @@ def main(
         click.echo(f"{PROG}: {exc}", err=True)
         sys.exit(2)
     configure_logging(settings.log_level, settings.log_format)
+    tracing.start("scrapefleet-producer", keep_query=settings.trace_full_urls)
     try:
         check_reachable(engine)
     except DatabaseUnavailable as exc:

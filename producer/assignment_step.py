@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime
 
-from scrapefleet.common import store
+from scrapefleet.common import store, tracing_jobs
 from scrapefleet.common.reads import queries
 from scrapefleet.producer.planner import host_slots, plan_assignments, runnable_kinds
 from scrapefleet.producer.producer_base import ProducerBase
@@ -62,6 +62,7 @@ class AssignmentStep(ProducerBase):
             placement = proxy_placement(conn, pending, now, profile_placement(conn, pending, now))
             plan = plan_assignments(slots, pending, busy, placement, admission)
             assigned = store.assign_jobs(conn, plan)
+            tracing_jobs.assigned_read(conn, assigned)
             if placement is not None:
                 lease_assigned(conn, placement, assigned)
         hosts = [host for _, host in assigned]

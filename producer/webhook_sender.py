@@ -39,7 +39,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.engine import Connection, Engine
 
-from scrapefleet.common import store
+from scrapefleet.common import store, tracing_jobs
 from scrapefleet.common.actions.retry import backoff_delay_s
 from scrapefleet.common.clock import utcnow
 from scrapefleet.common.constants import (
@@ -198,6 +198,7 @@ class WebhookSender:
         except Exception as exc:  # the next NOTIFY, POST's end or interval tries again
             log.warning("taking due webhooks failed, retrying next time: %s", describe(exc))
 
+    @tracing_jobs.delivery_traced
     def _deliver(self, delivery: DueWebhook, now: datetime | None) -> str:
         """POST one delivery and commit its outcome; then, while listening, take more."""
         try:

@@ -8,8 +8,7 @@ model's field descriptions, the commands from the click groups, the metrics from
 registries, the SQL relations from a migrated database's catalog and its COMMENTs. The SQL page
 needs a database: ``--database-url`` (migrated to head), else a throwaway one made like the
 tests' (SCRAPEFLEET_TEST_DATABASE_URL, the server at 127.0.0.1:5432, or an embedded pgserver).
-tests/unit/test_reference_docs.py and tests/integration/test_reference_sql.py fail when a
-committed page differs from what this writes.
+Tests fail when a committed page differs from what this writes (test_reference_docs, _sql).
 """
 
 from __future__ import annotations
@@ -409,6 +408,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "metrics.md": metrics_page,
     "action-params.md": action_params_page,
     "states.md": states_page,
+    "tracing.md": lambda: importlib.import_module("tools.reference_tracing").tracing_page(),
 }
 
 

@@ -23,6 +23,12 @@ from scrapefleet.common.db.schema_base import (
 )
 from scrapefleet.common.store import statuses
 
+TRACEPARENT_PATTERN = "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
+TRACEPARENT_DEFAULT = (
+    "'00-' || replace(gen_random_uuid()::text, '-', '') || '-'"
+    " || left(replace(gen_random_uuid()::text, '-', ''), 16) || '-01'"
+)
+
 jobs = sa.Table(
     "jobs",
     metadata,
@@ -95,6 +101,14 @@ jobs = sa.Table(
     sa.Column("proxy_pool", sa.Text),
     sa.Column("proxy_id", sa.BigInteger),
     sa.Column("proxy_session", sa.Text),  # a sticky session's key (proxy_sessions)
+    # Migration 0037: the job's W3C trace context (common.tracing), random unless the submitter
+    # gave one, and for a spawned job its parent's (set by the trigger jobs_trace_link).
+    sa.Column("traceparent", sa.Text, server_default=sa.text(TRACEPARENT_DEFAULT)),
+    sa.Column("trace_link", sa.Text),
+    *(
+        sa.CheckConstraint(f"{c} IS NULL OR {c} ~ '{TRACEPARENT_PATTERN}'", name=f"jobs_{c}_shape")
+        for c in ("traceparent", "trace_link")
+    ),
     sa.CheckConstraint(column_in("status", JOB_STATUSES), name="jobs_status_valid"),
     sa.CheckConstraint(column_in("error_class", ERROR_CLASSES), name="jobs_error_class_valid"),
     sa.CheckConstraint("max_attempts >= 1", name="jobs_max_attempts_positive"),

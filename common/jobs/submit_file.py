@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from scrapefleet.common import tracing
 from scrapefleet.common.actions.registry import (
     MAX_ATTEMPTS_LIMIT,
     PRIORITY_MAX,
@@ -44,6 +45,8 @@ class JobLine(BaseModel):
     lock_key: str | None = Field(default=None, min_length=1)
     rate_key: str | None = None
     callback_url: str | None = Field(default=None, max_length=2000)
+    # Its trace (common.tracing): any value is taken, a malformed one ignored with a warning.
+    traceparent: Any = None
 
     @field_validator("callback_url")
     @classmethod
@@ -92,6 +95,7 @@ def validate_job(fields: dict[str, Any]) -> NewJob:
     fields["priority"] = _first(line.priority, action.priority, 0)
     fields["max_attempts"] = _first(line.max_attempts, action.max_attempts)
     fields["rate_key"] = _first(line.rate_key, action.rate_key)
+    fields["traceparent"] = tracing.submit_traceparent(line.traceparent)
     return NewJob(
         **fields,
         needs_browser=action.needs_browser,

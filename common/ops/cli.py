@@ -8,6 +8,7 @@ BULK_CONFIRM_OVER_JOBS jobs asks first, or exits 2 with no terminal to ask on an
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 from contextlib import suppress
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from scrapefleet.common import masking, store
+from scrapefleet.common import masking, store, tracing
 from scrapefleet.common.errors import (
     ProbeError,
     SettingsError,
@@ -108,8 +109,18 @@ def db_upgrade(ctx: CliContext) -> None:
         " for it whenever it hands them back (a canary)"
     ),
 )
+@click.option(
+    "--traceparent",
+    envvar="TRACEPARENT",
+    help=(
+        "the W3C trace context the jobs' traces are children of (default: $TRACEPARENT); a"
+        " line's own traceparent wins; a malformed one is ignored with a warning"
+    ),
+)
 @pass_ctx
-def submit(ctx: CliContext, file: Any, fmt: str | None, host: str | None) -> None:
+def submit(
+    ctx: CliContext, file: Any, fmt: str | None, host: str | None, traceparent: str | None
+) -> None:
     """Submit the jobs in FILE (JSON lines or CSV; '-' for stdin) in one transaction.
 
     A bad line stops everything: its number and field are printed, exit 2, nothing inserted.
@@ -121,6 +132,8 @@ def submit(ctx: CliContext, file: Any, fmt: str | None, host: str | None) -> Non
         fmt = submit_file.detect_format(name if isinstance(name, str) else None, fmt)
         shown = name if isinstance(name, str) and name not in ("-", "<stdin>") else "stdin"
         jobs = submit_file.read_jobs(file, fmt, shown)
+        if traceparent is not None and (given := tracing.submit_traceparent(traceparent)):
+            jobs = [j if j.traceparent else dataclasses.replace(j, traceparent=given) for j in jobs]
         with click.progressbar(length=len(jobs), label="inserting", file=sys.stderr) as bar:
             result = client.submit_many(jobs, progress=bar.update, host=host)
         skipped = f", {result.skipped_duplicates} skipped (dedupe key in use)"

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from scrapefleet.common.masking import mask_text
+from scrapefleet.common.tracing import LogTraceIds
 
 # The structured fields, in the order text lines show them.
 FIELDS = (
@@ -33,6 +34,8 @@ FIELDS = (
     "delivery",
     "from_state",
     "to_state",
+    "trace_id",  # set by common.tracing.LogTraceIds while tracing is on
+    "span_id",
 )
 _FIELD_PREFIX = "sf_"  # LogRecord attributes are shared with logging's own: keep ours apart
 
@@ -96,6 +99,7 @@ def configure_logging(level: str, log_format: str = "text", stream: TextIO | Non
     (stderr by default)."""
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if log_format == "json" else KeyValueFormatter())
+    handler.addFilter(LogTraceIds())
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

@@ -30,6 +30,13 @@ class OperatorSettings(BaseModel):
         default=10.0, gt=0, description="producer: job/host gauges from SQL"
     )
 
+    # Traces (OpenTelemetry): on with the standard OTEL_* variables (common.tracing).
+    trace_full_urls: bool = Field(
+        default=False,
+        description="true -> a page load's span keeps its URL's query string (user info"
+        " never); tracing itself is on when OTEL_EXPORTER_OTLP_ENDPOINT names a collector",
+    )
+
     # Dashboard (`scrapefleet dashboard`).
     dashboard_address: str = Field(
         default="127.0.0.1",

@@ -77,7 +77,7 @@ WITH browser AS (
   FROM picked WHERE jobs.id = picked.id
   RETURNING jobs.id, jobs.kind, jobs.payload, jobs.attempts, jobs.max_attempts,
     jobs.lock_key, jobs.needs_browser, jobs.profile, jobs.claims, jobs.proxy_id,
-    jobs.proxy_pool
+    jobs.proxy_pool, jobs.traceparent, jobs.trace_link
 ), tally AS (
   SELECT count(*) AS n, count(*) FILTER (WHERE needs_browser) AS browser FROM claimed
 ), counted AS (
@@ -241,6 +241,8 @@ def claim_jobs(
             proxy_pool=r.proxy_pool,
             proxy_url=_url(leased.get(r.id)),
             proxy_block_statuses=_statuses(leased.get(r.id)),
+            traceparent=r.traceparent,
+            trace_link=r.trace_link,
         )
         for r in sorted(rows, key=lambda r: r.id or 0)
         if r.id is not None

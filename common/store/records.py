@@ -40,6 +40,8 @@ class NewJob:
     rate_key: str | None = None  # its politeness limits' key (common.jobs.rate_limits)
     proxy_pool: str | None = None  # each attempt leases a proxy of it (common.identities)
     proxy_session: str | None = None  # its sticky session's key: one proxy for its jobs
+    traceparent: str | None = None  # its trace (common.tracing); None: a new one
+    trace_link: str | None = None  # a trace its own links to (a bulk submit's span)
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,9 @@ class ClaimedJob:
     # Its URL with its credentials, read for this attempt only: never shown (not in repr).
     proxy_url: str | None = field(default=None, repr=False)
     proxy_block_statuses: tuple[int, ...] = ()  # HTTP statuses its pool takes for a block
+    # Its trace (common.tracing): the spans of the attempt are children of it.
+    traceparent: str | None = None
+    trace_link: str | None = None  # a spawned job's parent's traceparent
 
     @property
     def key(self) -> tuple[int, int]:

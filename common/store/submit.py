@@ -20,6 +20,7 @@ from scrapefleet.common.store.hosts import require_host
 from scrapefleet.common.store.proxies import known_pools
 from scrapefleet.common.store.records import InsertResult, NewJob
 from scrapefleet.common.store.sql_text import statement
+from scrapefleet.common.tracing import new_traceparent
 
 __all__ = [
     "CREATE_STAGING_SQL",
@@ -47,6 +48,8 @@ SUBMITTED_COLUMNS = (
     "rate_key",
     "proxy_pool",
     "proxy_session",
+    "traceparent",
+    "trace_link",
 )
 # The staging table has SUBMITTED_COLUMNS with the types of jobs' columns (a test holds them
 # to common.db.tables, so that it cannot drift from jobs), and the order of submission.
@@ -66,14 +69,16 @@ CREATE TEMP TABLE incoming_jobs (
   profile_pool TEXT[],
   rate_key TEXT,
   proxy_pool TEXT,
-  proxy_session TEXT
+  proxy_session TEXT,
+  traceparent TEXT,
+  trace_link TEXT
 ) ON COMMIT DROP
 """
 )
 COPY_STAGING = """
 COPY incoming_jobs (seq, kind, payload, priority, max_attempts, not_before, dedupe_key,
   lock_key, callback_url, needs_browser, profile_pool, rate_key, proxy_pool,
-  proxy_session)
+  proxy_session, traceparent, trace_link)
 FROM STDIN
 """.strip()
 # Rows whose dedupe key an unfinished job holds are skipped (the unique partial index decides:
@@ -81,9 +86,11 @@ FROM STDIN
 INSERT_FROM_STAGING_SQL = statement(
     """
 INSERT INTO jobs (kind, payload, priority, max_attempts, not_before, dedupe_key, lock_key,
-  callback_url, needs_browser, profile_pool, rate_key, proxy_pool, proxy_session)
+  callback_url, needs_browser, profile_pool, rate_key, proxy_pool, proxy_session, traceparent,
+  trace_link)
 SELECT kind, payload, priority, max_attempts, not_before, dedupe_key, lock_key,
-  callback_url, needs_browser, profile_pool, rate_key, proxy_pool, proxy_session
+  callback_url, needs_browser, profile_pool, rate_key, proxy_pool, proxy_session, traceparent,
+  trace_link
 FROM incoming_jobs
 ORDER BY seq
 ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND status IN {unfinished}
@@ -146,6 +153,8 @@ def insert_jobs(
                     job.rate_key,  # None: the URL's host for the built-in actions (trigger)
                     job.proxy_pool,
                     job.proxy_session,
+                    job.traceparent or new_traceparent(),  # every job in a trace of its own
+                    job.trace_link,
                 )
             )
             if progress and seq % PROGRESS_EVERY_ROWS == PROGRESS_EVERY_ROWS - 1:

@@ -39,6 +39,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
+from scrapefleet.common import tracing
 from scrapefleet.common.actions.browser_params import FetchPageParams, FieldSpec, ScreenshotParams
 from scrapefleet.common.actions.error_classes import (
     RATE_LIMITED_STATUSES,
@@ -144,7 +145,7 @@ def _first_line(exc: WebDriverException) -> str:
 def navigate(driver: Any, url: str, *, allow_http_errors: bool = False) -> int | None:
     """Load url and return the main document's HTTP status (None when the browser does not
     tell); a page-load timeout, a crash or, unless allowed, an error status raises ActionError."""
-    with translated_errors(f"loading {url}"):
+    with translated_errors(f"loading {url}"), tracing.navigating(url):
         driver.get(url)
         status = driver.execute_script(_STATUS_JS)
     if not allow_http_errors and isinstance(status, int) and status >= 400:
@@ -245,6 +246,7 @@ _READ_PAGE_JS = (
 )
 
 
+@tracing.traced("scrapefleet.browser.fields")
 def read_page(driver: Any, fields: dict[str, FieldSpec], where: str = "the page") -> dict[str, Any]:
     """Title, final URL, HTTP status, timings (ms from the navigation's start) and every
     field's text or attribute (None, or [], when its selector matches nothing), read by one
@@ -311,7 +313,7 @@ def fetch_page(driver: Any, params: FetchPageParams) -> dict[str, Any]:
     document's response headers (names in lower case) from the job's network log; None in a
     session that keeps none."""
     rules = block_rules_in_effect()
-    with translated_errors(f"loading {params.url}"):
+    with translated_errors(f"loading {params.url}"), tracing.navigating(params.url):
         driver.get(params.url)
     if params.wait_for:
         with translated_errors(f"loading {params.url}"):

@@ -33,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
+from scrapefleet.common import tracing
 from scrapefleet.common.browser.isolation import (
     DEFAULT_ISOLATION,
     Isolation,
@@ -257,9 +258,12 @@ class SessionPool(SessionPoolViews):
             self._discard(slot)  # the cap: the slot's warm session goes before a new one comes
             slot.driver = self._new_driver(launch=launch)
             slot.own_session = True
+            tracing.note(session="new")
             return slot.driver
         if slot.reuse_for(isolation):
+            tracing.note(session="reused")
             return slot.driver
+        tracing.note(session="new" if slot.driver is None else "replaced")
         if slot.driver is not None:
             log.info("session slot %d: the session does not answer; replacing it", slot.index)
             self._discard(slot)

@@ -2,7 +2,10 @@
 
     .venv/bin/pip install -e '.[bench]'
     .venv/bin/python -m tests.benchmarks.bench_throughput [--jobs 20000] [--hosts 10]
-        [--consumer-wakeup listen|poll]
+        [--consumer-wakeup listen|poll] [--tracing off|on|both [--rounds N]]
+
+``--tracing``: the end-to-end run alone, with the fleet's tracing off, on (its spans sent to an
+OTLP/HTTP receiver in this process), or both side by side, ``--rounds`` times each, alternating.
 
 Figures only: nothing here passes or fails on time. Every phase runs in one process on the same
 PostgreSQL, so the ratios printed compare like with like on this (noisy, shared) machine.
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import statistics
 import tempfile
@@ -62,7 +66,9 @@ def _submit(engine: Engine, count: int) -> None:
         store.insert_jobs(conn, [NewJob("noop")] * count, default_max_attempts=3)
 
 
-def end_to_end(url: str, jobs: int, hosts: int) -> dict[str, float]:
+def end_to_end(
+    url: str, jobs: int, hosts: int, env: dict[str, str] | None = None
+) -> dict[str, float]:
     """Producer + consumer hosts as real processes; jobs submitted at once, then paced."""
     engine = make_engine(url)
     names = [f"bench-{i:02d}" for i in range(hosts)]
@@ -73,7 +79,7 @@ def end_to_end(url: str, jobs: int, hosts: int) -> dict[str, float]:
         for name in names:
             store.add_host(conn, HostSpec(name=name, capacity=6))
     state = Path(tempfile.mkdtemp(prefix="scrapefleet-bench-"))
-    fleet = LocalFleet(url, state, names, env=FLEET_ENV)
+    fleet = LocalFleet(url, state, names, env=FLEET_ENV if env is None else env)
     try:
         fleet.start()
         # Every consumer registered and idle before the clock starts.
@@ -312,6 +318,32 @@ def _throughput_and_cycles(url: str, args: argparse.Namespace, figures: dict[str
     )
 
 
+def tracing_side_by_side(url: str, args: argparse.Namespace, figures: dict[str, float]) -> None:
+    """The end-to-end run with the fleet's tracing off and on, alternating, ``rounds`` each."""
+    modes = ["off", "on"] if args.tracing == "both" else [args.tracing]
+    for round_ in range(1, args.rounds + 1):
+        for mode in modes:
+            print(f"end to end, tracing {mode} (round {round_}): {args.jobs} noop jobs ...")
+            with contextlib.ExitStack() as held:
+                env = dict(FLEET_ENV)
+                receiver = None
+                if mode == "on":  # imported only here: a run without it needs no SDK
+                    from tests.otlp_receiver import serving
+
+                    receiver = held.enter_context(serving())
+                    env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = receiver.url
+                got = end_to_end(url, args.jobs, args.hosts, env)
+            key = f"tracing_{mode}_{round_}"
+            figures.update({f"{key}_{name}": value for name, value in got.items()})
+            spans = f"; {len(receiver.spans)} spans received" if receiver is not None else ""
+            print(
+                f"  {got['jobs_per_s']:.0f} jobs/s from the queue filled"
+                f" ({got['jobs_per_s_with_submit']:.0f} from the submit's start); dispatch p50"
+                f" {got['dispatch_p50_ms']:.1f} ms, p99 {got['dispatch_p99_ms']:.1f} ms{spans}"
+            )
+            print("  " + describe(_prefixed(got, "cpu_ms_per_job_")))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--jobs", type=int, default=20_000)
@@ -327,11 +359,22 @@ def main() -> None:
         default="listen",
         help="the consumers' consumer_wakeup setting (poll: no LISTEN connection)",
     )
+    parser.add_argument(
+        "--tracing",
+        choices=["off", "on", "both"],
+        help="only the end-to-end run, the fleet's OpenTelemetry tracing off, on, or both",
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="with --tracing: runs of each")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     FLEET_ENV["SCRAPEFLEET_CONSUMER_WAKEUP"] = args.consumer_wakeup
     figures: dict[str, float] = {}
     with throwaway_database("SCRAPEFLEET_BENCH_DATABASE_URL", "scrapefleet_bench") as url:
+        if args.tracing is not None:
+            tracing_side_by_side(url, args, figures)
+            if args.json:
+                args.json.write_text(json.dumps(figures, indent=2))
+            return
         print(f"idle fleet: {args.idle_jobs} noop jobs submitted one at a time, 2 hosts ...")
         figures.update(idle_dispatch(url, args.idle_jobs))
         print(
