@@ -68,6 +68,30 @@ CONSUMER_JOB_COLUMNS = (
 )
 # What a consumer writes in its own host's profiles: the cool-down after a blocked job.
 CONSUMER_PROFILE_COLUMNS = ("state", "cooldown_until", "blocks")
+# PostgreSQL lets every role call these: a consumer's role that took the producer's leader key
+# (common.constants.PRODUCER_ADVISORY_LOCK_KEY, or the live controls' keys) and held its session
+# kept every producer from leading after the next restart. In this database only the producer
+# and the owner (and superusers) may call them. Only the functions' owner, a superuser, can
+# change their grants: run by another admin, `db grant` says it could not.
+ADVISORY_LOCK_FUNCTIONS = (
+    *(
+        f"pg_catalog.{name}({args})"
+        for name in (
+            "pg_advisory_lock",
+            "pg_advisory_lock_shared",
+            "pg_advisory_unlock",
+            "pg_advisory_unlock_shared",
+            "pg_advisory_xact_lock",
+            "pg_advisory_xact_lock_shared",
+            "pg_try_advisory_lock",
+            "pg_try_advisory_lock_shared",
+            "pg_try_advisory_xact_lock",
+            "pg_try_advisory_xact_lock_shared",
+        )
+        for args in ("bigint", "integer, integer")
+    ),
+    "pg_catalog.pg_advisory_unlock_all()",
+)
 
 
 @dataclass(frozen=True)
@@ -165,6 +189,12 @@ def base_plan(names: RoleNames, cluster: Cluster) -> list[str]:
         f"ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA {schema}"
         f" GRANT SELECT ON TABLES TO {reporting}",
     ]
+    if cluster.admin_is_superuser:
+        functions = ", ".join(ADVISORY_LOCK_FUNCTIONS)
+        plan += [
+            f"REVOKE EXECUTE ON FUNCTION {functions} FROM PUBLIC",
+            f"GRANT EXECUTE ON FUNCTION {functions} TO {owner}, {producer}",
+        ]
     return plan
 
 
@@ -273,6 +303,8 @@ _STATE_SQL = sa.text(
     "     (SELECT oid FROM pg_database WHERE datname = current_database())"
     " UNION ALL SELECT format('schema %s', nspacl) FROM pg_namespace WHERE nspname = :schema"
     " UNION ALL SELECT format('duty %s %s %s', role_name, duty, host) FROM db_roles"
+    " UNION ALL SELECT format('advisory %s %s', p.oid::regprocedure, p.proacl) FROM pg_proc p"
+    "   WHERE p.pronamespace = 'pg_catalog'::regnamespace AND p.proname LIKE 'pg%advisory%'"
     ") AS state"
 )
 
@@ -293,6 +325,7 @@ def _state(conn: Connection, names: RoleNames, schema: str) -> str:
 class GrantResult:
     statements: list[str]  # as run, every password verifier shown as '***'
     changed: bool  # whether the roles, grants or duties differ from before the run
+    warnings: tuple[str, ...] = ()  # what it could not do, one line each
 
 
 @dataclass(frozen=True)
@@ -328,4 +361,10 @@ def apply(engine: Engine, request: GrantRequest) -> GrantResult:
             store.forget_db_role(conn, names.consumer(host))
         changed = _state(conn, names, cluster.schema) != before
     passwords_set = any(p is not None for p in request.consumers.values())
-    return GrantResult(shown, changed or passwords_set)
+    warnings: tuple[str, ...] = ()
+    if not cluster.admin_is_superuser:
+        warnings = (
+            f"{cluster.admin} is not a superuser: every role may still take advisory locks"
+            " (the producer's leader lock); run db grant as a superuser to take that away",
+        )
+    return GrantResult(shown, changed or passwords_set, warnings)

@@ -103,6 +103,8 @@ def db_grant(
     if not quiet:
         for statement in result.statements:
             click.echo(f"{statement};")
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
     summary = "changed" if result.changed else "unchanged"
     summary += f": owner {names.owner}, producer {names.producer}, reporting {names.reporting}"
     if consumer is not None:
