@@ -66,6 +66,9 @@ WEBHOOK_WAKE_DEBOUNCE_S: Final = 0.02  # batch delivery notifications this long 
 # a release never uses an attempt, but a job that takes every host down must end somewhere.
 MAX_RELEASES_PER_JOB: Final = 5
 RETRY_AFTER_LIMIT_S: Final = 7 * 86400.0  # the most retry_after_max_s may be set to
+# The most a consumer's role may write (migration 0031 refuses a later time): a retry's
+# back-off is at most RETRY_AFTER_LIMIT_S, a timed-out attempt's lock linger at most this.
+LOCK_LINGER_LIMIT_S: Final = 86400.0
 
 # Profiles (common.browser.profile_names).
 PROFILE_DIR_FREE_WAIT_S: Final = 15.0  # for the last browser on a profile's directory to exit

@@ -18,11 +18,13 @@ import logging
 import os
 import re
 from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
 import psycopg
 import psycopg.sql
+import psycopg.types.datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 
@@ -45,6 +47,35 @@ CONNECT_TIMEOUT_S = 5  # a server that does not answer a connection attempt at a
 # Migrations may rewrite a big table, and wait behind the daemons' transactions for its lock
 # (or behind another `db upgrade`, for the advisory lock in migrations/env.py).
 MIGRATION_SERVER_PARAMS: Mapping[str, int] = {"statement_timeout": 0, "lock_timeout": 0}
+
+# A time Python's datetime cannot hold ('infinity', a year past 9999) is read as the furthest
+# one it can, not raised: one such value in a row (written before the CHECKs of migrations
+# 0017 and 0031, or where they are missing) made every command, page and producer cycle that
+# read the row fail. What shows it shows 9999-12-31 (or 0001-01-01): plainly a bad value.
+FAR_FUTURE = datetime.max.replace(tzinfo=UTC)
+FAR_PAST = datetime.min.replace(tzinfo=UTC)
+
+
+class _BoundedTimestamptzLoader(psycopg.types.datetime.TimestamptzLoader):
+    def load(self, data: Any) -> datetime:
+        try:
+            return super().load(data)
+        except psycopg.DataError:
+            return FAR_PAST if bytes(data).startswith(b"-") else FAR_FUTURE
+
+
+class _BoundedTimestamptzBinaryLoader(psycopg.types.datetime.TimestamptzBinaryLoader):
+    def load(self, data: Any) -> datetime:
+        try:
+            return super().load(data)
+        except psycopg.DataError:
+            return (
+                FAR_PAST if int.from_bytes(bytes(data)[:8], "big", signed=True) < 0 else FAR_FUTURE
+            )
+
+
+psycopg.adapters.register_loader("timestamptz", _BoundedTimestamptzLoader)
+psycopg.adapters.register_loader("timestamptz", _BoundedTimestamptzBinaryLoader)
 
 # `-c name=value`, `-cname=value` and `--name=value`, as the server reads its startup options.
 _OPTION_NAME = re.compile(r"(?:^|\s)(?:-c\s*|--)([A-Za-z_][A-Za-z0-9_.-]*)=")

@@ -77,6 +77,7 @@ host_events = sa.Table(
     sa.Column("at", TS, nullable=False, server_default=sa.text("clock_timestamp()")),
     sa.Column("message", sa.Text),
     sa.Column("details", JSONB),
+    sane_time("host_events", "at"),  # migration 0031
     comment="Host state changes, browser-stack restarts (with duration and memory), reboots",
 )
 sa.Index("host_events_host_at_idx", host_events.c.host, host_events.c.at)
@@ -141,6 +142,7 @@ profiles = sa.Table(
     sa.Column("created_at", TS, nullable=False, server_default=sa.text("now()")),
     sa.CheckConstraint("state IN ('ready', 'cooling')", name="profiles_state_valid"),
     sa.CheckConstraint(f"name ~ '{PROFILE_NAME_SQL}'", name="profiles_name_valid"),
+    sane_time("profiles", "cooldown_until"),  # migration 0031
     comment=(
         "One row per persistent browser profile: `name`, `host` (bound to it: its user-data-"
         "dir is there), `state` (`ready`, `cooling`), `cooldown_until` (no job before then), "

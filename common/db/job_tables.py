@@ -96,6 +96,7 @@ jobs = sa.Table(
     sa.CheckConstraint("attempts >= 0", name="jobs_attempts_not_negative"),
     *(sane_time("jobs", c) for c in ("not_before", "queued_at", "started_at", "finished_at")),
     sane_time("jobs", "heartbeat_at"),
+    sane_time("jobs", "lingering_until"),  # migration 0031
     sa.CheckConstraint(
         "artifacts IS NULL OR jsonb_typeof(artifacts) = 'object'", name="jobs_artifacts_object"
     ),

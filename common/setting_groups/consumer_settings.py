@@ -49,7 +49,12 @@ class ConsumerSettings(BaseModel):
         ge=0,
         description="delay after the 1st failed attempt; doubles, +/-20% jitter",
     )
-    backoff_max_s: float = Field(default=600.0, ge=0, description="longest retry delay")
+    backoff_max_s: float = Field(
+        default=600.0,
+        ge=0,
+        le=C.RETRY_AFTER_LIMIT_S,
+        description="longest retry delay (at most 7 days: the database refuses a later one)",
+    )
     # Error classes (common.actions.error_classes).
     retry_after_max_s: float = Field(
         default=3600.0,

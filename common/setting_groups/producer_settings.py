@@ -11,6 +11,7 @@ from typing import Annotated
 from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import NoDecode
 
+from scrapefleet.common import constants as C
 from scrapefleet.common.jobs.rate_limits import RateLimit, check_rate_key
 
 
@@ -46,6 +47,7 @@ class ProducerSettings(BaseModel):
     lock_linger_s: float = Field(
         default=60.0,
         ge=0,
+        le=C.LOCK_LINGER_LIMIT_S,
         description=(
             "a rescued, stopped or timed-out attempt holds its lock key until its "
             "host confirms it ended, or this long (docs/attempts-and-locks.md)"

@@ -4,17 +4,24 @@ the queue, pause a site at will, write values no tool could read back), refused.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from click.testing import CliRunner
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
 from scrapefleet.common.constants import PRODUCER_ADVISORY_LOCK_KEY
+from scrapefleet.common.ops.cli import cli
+from scrapefleet.common.ops.dashboard.app import create_app
+from scrapefleet.common.settings import load_settings
 from scrapefleet.common.store import NewJob
 from tests.integration import test_db_roles as roles
-from tests.integration.test_db_roles import OTHER, OWN, Fleet
+from tests.integration.test_db_roles import OTHER, OWN, Fleet, queue, refused
 from tests.integration.test_host_trust import HealthyProbe, producer_role
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -51,3 +58,115 @@ def test_a_consumer_cannot_hold_the_producers_leader_lock(
             assigned = _hosts_of_jobs(admin)
     assert all(assigned[i] in (OWN, OTHER) for i in ids)
     assert OTHER in assigned.values()  # the healthy host gets work
+
+
+# ---------------------------------------------------------------- times a consumer writes
+
+YEAR_2900 = "2900-01-01 00:00+00"
+
+
+def _claimed(admin: Engine, own: Engine, **payload: Any) -> int:
+    (job,) = queue(admin, OWN, **payload)
+    with own.begin() as conn:
+        store.claim_jobs(conn, OWN, 1)
+    return job
+
+
+def _profile_of_own(admin: Engine) -> None:
+    with admin.begin() as conn:
+        conn.execute(sa.text("DELETE FROM profiles"))
+        conn.execute(sa.text(f"INSERT INTO profiles (name, host) VALUES ('p-own', '{OWN}')"))
+
+
+@pytest.mark.parametrize("value", ["infinity", "-infinity", YEAR_2900, "far"])
+def test_a_consumers_times_are_refused_out_of_bounds_naming_the_column(
+    admin: Engine, own: Engine, value: str
+) -> None:
+    job = _claimed(admin, own)
+    _profile_of_own(admin)
+    # "far": within years 2000-3000, yet further ahead than any of them may honestly be.
+    when = "now() + interval '1 year'" if value == "far" else f"'{value}'"
+    writes = {
+        "not_before": f"UPDATE jobs SET not_before = {when} WHERE id = {job}",
+        "lingering_until": f"UPDATE jobs SET lingering_until = {when} WHERE id = {job}",
+        "heartbeat_at": f"UPDATE jobs SET heartbeat_at = {when} WHERE id = {job}",
+        "finished_at": f"UPDATE jobs SET finished_at = {when} WHERE id = {job}",
+        "cooldown_until": f"UPDATE profiles SET cooldown_until = {when} WHERE name = 'p-own'",
+        "at": f"INSERT INTO host_events (host, event, at) VALUES ('{OWN}', 'restart', {when})",
+    }
+    for column, write in writes.items():
+        if value == "-infinity" and column in ("not_before", "cooldown_until"):
+            continue  # a time already past: "no wait", harmless
+        assert column in refused(own, write), write
+    # What a consumer writes honestly still goes in.
+    with own.begin() as conn:
+        conn.execute(sa.text(f"UPDATE jobs SET heartbeat_at = now() WHERE id = {job}"))
+        conn.execute(
+            sa.text(
+                "UPDATE profiles SET cooldown_until = now() + interval '30 minutes'"
+                " WHERE name = 'p-own'"
+            )
+        )
+        conn.execute(sa.text(f"INSERT INTO host_events (host, event) VALUES ('{OWN}', 'restart')"))
+
+
+@contextmanager
+def unchecked(admin: Engine, *checks: tuple[str, str]) -> Iterator[None]:
+    """The CHECKs on (table, column) dropped for the test: a database whose rows predate them
+    (restored without them, say) still holds such values, and its readers must survive."""
+    with admin.begin() as conn:
+        for table, column in checks:
+            conn.execute(sa.text(f"ALTER TABLE {table} DROP CONSTRAINT {table}_{column}_sane"))
+    try:
+        yield
+    finally:
+        with admin.begin() as conn:
+            for table, column in checks:
+                bad = f"NOT ({column} > '2000-01-01' AND {column} < '3000-01-01')"
+                conn.execute(sa.text(f"UPDATE {table} SET {column} = now() WHERE {bad}"))
+                conn.execute(
+                    sa.text(
+                        f"ALTER TABLE {table} ADD CONSTRAINT {table}_{column}_sane CHECK"
+                        f" ({column} IS NULL OR ({column} > '2000-01-01 00:00+00'"
+                        f" AND {column} < '3000-01-01 00:00+00'))"
+                    )
+                )
+
+
+def test_one_out_of_range_time_takes_no_reader_down(
+    fleet: Fleet, admin: Engine, own: Engine, tmp_path: Path
+) -> None:
+    profiled = NewJob("fetch_page", {"url": "http://x/", "browser": {"profile": "p-own"}})
+    checks = (("profiles", "cooldown_until"), ("jobs", "lingering_until"), ("host_events", "at"))
+    with unchecked(admin, *checks):
+        _profile_of_own(admin)
+        with admin.begin() as conn:
+            conn.execute(sa.text("UPDATE profiles SET cooldown_until = 'infinity'"))
+            conn.execute(
+                sa.text(
+                    f"INSERT INTO host_events (host, event, at) VALUES ('{OWN}', 'x', 'infinity')"
+                )
+            )
+            (waiting,) = store.insert_jobs(conn, [profiled], default_max_attempts=1).ids
+            plain = store.insert_jobs(conn, [NewJob("noop", {})] * 2, default_max_attempts=1).ids
+            (old,) = store.insert_jobs(conn, [NewJob("noop", {})], default_max_attempts=1).ids
+            conn.execute(
+                sa.text(
+                    "UPDATE jobs SET status = 'failed', lingering_until = 'infinity',"
+                    f" lock_key = 'k' WHERE id = {old}"
+                )
+            )
+        with producer_role(fleet, tmp_path / "state", HealthyProbe(browser="ready")) as producer:
+            producer.run_cycle()
+        hosts = _hosts_of_jobs(admin)
+        assert all(hosts[i] for i in plain)  # the cycle went on
+        assert hosts[waiting] is None  # its profile rests (for ever, as the row says)
+        env = {"SCRAPEFLEET_DATABASE_URL": fleet.admin_url}
+        for command in (["profiles", "list"], ["jobs", "show", str(old)], ["hosts", "list"]):
+            shown = CliRunner().invoke(cli, command, env=env)
+            assert shown.exit_code == 0, (command, shown.output)
+            assert "Traceback" not in shown.output
+        settings = load_settings(None, database_url=fleet.admin_url)
+        dashboard = create_app(settings, admin).test_client()
+        for path in (f"/hosts/{OWN}", f"/jobs/{old}", "/"):
+            assert dashboard.get(path).status_code == 200, path

@@ -1,0 +1,117 @@
+"""What a consumer's role writes is bounded where it enters, third round.
+
+- Times. CHECKs (finite, within years 2000-3000, as 0017's) on the times 0017 left out that a
+  consumer's role writes: ``jobs.lingering_until``, ``profiles.cooldown_until`` and
+  ``host_events.at`` (an ``'infinity'`` there stopped every producer cycle that read the
+  profile, held a lock key fleet-wide for ever, and gave the host page a 500). And a window of
+  now for a consumer's writes (the trigger function ``consumer_times_bounded``): no time it
+  writes lies further ahead than its use allows (``CONSUMER_TIME_WINDOWS``). Operators and the
+  producer keep writing far times (a job submitted for next month). The error names the column.
+
+Revision ID: 0031
+Revises: 0030
+Create Date: 2026-11-28
+"""
+
+from alembic import op
+
+revision = "0031"
+down_revision = "0030"
+branch_labels = None
+depends_on = None
+
+# Migration 0017's rule, for the times it left out.
+SANE_TIME = "{c} IS NULL OR ({c} > '2000-01-01 00:00+00' AND {c} < '3000-01-01 00:00+00')"
+NEW_SANE_TIMES = (
+    ("jobs", "lingering_until"),
+    ("profiles", "cooldown_until"),
+    ("host_events", "at"),
+)
+NOT_NULL_TIMES = {("host_events", "at")}
+
+# How far ahead of now a time a consumer's role writes may lie, by (table, column), in
+# seconds: a retry or a site's Retry-After (common.constants.RETRY_AFTER_LIMIT_S, the most
+# retry_after_max_s and backoff_max_s may be), a timed-out attempt's lock linger
+# (LOCK_LINGER_LIMIT_S), a blocked profile's rest (profile_block_cooldown_s, at most 30 days),
+# and an hour of clock skew for the times that say "now".
+DAY_S = 86400
+SKEW_S = 3600
+CONSUMER_TIME_WINDOWS = {
+    ("jobs", "not_before"): 7 * DAY_S,
+    ("jobs", "lingering_until"): DAY_S,
+    ("jobs", "queued_at"): SKEW_S,
+    ("jobs", "started_at"): SKEW_S,
+    ("jobs", "finished_at"): SKEW_S,
+    ("jobs", "heartbeat_at"): SKEW_S,
+    ("profiles", "cooldown_until"): 30 * DAY_S,
+    ("host_events", "at"): SKEW_S,
+}
+TIME_TABLES = ("jobs", "profiles", "host_events")
+
+
+def _window_checks(table: str) -> str:
+    lines = []
+    for (t, column), seconds in CONSUMER_TIME_WINDOWS.items():
+        if t != table:
+            continue
+        lines.append(
+            f"    IF NEW.{column} IS NOT NULL AND NOT (NEW.{column} < now() + interval"
+            f" '{seconds} seconds') THEN\n"
+            f"        bad := '{table}.{column}'; bad_value := NEW.{column}::text;"
+            f" limit_s := {seconds};\n"
+            "    END IF;"
+        )
+    return "\n".join(lines)
+
+
+def _times_function(table: str) -> str:
+    # Values within the window (nearly every write) return at once; the caller is looked up
+    # only for a value beyond it, so the producer's batched writes pay nothing. current_user,
+    # not session_user: a definer function acting for a consumer (spawn_children) is trusted.
+    return f"""
+CREATE FUNCTION {table}_consumer_times_bounded() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    bad text;
+    bad_value text;
+    limit_s int;
+BEGIN
+{_window_checks(table)}
+    IF bad IS NULL OR db_role_host(current_user) IS NULL THEN
+        RETURN NEW;
+    END IF;
+    RAISE EXCEPTION '%: % is further ahead than a consumer may write (at most % s from now)',
+        bad, bad_value, limit_s USING ERRCODE = 'check_violation', COLUMN = split_part(bad, '.', 2),
+        TABLE = '{table}';
+END
+$$
+"""
+
+
+def _times_trigger(table: str) -> str:
+    columns = ", ".join(c for t, c in CONSUMER_TIME_WINDOWS if t == table)
+    event = "INSERT OR UPDATE" if table != "host_events" else "INSERT"
+    if table != "host_events":
+        event = f"INSERT OR UPDATE OF {columns}"
+    return (
+        f"CREATE TRIGGER {table}_consumer_times_bounded BEFORE {event} ON {table}"
+        f" FOR EACH ROW EXECUTE FUNCTION {table}_consumer_times_bounded()"
+    )
+
+
+def upgrade() -> None:
+    for table, column in NEW_SANE_TIMES:
+        bad = f"NOT ({SANE_TIME.format(c=column)})"
+        value = "now()" if (table, column) in NOT_NULL_TIMES else "NULL"
+        op.execute(f"UPDATE {table} SET {column} = {value} WHERE {bad}")
+        op.create_check_constraint(f"{table}_{column}_sane", table, SANE_TIME.format(c=column))
+    for table in TIME_TABLES:
+        op.execute(_times_function(table))
+        op.execute(_times_trigger(table))
+
+
+def downgrade() -> None:
+    for table in TIME_TABLES:
+        op.execute(f"DROP TRIGGER {table}_consumer_times_bounded ON {table}")
+        op.execute(f"DROP FUNCTION {table}_consumer_times_bounded()")
+    for table, column in NEW_SANE_TIMES:
+        op.drop_constraint(f"{table}_{column}_sane", table, type_="check")
