@@ -13,12 +13,16 @@ Revises: 0030
 Create Date: 2026-11-28
 """
 
+import importlib
+
 from alembic import op
 
 revision = "0031"
 down_revision = "0030"
 branch_labels = None
 depends_on = None
+
+_ROLES = importlib.import_module("scrapefleet.migrations.versions.0008_roles_by_duty")
 
 # Migration 0017's rule, for the times it left out.
 SANE_TIME = "{c} IS NULL OR ({c} > '2000-01-01 00:00+00' AND {c} < '3000-01-01 00:00+00')"
@@ -98,6 +102,23 @@ def _times_trigger(table: str) -> str:
     )
 
 
+# A consumer's job moves (statuses.TRANSITIONS, actor consumer): from queued or processing
+# only; to processing, completed or failed on its host, or handed back (pending, or failed
+# when a release ends it) with host NULL.
+MOVABLE = "status IN ('queued', 'processing')"
+MOVED_TO = (
+    f"({_ROLES.OWN_JOB} AND status IN ('processing', 'completed', 'failed'))"
+    f" OR ({_ROLES.HANDED_BACK} AND status IN ('pending', 'failed'))"
+)
+
+
+def _jobs_write(using: str, check: str) -> str:
+    return (
+        f"ALTER POLICY jobs_write ON jobs USING ({_ROLES.SEES_ALL} OR {using})"
+        f" WITH CHECK ({_ROLES.SEES_ALL} OR {check})"
+    )
+
+
 def upgrade() -> None:
     for table, column in NEW_SANE_TIMES:
         bad = f"NOT ({SANE_TIME.format(c=column)})"
@@ -107,9 +128,11 @@ def upgrade() -> None:
     for table in TIME_TABLES:
         op.execute(_times_function(table))
         op.execute(_times_trigger(table))
+    op.execute(_jobs_write(f"({_ROLES.OWN_JOB} AND {MOVABLE})", MOVED_TO))
 
 
 def downgrade() -> None:
+    op.execute(_jobs_write(_ROLES.OWN_JOB, f"{_ROLES.OWN_JOB} OR {_ROLES.HANDED_BACK}"))
     for table in TIME_TABLES:
         op.execute(f"DROP TRIGGER {table}_consumer_times_bounded ON {table}")
         op.execute(f"DROP FUNCTION {table}_consumer_times_bounded()")

@@ -170,3 +170,65 @@ def test_one_out_of_range_time_takes_no_reader_down(
         dashboard = create_app(settings, admin).test_client()
         for path in (f"/hosts/{OWN}", f"/jobs/{old}", "/"):
             assert dashboard.get(path).status_code == 200, path
+
+
+# ---------------------------------------------------------------- a site paused at will
+
+
+def _job_row(admin: Engine, job: int) -> Any:
+    with admin.connect() as conn:
+        return conn.execute(
+            sa.text(f"SELECT status, host, claims, not_before FROM jobs WHERE id = {job}")
+        ).one()
+
+
+def test_a_consumer_pauses_a_site_once_per_attempt_and_cannot_renew_it(
+    admin: Engine, own: Engine
+) -> None:
+    job = _claimed(admin, own, url="https://shop.test/")
+    # Ended rate limited but kept on its host, to claim it again and renew the pause at will.
+    kept = (
+        "UPDATE jobs SET status = 'pending', error_class = 'rate_limited',"
+        f" not_before = now() + interval '50 minutes' WHERE id = {job}"
+    )
+    assert "row-level security" in refused(own, kept)
+    # Its honest end: once, handed back; the job is no longer its to move.
+    with own.begin() as conn:
+        claim = _job_row(admin, job).claims
+        retry = conn.execute(sa.text("SELECT now() + interval '50 minutes'")).scalar_one()
+        ended = store.fail_attempt(
+            conn, OWN, job, claim, "429", retry_at=retry, error_class="rate_limited"
+        )
+    assert ended == "pending"
+    with own.begin() as conn:
+        for renew in (
+            f"UPDATE jobs SET status = 'processing', host = '{OWN}' WHERE id = {job}",
+            f"UPDATE jobs SET not_before = now() + interval '1 hour' WHERE id = {job}",
+        ):
+            assert conn.execute(sa.text(renew)).rowcount == 0
+    row = _job_row(admin, job)
+    assert (row.status, row.host, row.claims) == ("pending", None, claim)
+
+
+@pytest.mark.parametrize("finished", ["completed", "failed"])
+def test_a_consumer_cannot_move_a_finished_job_back_to_processing(
+    admin: Engine, own: Engine, finished: str
+) -> None:
+    job = _claimed(admin, own)
+    with own.begin() as conn:
+        claim = _job_row(admin, job).claims
+        if finished == "completed":
+            assert store.complete_job(conn, OWN, job, claim, {})
+        else:
+            store.fail_attempt(conn, OWN, job, claim, "boom", retry_at=None)
+    with own.begin() as conn:
+        moved = conn.execute(sa.text(f"UPDATE jobs SET status = 'processing' WHERE id = {job}"))
+        assert moved.rowcount == 0
+    # Nor an attempt in processing back to queued (to claim it again under a new token).
+    (other,) = queue(admin, OWN)
+    with own.begin() as conn:
+        store.claim_jobs(conn, OWN, 1)
+    assert "row-level security" in refused(
+        own, f"UPDATE jobs SET status = 'queued' WHERE id = {other}"
+    )
+    assert _job_row(admin, job).status == finished
