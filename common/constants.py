@@ -69,6 +69,13 @@ RETRY_AFTER_LIMIT_S: Final = 7 * 86400.0  # the most retry_after_max_s may be se
 # The most a consumer's role may write (migration 0031 refuses a later time): a retry's
 # back-off is at most RETRY_AFTER_LIMIT_S, a timed-out attempt's lock linger at most this.
 LOCK_LINGER_LIMIT_S: Final = 86400.0
+# What a job row holds at most (migration 0031's CHECKs): a result (its JSON text), the last
+# error (a traceback: the store keeps its head and its end) and the artifacts' paths. A host
+# wrote tens of MB, which the producer then copied into a webhook and loaded whole.
+RESULT_MAX_BYTES_LIMIT: Final = 8 * 1024 * 1024  # the most result_max_bytes may be set to
+RESULT_MAX_BYTES: Final = 1024 * 1024  # result_max_bytes' default
+LAST_ERROR_MAX_CHARS: Final = 64 * 1024
+ARTIFACTS_MAX_BYTES: Final = 64 * 1024
 
 # Profiles (common.browser.profile_names).
 PROFILE_DIR_FREE_WAIT_S: Final = 15.0  # for the last browser on a profile's directory to exit

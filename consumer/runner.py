@@ -42,6 +42,7 @@ from scrapefleet.common.actions.registry import Action, get_action
 from scrapefleet.common.actions.spawn import Child, Spawned, SpawnError, validate_spawn
 from scrapefleet.common.browser.isolation import Isolation, with_options
 from scrapefleet.common.browser.options import NO_OPTIONS, BrowserOptions
+from scrapefleet.common.constants import RESULT_MAX_BYTES
 from scrapefleet.common.errors import StackError, SubmitError, UnknownAction, timed_out
 from scrapefleet.common.store import ClaimedJob
 from scrapefleet.consumer.browser import (  # noqa: F401  (they register the browser actions)
@@ -166,13 +167,33 @@ def run_job(
     browser_defaults: BrowserOptions = NO_OPTIONS,
     block_rules: BlockRules = NO_RULES,
     host_starved: HostStarved = lambda: None,
+    result_max_bytes: int = RESULT_MAX_BYTES,
 ) -> Outcome:
     """Run ``job`` in the calling thread and return how it ended. Never raises.
     ``block_rules``: how a built-in browser action knows a block page (the host's settings).
     ``host_starved``: why the host is starved of CPU or memory now, else None: a browser
-    action that times out meanwhile is released (the host's fault), not failed."""
+    action that times out meanwhile is released (the host's fault), not failed.
+    ``result_max_bytes``: a larger result fails the job (the database would refuse it)."""
     with blocking_rules(block_rules):
-        return _run_job(job, lease, driver_factory, capture_failure, browser_defaults, host_starved)
+        outcome = _run_job(
+            job, lease, driver_factory, capture_failure, browser_defaults, host_starved
+        )
+    return bounded_result(job.kind, outcome, result_max_bytes)
+
+
+def bounded_result(kind: str, outcome: Outcome, max_bytes: int) -> Outcome:
+    """A completed outcome whose result is over ``max_bytes`` (its JSON) fails, not retried:
+    running it again returns as much."""
+    if outcome.status != "completed" or outcome.result is None:
+        return outcome
+    size = len(json.dumps(outcome.result).encode())
+    if size <= max_bytes:
+        return outcome
+    return Outcome.failed(
+        f"ResultTooLarge: the result of action {kind!r} is {size} bytes, over"
+        f" result_max_bytes ({max_bytes})",
+        retryable=False,
+    )
 
 
 def _run_job(

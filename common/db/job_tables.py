@@ -11,6 +11,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
+from scrapefleet.common import constants as C
 from scrapefleet.common.actions.error_classes import ERROR_CLASSES
 from scrapefleet.common.db.schema_base import (
     IN_FLIGHT,
@@ -99,6 +100,19 @@ jobs = sa.Table(
     sane_time("jobs", "lingering_until"),  # migration 0031
     sa.CheckConstraint(
         "artifacts IS NULL OR jsonb_typeof(artifacts) = 'object'", name="jobs_artifacts_object"
+    ),
+    # Migration 0031: what a host writes, bounded (common.constants).
+    sa.CheckConstraint(
+        f"result IS NULL OR octet_length(result::text) <= {C.RESULT_MAX_BYTES_LIMIT}",
+        name="jobs_result_size",
+    ),
+    sa.CheckConstraint(
+        f"last_error IS NULL OR char_length(last_error) <= {C.LAST_ERROR_MAX_CHARS}",
+        name="jobs_last_error_size",
+    ),
+    sa.CheckConstraint(
+        f"artifacts IS NULL OR octet_length(artifacts::text) <= {C.ARTIFACTS_MAX_BYTES}",
+        name="jobs_artifacts_size",
     ),
     comment=(
         "One row per job: status, host, attempts (its own failures), releases (attempts its "

@@ -37,6 +37,15 @@ class ConsumerSettings(BaseModel):
         " own timeout_s",
     )
 
+    result_max_bytes: int = Field(
+        default=C.RESULT_MAX_BYTES,
+        ge=1024,
+        le=C.RESULT_MAX_BYTES_LIMIT,
+        description=(
+            "a job whose result (as JSON) is larger fails, not retried, saying so; the "
+            "database refuses any result over 8 MiB"
+        ),
+    )
     # Retries.
     max_attempts: int = Field(
         default=3,

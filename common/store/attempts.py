@@ -23,7 +23,7 @@ from scrapefleet.common.constants import CHANNEL_FINISHED
 from scrapefleet.common.db.executes import Executes
 from scrapefleet.common.errors import NotFound
 from scrapefleet.common.store.crawls import spawn_children
-from scrapefleet.common.store.records import Claim, ClaimedJob, Heartbeat
+from scrapefleet.common.store.records import Claim, ClaimedJob, Heartbeat, bounded_error
 from scrapefleet.common.store.sql_text import statement
 
 __all__ = [
@@ -305,7 +305,7 @@ def fail_attempt(
         "claim": claim,
         "host": host,
         "retry_at": retry_at,
-        "error": error,
+        "error": bounded_error(error),
         "error_class": error_class,
         "artifacts": json.dumps(artifacts) if artifacts is not None else None,
         "channel": CHANNEL_FINISHED,

@@ -18,6 +18,7 @@ from scrapefleet.common.actions.error_classes import ErrorClass
 from scrapefleet.common.constants import CHANNEL_FINISHED
 from scrapefleet.common.store.events import set_audit_message
 from scrapefleet.common.store.profiles import cool_profile_after_block
+from scrapefleet.common.store.records import bounded_error
 from scrapefleet.common.store.sql_text import statement
 
 __all__ = ["BLOCKED_SQL", "release_blocked"]
@@ -70,7 +71,7 @@ def release_blocked(
         "claim": claim,
         "host": host,
         "max_blocks": max_blocks,
-        "error": error or f"Blocked: {reason}",
+        "error": bounded_error(error or f"Blocked: {reason}"),
         "artifacts": json.dumps(artifacts) if artifacts is not None else None,
         "channel": CHANNEL_FINISHED,
         "error_class": ErrorClass.BLOCKED.value,

@@ -23,6 +23,7 @@ branch_labels = None
 depends_on = None
 
 _ROLES = importlib.import_module("scrapefleet.migrations.versions.0008_roles_by_duty")
+_CLASSES = importlib.import_module("scrapefleet.migrations.versions.0010_error_classes")
 
 # Migration 0017's rule, for the times it left out.
 SANE_TIME = "{c} IS NULL OR ({c} > '2000-01-01 00:00+00' AND {c} < '3000-01-01 00:00+00')"
@@ -112,6 +113,54 @@ MOVED_TO = (
 )
 
 
+# common.constants.RESULT_MAX_BYTES_LIMIT, LAST_ERROR_MAX_CHARS, ARTIFACTS_MAX_BYTES, as they
+# are today (a test holds them together).
+RESULT_MAX_BYTES = 8 * 1024 * 1024
+LAST_ERROR_MAX_CHARS = 64 * 1024
+ARTIFACTS_MAX_BYTES = 64 * 1024
+# (constraint, CHECK, what an existing row over it becomes)
+SIZE_CHECKS = (
+    (
+        "jobs_result_size",
+        f"result IS NULL OR octet_length(result::text) <= {RESULT_MAX_BYTES}",
+        "result = jsonb_build_object('invalid', 'over the size cap',"
+        " 'bytes', octet_length(result::text))",
+    ),
+    (
+        "jobs_last_error_size",
+        f"last_error IS NULL OR char_length(last_error) <= {LAST_ERROR_MAX_CHARS}",
+        f"last_error = right(last_error, {LAST_ERROR_MAX_CHARS})",
+    ),
+    (
+        "jobs_artifacts_size",
+        f"artifacts IS NULL OR octet_length(artifacts::text) <= {ARTIFACTS_MAX_BYTES}",
+        "artifacts = jsonb_build_object('invalid', 'over the size cap')",
+    ),
+)
+AUDIT_MESSAGE_CHARS = 1000
+AUDIT_REPLACEMENTS = (
+    (
+        "message text := nullif(current_setting('scrapefleet.audit_message', true), '');",
+        "message text := left(nullif(current_setting('scrapefleet.audit_message', true), ''),"
+        f" {AUDIT_MESSAGE_CHARS});",
+    ),
+    (
+        r"THEN (regexp_match(NEW.last_error, '([^\n]+)\s*$'))[1] END",
+        r"THEN left((regexp_match(NEW.last_error, '([^\n]+)\s*$'))[1],"
+        f" {AUDIT_MESSAGE_CHARS}) END",
+    ),
+)
+
+
+def _audit_function(bounded: bool) -> str:
+    text = _CLASSES.AUDIT_FUNCTION
+    for old, new in AUDIT_REPLACEMENTS:
+        assert text.count(old) == 1, old  # 0010's text is frozen: fail loudly if it moved
+        if bounded:
+            text = text.replace(old, new)
+    return text
+
+
 def _jobs_write(using: str, check: str) -> str:
     return (
         f"ALTER POLICY jobs_write ON jobs USING ({_ROLES.SEES_ALL} OR {using})"
@@ -129,9 +178,16 @@ def upgrade() -> None:
         op.execute(_times_function(table))
         op.execute(_times_trigger(table))
     op.execute(_jobs_write(f"({_ROLES.OWN_JOB} AND {MOVABLE})", MOVED_TO))
+    for name, check, cut in SIZE_CHECKS:
+        op.execute(f"UPDATE jobs SET {cut} WHERE NOT ({check})")
+        op.create_check_constraint(name, "jobs", check)
+    _CLASSES._audit_function(_audit_function(bounded=True))
 
 
 def downgrade() -> None:
+    _CLASSES._audit_function(_audit_function(bounded=False))
+    for name, _check, _cut in SIZE_CHECKS:
+        op.drop_constraint(name, "jobs", type_="check")
     op.execute(_jobs_write(_ROLES.OWN_JOB, f"{_ROLES.OWN_JOB} OR {_ROLES.HANDED_BACK}"))
     for table in TIME_TABLES:
         op.execute(f"DROP TRIGGER {table}_consumer_times_bounded ON {table}")

@@ -4,6 +4,7 @@ the queue, pause a site at will, write values no tool could read back), refused.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,12 +15,14 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 from sqlalchemy.engine import Engine
 
+from scrapefleet.common import constants as C
 from scrapefleet.common import store
-from scrapefleet.common.constants import PRODUCER_ADVISORY_LOCK_KEY
+from scrapefleet.common.constants import LAST_ERROR_MAX_CHARS, PRODUCER_ADVISORY_LOCK_KEY
 from scrapefleet.common.ops.cli import cli
 from scrapefleet.common.ops.dashboard.app import create_app
 from scrapefleet.common.settings import load_settings
-from scrapefleet.common.store import NewJob
+from scrapefleet.common.store import ClaimedJob, NewJob
+from scrapefleet.consumer.runner import Outcome, bounded_result
 from tests.integration import test_db_roles as roles
 from tests.integration.test_db_roles import OTHER, OWN, Fleet, queue, refused
 from tests.integration.test_host_trust import HealthyProbe, producer_role
@@ -232,3 +235,63 @@ def test_a_consumer_cannot_move_a_finished_job_back_to_processing(
         own, f"UPDATE jobs SET status = 'queued' WHERE id = {other}"
     )
     assert _job_row(admin, job).status == finished
+
+
+# ---------------------------------------------------------------- sizes a consumer writes
+
+MIB = 1024 * 1024
+
+
+def test_a_consumers_oversized_values_are_refused_naming_the_column(
+    admin: Engine, own: Engine
+) -> None:
+    job = _claimed(admin, own)
+    big = "x" * (20 * MIB)
+    with admin.connect() as conn:
+        claim = _job_row(admin, job).claims
+    for column, write in (
+        ("result", lambda c: store.complete_job(c, OWN, job, claim, {"html": big})),
+        (
+            "artifacts",
+            lambda c: c.execute(
+                sa.text("UPDATE jobs SET artifacts = CAST(:a AS jsonb) WHERE id = :j"),
+                {"a": '{"notes": "%s"}' % ("n" * MIB), "j": job},
+            ),
+        ),
+        (
+            "last_error",
+            lambda c: c.execute(
+                sa.text("UPDATE jobs SET last_error = :e WHERE id = :j"), {"e": big, "j": job}
+            ),
+        ),
+    ):
+        with pytest.raises(sa.exc.DBAPIError) as caught, own.begin() as conn:
+            write(conn)
+        assert f"jobs_{column}_size" in str(caught.value.orig)
+    # The store's own writes of a long error keep its head and its end, within the bound.
+    with own.begin() as conn:
+        traceback = "Traceback\n" + "  frame\n" * (MIB // 4) + "ValueError: the end"
+        store.fail_attempt(conn, OWN, job, claim, traceback, retry_at=None)
+    with admin.connect() as conn:
+        kept = conn.execute(sa.text(f"SELECT last_error FROM jobs WHERE id = {job}")).scalar_one()
+    assert kept.startswith("Traceback") and kept.endswith("ValueError: the end")
+    assert len(kept) <= LAST_ERROR_MAX_CHARS
+
+
+def test_a_result_over_the_setting_fails_its_job_saying_so() -> None:
+    job = ClaimedJob(1, "noop", {}, 1, 3, None, False, claim=1)
+    big = Outcome.completed({"html": "x" * 5000})
+    failed = bounded_result(job.kind, big, 4096)
+    assert failed.status == "failed" and not failed.retryable
+    assert "over result_max_bytes (4096)" in (failed.error or "")
+    assert bounded_result(job.kind, big, 8192) is big
+
+
+def test_the_migrations_bounds_are_the_constants() -> None:
+    migration = importlib.import_module("scrapefleet.migrations.versions.0031_trust_bounds")
+    assert migration.RESULT_MAX_BYTES == C.RESULT_MAX_BYTES_LIMIT
+    assert migration.LAST_ERROR_MAX_CHARS == C.LAST_ERROR_MAX_CHARS
+    assert migration.ARTIFACTS_MAX_BYTES == C.ARTIFACTS_MAX_BYTES
+    windows = migration.CONSUMER_TIME_WINDOWS
+    assert windows[("jobs", "not_before")] == C.RETRY_AFTER_LIMIT_S
+    assert windows[("jobs", "lingering_until")] == C.LOCK_LINGER_LIMIT_S
