@@ -76,6 +76,10 @@ RESULT_MAX_BYTES_LIMIT: Final = 8 * 1024 * 1024  # the most result_max_bytes may
 RESULT_MAX_BYTES: Final = 1024 * 1024  # result_max_bytes' default
 LAST_ERROR_MAX_CHARS: Final = 64 * 1024
 ARTIFACTS_MAX_BYTES: Final = 64 * 1024
+# A spawned child's payload at most (spawn_children refuses a larger one, migration 0031), and
+# spawn_per_host_per_minute's default: the children one host's role may insert a minute.
+SPAWN_PAYLOAD_MAX_BYTES: Final = 64 * 1024
+SPAWN_PER_HOST_PER_MINUTE: Final = 6000
 
 # Profiles (common.browser.profile_names).
 PROFILE_DIR_FREE_WAIT_S: Final = 15.0  # for the last browser on a profile's directory to exit

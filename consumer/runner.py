@@ -317,6 +317,14 @@ def _checked_result(kind: str, returned: Any) -> Outcome:
     if isinstance(returned, Spawned):
         try:
             spawn = validate_spawn(returned.spawn)
+            allowed = {kind, *get_action(kind).spawns}
+            other = sorted({c.kind for c in spawn} - allowed)
+            if other:
+                # The database would drop them (migration 0031): say so instead.
+                raise SpawnError(
+                    f"spawns kind {other[0]!r}, which it does not declare"
+                    f" (register({kind!r}, spawns=[...]))"
+                )
             json.dumps([child.as_json() for child in spawn])
         except SpawnError as exc:
             return Outcome.failed(f"SpawnError: action {kind!r}: {exc}", retryable=False)

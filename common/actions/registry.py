@@ -112,6 +112,10 @@ class Action:
     max_attempts: int | None = None
     priority: int | None = None
     rate_key: str | None = None
+    # The kinds its jobs may spawn besides their own (outside a crawl, which names its own):
+    # its jobs carry them from submit (jobs.spawn_kinds), and the database inserts no child
+    # of another kind (migration 0031).
+    spawns: tuple[str, ...] = ()
 
     def time_limit_s(self, host_default_s: float) -> float:
         """How long one attempt may run on a host whose own limit is ``host_default_s``."""
@@ -205,6 +209,7 @@ def register(
     max_attempts: int | None = None,
     priority: int | None = None,
     rate_key: str | None = None,
+    spawns: Iterable[str] = (),
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the decorated function as the action ``name`` (see the module's docstring).
     The defaults are checked here, so a bad one stops the import that declares it."""
@@ -233,6 +238,7 @@ def register(
             max_attempts=max_attempts,
             priority=priority,
             rate_key=rate_key,
+            spawns=tuple(spawns),
         )
         with _LOCK:
             _REGISTRY[name] = action

@@ -49,6 +49,10 @@ hosts = sa.Table(
     sa.Column("last_seen_at", TS),
     sa.Column("heartbeat_at", TS),
     sa.Column("created_at", TS, nullable=False, server_default=sa.text("now()")),
+    # Migration 0031: the children its consumer's role inserted in the minute since the start
+    # of the window (spawn_children, bounded by fleet_limits.spawn_per_host_per_minute).
+    sa.Column("spawn_window_started_at", TS),
+    sa.Column("spawned_in_window", sa.Integer, nullable=False, server_default="0"),
     sa.CheckConstraint(column_in("state", HOST_STATES), name="hosts_state_valid"),
     sa.CheckConstraint("capacity BETWEEN 1 AND 64", name="hosts_capacity_range"),
     sa.CheckConstraint(

@@ -91,6 +91,9 @@ jobs = sa.Table(
     # Migration 0027: the host `submit --host` pinned it to; the producer assigns it nowhere
     # else, however often that host hands it back.
     sa.Column("pinned_host", sa.Text),
+    # Migration 0031: the kinds its action declares it spawns besides its own (registry's
+    # ``spawns``, set at submit, passed on to its children); spawn_children inserts no other.
+    sa.Column("spawn_kinds", sa.ARRAY(sa.Text)),
     sa.CheckConstraint(column_in("status", JOB_STATUSES), name="jobs_status_valid"),
     sa.CheckConstraint(column_in("error_class", ERROR_CLASSES), name="jobs_error_class_valid"),
     sa.CheckConstraint("max_attempts >= 1", name="jobs_max_attempts_positive"),

@@ -71,6 +71,16 @@ class ProducerSettings(BaseModel):
             "next wakes the producer at once"
         ),
     )
+    spawn_per_host_per_minute: int = Field(
+        default=C.SPAWN_PER_HOST_PER_MINUTE,
+        ge=1,
+        le=1_000_000,
+        description=(
+            "jobs one consumer host may spawn a minute (children of its completions); the "
+            "database refuses a completion past it. The producer writes it to the database "
+            "at start"
+        ),
+    )
     # Politeness (common.jobs.rate_limits), enforced fleet-wide by the producer.
     rate_limits: dict[str, RateLimit] = Field(
         default_factory=dict,

@@ -44,6 +44,7 @@ SUBMITTED_COLUMNS = (
     "needs_browser",
     "profile_pool",
     "rate_key",
+    "spawn_kinds",
 )
 # The staging table has SUBMITTED_COLUMNS with the types of jobs' columns (a test holds them
 # to common.db.tables, so that it cannot drift from jobs), and the order of submission.
@@ -61,13 +62,14 @@ CREATE TEMP TABLE incoming_jobs (
   callback_url TEXT,
   needs_browser BOOLEAN,
   profile_pool TEXT[],
-  rate_key TEXT
+  rate_key TEXT,
+  spawn_kinds TEXT[]
 ) ON COMMIT DROP
 """
 )
 COPY_STAGING = """
 COPY incoming_jobs (seq, kind, payload, priority, max_attempts, not_before, dedupe_key,
-  lock_key, callback_url, needs_browser, profile_pool, rate_key)
+  lock_key, callback_url, needs_browser, profile_pool, rate_key, spawn_kinds)
 FROM STDIN
 """.strip()
 # Rows whose dedupe key an unfinished job holds are skipped (the unique partial index decides:
@@ -75,9 +77,9 @@ FROM STDIN
 INSERT_FROM_STAGING_SQL = statement(
     """
 INSERT INTO jobs (kind, payload, priority, max_attempts, not_before, dedupe_key, lock_key,
-  callback_url, needs_browser, profile_pool, rate_key)
+  callback_url, needs_browser, profile_pool, rate_key, spawn_kinds)
 SELECT kind, payload, priority, max_attempts, not_before, dedupe_key, lock_key,
-  callback_url, needs_browser, profile_pool, rate_key
+  callback_url, needs_browser, profile_pool, rate_key, spawn_kinds
 FROM incoming_jobs
 ORDER BY seq
 ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND status IN {unfinished}
@@ -137,6 +139,7 @@ def insert_jobs(
                     needs_browser,
                     payload_profile_pool(job.payload) if needs_browser else None,
                     job.rate_key,  # None: the URL's host for the built-in actions (trigger)
+                    _spawn_kinds(job),
                 )
             )
             if progress and seq % PROGRESS_EVERY_ROWS == PROGRESS_EVERY_ROWS - 1:
@@ -159,6 +162,14 @@ def pin_jobs_to_host(conn: Connection, ids: Sequence[int], host: str) -> list[in
     if pinned:
         conn.execute(NOTIFY_HOST_SQL, {"channel": assigned_channel(host), "host": host})
     return pinned
+
+
+def _spawn_kinds(job: NewJob) -> list[str] | None:
+    """The kinds its action declares it spawns besides its own (None: none, or unknown)."""
+    try:
+        return list(get_action(job.kind).spawns) or None
+    except UnknownAction:
+        return None
 
 
 def _needs_browser(job: NewJob) -> bool:

@@ -15,6 +15,7 @@ Create Date: 2026-11-28
 
 import importlib
 
+import sqlalchemy as sa
 from alembic import op
 
 revision = "0031"
@@ -24,6 +25,7 @@ depends_on = None
 
 _ROLES = importlib.import_module("scrapefleet.migrations.versions.0008_roles_by_duty")
 _CLASSES = importlib.import_module("scrapefleet.migrations.versions.0010_error_classes")
+_SPAWN = importlib.import_module("scrapefleet.migrations.versions.0024_one_spawn_per_job")
 
 # Migration 0017's rule, for the times it left out.
 SANE_TIME = "{c} IS NULL OR ({c} > '2000-01-01 00:00+00' AND {c} < '3000-01-01 00:00+00')"
@@ -161,6 +163,82 @@ def _audit_function(bounded: bool) -> str:
     return text
 
 
+# common.constants.SPAWN_PAYLOAD_MAX_BYTES and SPAWN_PER_HOST_PER_MINUTE (the setting's default)
+SPAWN_PAYLOAD_MAX_BYTES = 64 * 1024
+SPAWN_PER_HOST_PER_MINUTE = 6000
+MAX_DEDUPE_KEY_CHARS = 2048  # common.actions.spawn's
+LIMITS_COMMENT = (
+    "Limits the producer sets from its settings at start for what consumers' roles may do: "
+    "`spawn_per_host_per_minute` (children one host's role may insert a minute). One row"
+)
+SPAWN_REPLACEMENTS = (
+    (
+        "SELECT id, depth, crawl_id, priority, max_attempts, spawned_claim INTO parent FROM jobs",
+        "SELECT id, depth, crawl_id, priority, max_attempts, spawned_claim, kind, spawn_kinds"
+        " INTO parent FROM jobs",
+    ),
+    (
+        "WHERE bounds.spawn_kinds IS NULL OR e.child->>'kind' = ANY(bounds.spawn_kinds)),",
+        "WHERE e.child->>'kind' = ANY(coalesce(bounds.spawn_kinds,\n"
+        "            parent.kind || coalesce(parent.spawn_kinds, '{}'::text[])))),",
+    ),
+    ("parent_id, depth, crawl_id)", "parent_id, depth, crawl_id, spawn_kinds)"),
+    (
+        "parent.id, parent.depth + 1, crawl\n",
+        "parent.id, parent.depth + 1, crawl, parent.spawn_kinds\n",
+    ),
+    (
+        "    bounds record;\n",
+        "    bounds record;\n"
+        "    rate_limited boolean := db_role_host(session_user) IS NOT NULL;\n"
+        "    spawned int;\n"
+        "    per_minute int := coalesce((SELECT spawn_per_host_per_minute FROM fleet_limits),"
+        f" {SPAWN_PER_HOST_PER_MINUTE});\n",
+    ),
+    (
+        "        children_inserted := 0;\n",
+        "        children_inserted := 0;\n"
+        "        IF EXISTS (SELECT 1 FROM jsonb_array_elements(item->'children') AS c(child)\n"
+        "                   WHERE octet_length((child->'payload')::text)"
+        f" > {SPAWN_PAYLOAD_MAX_BYTES}\n"
+        f"                      OR length(child->>'dedupe_key') > {MAX_DEDUPE_KEY_CHARS}) THEN\n"
+        "            RAISE EXCEPTION 'spawn_children: a child of job % has a payload over %"
+        f" bytes or a dedupe key over {MAX_DEDUPE_KEY_CHARS} characters',\n"
+        f"                parent.id, {SPAWN_PAYLOAD_MAX_BYTES}"
+        " USING ERRCODE = 'program_limit_exceeded';\n"
+        "        END IF;\n",
+    ),
+    (
+        "UPDATE crawl_runs SET jobs_count = jobs_count + children_inserted WHERE id = crawl;\n",
+        "UPDATE crawl_runs SET jobs_count = jobs_count + children_inserted WHERE id = crawl;\n"
+        "            IF rate_limited AND children_inserted > 0 THEN\n"
+        "                UPDATE hosts SET\n"
+        "                    spawned_in_window = children_inserted + CASE\n"
+        "                        WHEN spawn_window_started_at > now() - interval '1 minute'\n"
+        "                        THEN spawned_in_window ELSE 0 END,\n"
+        "                    spawn_window_started_at = CASE\n"
+        "                        WHEN spawn_window_started_at > now() - interval '1 minute'\n"
+        "                        THEN spawn_window_started_at ELSE now() END\n"
+        "                    WHERE name = caller_host RETURNING spawned_in_window INTO spawned;\n"
+        "                IF spawned > per_minute THEN\n"
+        "                    RAISE EXCEPTION 'spawn_children: host % inserted % jobs within a"
+        " minute, over spawn_per_host_per_minute (%)', caller_host, spawned, per_minute\n"
+        "                        USING ERRCODE = 'program_limit_exceeded';\n"
+        "                END IF;\n"
+        "            END IF;\n",
+    ),
+)
+
+
+def _spawn_function(bounded: bool) -> str:
+    text = _SPAWN.spawn_function(marked=True)
+    for old, new in SPAWN_REPLACEMENTS:
+        assert text.count(old) == 1, old  # 0024's text is frozen: fail loudly if it moved
+        if bounded:
+            text = text.replace(old, new)
+    return text
+
+
 def _jobs_write(using: str, check: str) -> str:
     return (
         f"ALTER POLICY jobs_write ON jobs USING ({_ROLES.SEES_ALL} OR {using})"
@@ -183,8 +261,37 @@ def upgrade() -> None:
         op.create_check_constraint(name, "jobs", check)
     _CLASSES._audit_function(_audit_function(bounded=True))
 
+    for table in ("jobs", "jobs_archive"):
+        op.add_column(table, sa.Column("spawn_kinds", sa.ARRAY(sa.Text)))
+    op.add_column("hosts", sa.Column("spawn_window_started_at", sa.DateTime(timezone=True)))
+    op.add_column(
+        "hosts", sa.Column("spawned_in_window", sa.Integer, nullable=False, server_default="0")
+    )
+    op.create_table(
+        "fleet_limits",
+        sa.Column("one", sa.Boolean, primary_key=True, server_default=sa.true()),
+        sa.Column(
+            "spawn_per_host_per_minute",
+            sa.Integer,
+            nullable=False,
+            server_default=str(SPAWN_PER_HOST_PER_MINUTE),
+        ),
+        sa.CheckConstraint("one", name="fleet_limits_one_row"),
+        sa.CheckConstraint("spawn_per_host_per_minute >= 1", name="fleet_limits_spawn_positive"),
+        comment=LIMITS_COMMENT,
+    )
+    op.execute(_spawn_function(bounded=True))
+    _ROLES._pin_search_path("spawn_children(text, jsonb)")
+
 
 def downgrade() -> None:
+    op.execute(_spawn_function(bounded=False))
+    _ROLES._pin_search_path("spawn_children(text, jsonb)")
+    op.drop_table("fleet_limits")
+    op.drop_column("hosts", "spawned_in_window")
+    op.drop_column("hosts", "spawn_window_started_at")
+    for table in ("jobs", "jobs_archive"):
+        op.drop_column(table, "spawn_kinds")
     _CLASSES._audit_function(_audit_function(bounded=False))
     for name, _check, _cut in SIZE_CHECKS:
         op.drop_constraint(name, "jobs", type_="check")

@@ -295,3 +295,62 @@ def test_the_migrations_bounds_are_the_constants() -> None:
     windows = migration.CONSUMER_TIME_WINDOWS
     assert windows[("jobs", "not_before")] == C.RETRY_AFTER_LIMIT_S
     assert windows[("jobs", "lingering_until")] == C.LOCK_LINGER_LIMIT_S
+
+
+# ---------------------------------------------------------------- spawns
+
+
+def _spawning(admin: Engine, own: Engine, n: int, kind: str = "noop") -> list[tuple[int, int]]:
+    """n jobs of ``kind`` claimed by OWN: (job, claim) each."""
+    with admin.begin() as conn:
+        ids = store.insert_jobs(conn, [NewJob(kind, {})] * n, default_max_attempts=1).ids
+        store.assign_jobs(conn, [(i, OWN) for i in ids])
+    with own.begin() as conn:
+        return [(j.id, j.claim) for j in store.claim_jobs(conn, OWN, n).jobs]
+
+
+def _children(admin: Engine) -> list[tuple[str, int]]:
+    with admin.connect() as conn:
+        rows = conn.execute(
+            sa.text("SELECT kind, count(*) FROM jobs WHERE parent_id IS NOT NULL GROUP BY kind")
+        )
+        return sorted((r[0], r[1]) for r in rows)
+
+
+def test_a_consumer_spawns_only_its_jobs_kinds_and_small_payloads(
+    admin: Engine, own: Engine
+) -> None:
+    with admin.begin() as conn:
+        conn.execute(sa.text("UPDATE hosts SET capacity = 64"))
+    (job, claim), (other, other_claim) = _spawning(admin, own, 2)
+    entry = {"payload": {}, "needs_browser": False}
+    with own.begin() as conn:
+        store.spawn_children(
+            conn, OWN, [(job, claim, [entry | {"kind": "noop"}, entry | {"kind": "http_get"}])]
+        )
+    assert _children(admin) == [("noop", 1)]  # its own kind only: the other was dropped
+    huge = {"kind": "noop", "payload": {"x": "y" * C.SPAWN_PAYLOAD_MAX_BYTES}}
+    with pytest.raises(sa.exc.DBAPIError, match="payload over"), own.begin() as conn:
+        store.spawn_children(conn, OWN, [(other, other_claim, [huge])])
+
+
+def test_a_consumers_spawn_flood_is_refused_past_the_hosts_rate(admin: Engine, own: Engine) -> None:
+    """The repro: jobs of one host each spawning 1,000 children, one after the other."""
+    with admin.begin() as conn:
+        conn.execute(sa.text("UPDATE hosts SET capacity = 64"))
+        store.save_fleet_limits(conn, spawn_per_host_per_minute=2500)
+    try:
+        flood = [{"kind": "noop", "payload": {"n": n}} for n in range(1000)]
+        refusals = []
+        for job, claim in _spawning(admin, own, 5):
+            try:
+                with own.begin() as conn:
+                    store.spawn_children(conn, OWN, [(job, claim, flood)])
+            except sa.exc.DBAPIError as exc:
+                refusals.append(str(exc.orig).splitlines()[0])
+        assert _children(admin) == [("noop", 2000)]
+        assert len(refusals) == 3
+        assert "over spawn_per_host_per_minute (2500)" in refusals[0]
+    finally:
+        with admin.begin() as conn:
+            conn.execute(sa.text("DELETE FROM fleet_limits"))
