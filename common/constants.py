@@ -80,6 +80,10 @@ ARTIFACTS_MAX_BYTES: Final = 64 * 1024
 # spawn_per_host_per_minute's default: the children one host's role may insert a minute.
 SPAWN_PAYLOAD_MAX_BYTES: Final = 64 * 1024
 SPAWN_PER_HOST_PER_MINUTE: Final = 6000
+# Sessions one consumer host's database role may hold at once (`db grant --connection-limit`):
+# a consumer uses about six (its pool, its listener, its recorder's); a hostile one could
+# otherwise take every connection the server has.
+CONSUMER_CONNECTION_LIMIT: Final = 20
 
 # Profiles (common.browser.profile_names).
 PROFILE_DIR_FREE_WAIT_S: Final = 15.0  # for the last browser on a profile's directory to exit

@@ -54,6 +54,12 @@ hosts = sa.Table(
     sa.Column("spawn_window_started_at", TS),
     sa.Column("spawned_in_window", sa.Integer, nullable=False, server_default="0"),
     sa.CheckConstraint(column_in("state", HOST_STATES), name="hosts_state_valid"),
+    # Migration 0031: the settings' rule for host names (operator_settings.HOST_NAME).
+    sa.CheckConstraint(
+        "char_length(name) <= 253 AND name ~ '^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+        "(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\\.?$'",
+        name="hosts_name_valid",
+    ),
     sa.CheckConstraint("capacity BETWEEN 1 AND 64", name="hosts_capacity_range"),
     sa.CheckConstraint(
         "kinds IS NULL OR (jsonb_typeof(kinds) = 'object' AND pg_column_size(kinds) <= 65536)",

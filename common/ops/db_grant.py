@@ -31,9 +31,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from scrapefleet.common import store
+from scrapefleet.common.constants import CONSUMER_CONNECTION_LIMIT
 from scrapefleet.common.db.engines import OWNER_ROLE_PARAMETER, transaction
 from scrapefleet.common.errors import SettingsError
 from scrapefleet.common.ops.scram import scram_sha256_verifier
+from scrapefleet.common.setting_groups.operator_settings import HOST_NAME
 
 MAX_IDENTIFIER_BYTES = 63  # PostgreSQL's NAMEDATALEN - 1: a longer name is cut, silently
 _PREFIX = re.compile(r"[a-z_][a-z0-9_]*")
@@ -101,7 +103,16 @@ class RoleNames:
     reporting: str
     prefix: str
 
-    def consumer(self, host: str) -> str:
+    def consumer(self, host: str, *, existing: bool = False) -> str:
+        """``existing``: a role to drop, made before host names were checked: any name."""
+        if not existing and not HOST_NAME.fullmatch(host):
+            # The host's name becomes its role's and is its row's (hosts_name_valid refuses
+            # '/', '..', a newline): refused here, before anything is created.
+            shown = host if len(host) <= 80 else f"{host[:80]}..."
+            raise SettingsError(
+                f"--consumer: host name {shown!r}: letters, digits and '-' in labels separated"
+                " by dots, at most 253 characters"
+            )
         return _checked_name(f"{self.prefix}_consumer_{host}", f"consumer role for host {host!r}")
 
 
@@ -199,12 +210,17 @@ def base_plan(names: RoleNames, cluster: Cluster) -> list[str]:
 
 
 def consumer_plan(
-    names: RoleNames, cluster: Cluster, host: str, password_verifier: str | None
+    names: RoleNames,
+    cluster: Cluster,
+    host: str,
+    password_verifier: str | None,
+    connection_limit: int = CONSUMER_CONNECTION_LIMIT,
 ) -> list[str]:
-    """The host's login role and its grants; the password changes only when one is given."""
+    """The host's login role and its grants; the password changes only when one is given.
+    ``connection_limit``: the sessions its role may hold at once."""
     role = names.consumer(host)
     db, schema, who = ident(cluster.database), ident(cluster.schema), ident(role)
-    attributes = "LOGIN NOINHERIT"
+    attributes = f"LOGIN NOINHERIT CONNECTION LIMIT {int(connection_limit)}"
     if password_verifier is not None:
         attributes += f" PASSWORD {literal(password_verifier)}"
     return [
@@ -224,7 +240,7 @@ def consumer_plan(
 
 def drop_consumer_plan(names: RoleNames, cluster: Cluster, host: str) -> list[str]:
     """Remove the host's role: its grants here, then the role itself (if it exists)."""
-    role = names.consumer(host)
+    role = names.consumer(host, existing=True)
     if role not in cluster.existing_roles:
         return []
     return [
@@ -284,7 +300,7 @@ def read_cluster(conn: Connection, names: RoleNames, roles: Iterable[str]) -> Cl
 # command changes one only when given one.
 _STATE_SQL = sa.text(
     "SELECT md5(coalesce(string_agg(item, E'\\n' ORDER BY item), '')) FROM ("
-    " SELECT format('role %s %s %s', rolname, rolcanlogin, rolinherit) AS item"
+    " SELECT format('role %s %s %s %s', rolname, rolcanlogin, rolinherit, rolconnlimit) AS item"
     "   FROM pg_roles WHERE rolname = ANY(:names) OR rolname LIKE :consumers"
     " UNION ALL SELECT format('member %s %s', roleid::regrole, member::regrole)"
     "   FROM pg_auth_members WHERE roleid::regrole::text = ANY(:quoted)"
@@ -333,12 +349,14 @@ class GrantRequest:
     names: RoleNames
     consumers: dict[str, str | None]  # host -> its new password (None: keep the one it has)
     drop_consumers: tuple[str, ...] = ()
+    connection_limit: int = CONSUMER_CONNECTION_LIMIT  # of each consumer role named
 
 
 def apply(engine: Engine, request: GrantRequest) -> GrantResult:
     """Bring the roles and grants up to date in one transaction."""
     names = request.names
-    involved = [names.consumer(h) for h in (*request.consumers, *request.drop_consumers)]
+    involved = [names.consumer(h) for h in request.consumers]
+    involved += [names.consumer(h, existing=True) for h in request.drop_consumers]
     shown: list[str] = []
     with transaction(engine) as conn:
         cluster = read_cluster(conn, names, involved)
@@ -346,7 +364,7 @@ def apply(engine: Engine, request: GrantRequest) -> GrantResult:
         plan = base_plan(names, cluster)
         for host, password in request.consumers.items():
             verifier = scram_sha256_verifier(password) if password is not None else None
-            plan += consumer_plan(names, cluster, host, verifier)
+            plan += consumer_plan(names, cluster, host, verifier, request.connection_limit)
         for host in request.drop_consumers:
             plan += drop_consumer_plan(names, cluster, host)
         for statement in plan:
@@ -358,7 +376,7 @@ def apply(engine: Engine, request: GrantRequest) -> GrantResult:
         for host in request.consumers:
             store.register_db_role(conn, names.consumer(host), "consumer", host)
         for host in request.drop_consumers:
-            store.forget_db_role(conn, names.consumer(host))
+            store.forget_db_role(conn, names.consumer(host, existing=True))
         changed = _state(conn, names, cluster.schema) != before
     passwords_set = any(p is not None for p in request.consumers.values())
     warnings: tuple[str, ...] = ()

@@ -239,6 +239,11 @@ def _spawn_function(bounded: bool) -> str:
     return text
 
 
+# common.setting_groups.operator_settings.HOST_NAME, in PostgreSQL's regular expressions.
+LABEL = "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+HOST_NAME_CHECK = rf"char_length(name) <= 253 AND name ~ '^{LABEL}(\.{LABEL})*\.?$'"
+
+
 def _jobs_write(using: str, check: str) -> str:
     return (
         f"ALTER POLICY jobs_write ON jobs USING ({_ROLES.SEES_ALL} OR {using})"
@@ -283,8 +288,18 @@ def upgrade() -> None:
     op.execute(_spawn_function(bounded=True))
     _ROLES._pin_search_path("spawn_children(text, jsonb)")
 
+    op.execute(
+        f"ALTER TABLE hosts ADD CONSTRAINT hosts_name_valid CHECK ({HOST_NAME_CHECK}) NOT VALID"
+    )
+    op.execute(
+        "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM hosts WHERE NOT"
+        f" ({HOST_NAME_CHECK})) THEN"
+        " EXECUTE 'ALTER TABLE hosts VALIDATE CONSTRAINT hosts_name_valid'; END IF; END $$"
+    )
+
 
 def downgrade() -> None:
+    op.drop_constraint("hosts_name_valid", "hosts", type_="check")
     op.execute(_spawn_function(bounded=False))
     _ROLES._pin_search_path("spawn_children(text, jsonb)")
     op.drop_table("fleet_limits")

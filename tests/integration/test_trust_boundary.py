@@ -354,3 +354,33 @@ def test_a_consumers_spawn_flood_is_refused_past_the_hosts_rate(admin: Engine, o
     finally:
         with admin.begin() as conn:
             conn.execute(sa.text("DELETE FROM fleet_limits"))
+
+
+# ---------------------------------------------------------------- host names, connections
+
+
+@pytest.mark.parametrize("name", ["../../x", "a/b", "h1\nh2", "..", "x" * 300])
+def test_a_host_name_outside_the_rule_is_refused_by_db_grant_and_the_database(
+    fleet: Fleet, admin: Engine, name: str
+) -> None:
+    env = {"SCRAPEFLEET_DATABASE_URL": fleet.admin_url}
+    args = ["db", "grant", "--prefix", fleet.prefix, "--consumer", name, "--quiet"]
+    shown = CliRunner().invoke(cli, args, env=env)
+    assert shown.exit_code == 2, shown.output
+    assert "host name" in shown.output and "Traceback" not in shown.output
+    with admin.connect() as conn:
+        roles = conn.execute(
+            sa.text("SELECT count(*) FROM db_roles WHERE host = :h"), {"h": name}
+        ).scalar_one()
+    assert roles == 0
+    with pytest.raises(sa.exc.DBAPIError, match="hosts_name_valid"), admin.begin() as conn:
+        conn.execute(sa.text("INSERT INTO hosts (name, capacity) VALUES (:n, 1)"), {"n": name})
+
+
+def test_a_consumers_role_has_a_connection_limit(fleet: Fleet, admin: Engine) -> None:
+    with admin.connect() as conn:
+        limit = conn.execute(
+            sa.text("SELECT rolconnlimit FROM pg_roles WHERE rolname = :r"),
+            {"r": fleet.names.consumer(OWN)},
+        ).scalar_one()
+    assert limit == C.CONSUMER_CONNECTION_LIMIT
