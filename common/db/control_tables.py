@@ -156,3 +156,17 @@ fleet_limits = sa.Table(
         "do: `spawn_per_host_per_minute` (children one host's role may insert a minute). One row"
     ),
 )
+
+# The key in the producer's NOTIFY channels' names (fleet_channel): no role but the owner
+# reads it, so no consumer's role can name, and flood, the channels the producer listens on.
+fleet_secrets = sa.Table(
+    "fleet_secrets",
+    metadata,
+    sa.Column("one", sa.Boolean, primary_key=True, server_default=sa.true()),
+    sa.Column("channel_key", sa.Text, nullable=False),
+    sa.CheckConstraint("one", name="fleet_secrets_one_row"),
+    comment=(
+        "The key in the names of the producer's NOTIFY channels (fleet_channel): readable by "
+        "the owner only. One row"
+    ),
+)

@@ -17,7 +17,7 @@ import contextlib
 import logging
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -322,16 +322,33 @@ class Listener:
     faster. ``wait`` returns the payloads received within ``timeout_s`` (possibly none).
     """
 
-    def __init__(self, url: str, channels: list[str], settings: Settings | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        channels: list[str],
+        settings: Settings | None = None,
+        *,
+        resolve: Callable[[psycopg.Connection[Any], list[str]], list[str]] | None = None,
+    ) -> None:
+        """``resolve``: the channels' real names, asked of the database at each connect (the
+        producer's carry a key: common.db.channels.keyed_channels)."""
         # The keepalives matter most here: a LISTEN connection only waits, so without them a
         # silently dead one would wait (and miss every NOTIFY) for the kernel's two hours.
         self._url = libpq_url(with_connection_defaults(url, settings))
         self._channels = channels
+        self._resolve = resolve
         self._conn: psycopg.Connection[Any] | None = None
 
     def _connect(self) -> psycopg.Connection[Any]:
         conn = psycopg.connect(self._url, autocommit=True)
-        for channel in self._channels:
+        channels = self._channels
+        if self._resolve is not None:
+            try:
+                channels = self._resolve(conn, channels)
+            except psycopg.Error:
+                conn.close()
+                raise
+        for channel in channels:
             conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
         return conn
 

@@ -200,6 +200,12 @@ def base_plan(names: RoleNames, cluster: Cluster) -> list[str]:
         f"ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA {schema}"
         f" GRANT SELECT ON TABLES TO {reporting}",
     ]
+    # The key of the producer's channels (migration 0031) is the owner's alone: the grants on
+    # every table above gave it to the producer and reporting roles too.
+    plan.append(
+        "DO $$ BEGIN IF to_regclass('fleet_secrets') IS NOT NULL THEN"
+        f" REVOKE ALL ON fleet_secrets FROM {producer}, {reporting}; END IF; END $$"
+    )
     if cluster.admin_is_superuser:
         functions = ", ".join(ADVISORY_LOCK_FUNCTIONS)
         plan += [

@@ -15,7 +15,6 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from scrapefleet.common.actions.error_classes import ErrorClass
-from scrapefleet.common.constants import CHANNEL_FINISHED
 from scrapefleet.common.store.events import set_audit_message
 from scrapefleet.common.store.profiles import cool_profile_after_block
 from scrapefleet.common.store.records import bounded_error
@@ -43,7 +42,7 @@ WITH ended AS (
   WHERE id = :id AND status = {job.processing} AND claims = :claim AND host = :host
   RETURNING status
 )
-SELECT status, pg_notify(:channel, :host) FROM ended
+SELECT status FROM ended
 """
 )
 
@@ -73,7 +72,6 @@ def release_blocked(
         "max_blocks": max_blocks,
         "error": bounded_error(error or f"Blocked: {reason}"),
         "artifacts": json.dumps(artifacts) if artifacts is not None else None,
-        "channel": CHANNEL_FINISHED,
         "error_class": ErrorClass.BLOCKED.value,
     }
     status = conn.execute(BLOCKED_SQL, params).scalar()

@@ -4,9 +4,42 @@
   consumer's role writes: ``jobs.lingering_until``, ``profiles.cooldown_until`` and
   ``host_events.at`` (an ``'infinity'`` there stopped every producer cycle that read the
   profile, held a lock key fleet-wide for ever, and gave the host page a 500). And a window of
-  now for a consumer's writes (the trigger function ``consumer_times_bounded``): no time it
+  now for a consumer's writes (the trigger functions ``<table>_consumer_times_bounded``): no time it
   writes lies further ahead than its use allows (``CONSUMER_TIME_WINDOWS``). Operators and the
   producer keep writing far times (a job submitted for next month). The error names the column.
+- A consumer's moves of its jobs (the policy ``jobs_write``): it updates only its jobs queued or
+  processing, and leaves them processing, completed or failed on its host, or pending (or
+  failed) handed back. So it can no longer end an attempt rate limited yet keep the job, claim
+  it again and renew the site's pause at will, nor move a finished job back to processing: a
+  pause (``not_before`` on a job it ends ``rate_limited``) is set once per attempt, and the
+  producer still caps it at ``retry_after_max_s``.
+- Sizes. CHECKs on what a job row holds: ``result`` (its JSON text) at most
+  ``RESULT_MAX_BYTES``, ``last_error`` ``LAST_ERROR_MAX_CHARS`` characters, ``artifacts``
+  ``ARTIFACTS_MAX_BYTES``: a host wrote tens of MB, which the producer copied into a webhook
+  delivery and loaded whole, as did `jobs show` and the job page. Rows already over are cut
+  first (a result or artifacts replaced by a note of their size, an error's end kept). The
+  audit trigger keeps at most 1,000 characters of the message a writer sets.
+- Spawns (``spawn_children``). Outside a crawl (whose ``spawn_kinds`` still rule), a child is
+  of its parent's kind or of a kind its parent's action declares (``jobs.spawn_kinds``, set at
+  submit from the registry and passed on to the children); other kinds are dropped, as a
+  crawl's are. A child's payload is at most ``SPAWN_PAYLOAD_MAX_BYTES`` and its dedupe key
+  2,048 characters, else the call is refused. And a consumer's host inserts at most
+  ``fleet_limits.spawn_per_host_per_minute`` children a minute (the producer writes its
+  setting there at start; ``hosts.spawn_window_started_at`` and ``spawned_in_window`` count
+  them): a call past it is refused, inserting nothing (a fake host inserted 44,999 jobs in
+  30 s, ahead of every user's).
+- The producer's channels. PostgreSQL lets every role NOTIFY any channel (NOTIFY has no
+  privilege to revoke), and a consumer's role flooded the producer's wake channel. The
+  producer now LISTENs on channels whose names carry a random key (``fleet_secrets``, no
+  grant to anyone but the owner): ``fleet_channel(base)`` names them, for the producer's
+  role and the owner only. The NOTIFYs come from triggers that run as the owner: a job
+  submitted (``jobs_notify_submitted``), a job leaving processing (``jobs_notify_finished``,
+  new: the consumers' statements no longer NOTIFY), a webhook delivery enqueued. A consumer's
+  role can so wake the producer only by finishing an attempt of its own.
+- ``hosts.name``: the rule of every host name in the settings (``HOST_NAME``: letters, digits
+  and '-' in labels separated by dots, at most 253 characters): no '/', '..' or newline in a
+  name a consumer's role registers (it becomes a role's name, a status file's, a log field).
+  A database that holds such a name already gets the CHECK unvalidated (new rows checked).
 
 Revision ID: 0031
 Revises: 0030
@@ -40,17 +73,18 @@ NOT_NULL_TIMES = {("host_events", "at")}
 # seconds: a retry or a site's Retry-After (common.constants.RETRY_AFTER_LIMIT_S, the most
 # retry_after_max_s and backoff_max_s may be), a timed-out attempt's lock linger
 # (LOCK_LINGER_LIMIT_S), a blocked profile's rest (profile_block_cooldown_s, at most 30 days),
-# and an hour of clock skew for the times that say "now".
+# each with an hour more for clock skew (a retry's time is the consumer's clock's), and that
+# hour for the times that say "now".
 DAY_S = 86400
 SKEW_S = 3600
 CONSUMER_TIME_WINDOWS = {
-    ("jobs", "not_before"): 7 * DAY_S,
-    ("jobs", "lingering_until"): DAY_S,
+    ("jobs", "not_before"): 7 * DAY_S + SKEW_S,
+    ("jobs", "lingering_until"): DAY_S + SKEW_S,
     ("jobs", "queued_at"): SKEW_S,
     ("jobs", "started_at"): SKEW_S,
     ("jobs", "finished_at"): SKEW_S,
     ("jobs", "heartbeat_at"): SKEW_S,
-    ("profiles", "cooldown_until"): 30 * DAY_S,
+    ("profiles", "cooldown_until"): 30 * DAY_S + SKEW_S,
     ("host_events", "at"): SKEW_S,
 }
 TIME_TABLES = ("jobs", "profiles", "host_events")
@@ -244,6 +278,80 @@ LABEL = "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 HOST_NAME_CHECK = rf"char_length(name) <= 253 AND name ~ '^{LABEL}(\.{LABEL})*\.?$'"
 
 
+SECRETS_COMMENT = (
+    "The key in the names of the producer's NOTIFY channels (fleet_channel): readable by the "
+    "owner only. One row"
+)
+# The name of one of the producer's channels: base (common.constants.CHANNEL_*) and the key.
+# Only the definer triggers and fleet_channel call it (no EXECUTE for anyone else).
+CHANNEL_OF_FUNCTION = """
+CREATE FUNCTION fleet_channel_of(p_base text) RETURNS text
+LANGUAGE sql STABLE SECURITY DEFINER AS $$
+    SELECT p_base || '_' || coalesce((SELECT channel_key FROM fleet_secrets), '')
+$$
+"""
+# For the producer's role (and members of the owner): the names to LISTEN on.
+CHANNEL_FUNCTION = """
+CREATE FUNCTION fleet_channel(p_base text) RETURNS text
+LANGUAGE plpgsql STABLE SECURITY DEFINER AS $$
+DECLARE
+    owner_oid oid := (SELECT relowner FROM pg_class WHERE oid = 'jobs'::regclass);
+BEGIN
+    IF NOT (pg_has_role(session_user, owner_oid, 'MEMBER') OR EXISTS (
+        SELECT 1 FROM db_roles r JOIN pg_roles p ON p.rolname = r.role_name
+        WHERE r.duty = 'producer' AND pg_has_role(session_user, p.oid, 'MEMBER')))
+    THEN
+        RAISE EXCEPTION 'role % may not learn the producer''s channels', session_user
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN fleet_channel_of(p_base);
+END
+$$
+"""
+# common.constants.CHANNEL_SUBMITTED, CHANNEL_FINISHED, CHANNEL_WEBHOOKS_DUE
+CHANNEL_SUBMITTED = "scrapefleet_submitted"
+CHANNEL_FINISHED = "scrapefleet_finished"
+CHANNEL_WEBHOOKS_DUE = "scrapefleet_webhooks_due"
+
+
+def _notify_function(name: str, channel: str, payload: str, keyed: bool) -> str:
+    target = f"fleet_channel_of('{channel}')" if keyed else f"'{channel}'"
+    return f"""
+CREATE OR REPLACE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify({target}, {payload});
+    RETURN NULL;
+END
+$$
+"""
+
+
+NOTIFY_TRIGGER_FUNCTIONS = (
+    ("jobs_notify_submitted", CHANNEL_SUBMITTED, "''"),
+    ("webhook_deliveries_notify", CHANNEL_WEBHOOKS_DUE, "''"),
+    ("jobs_notify_finished", CHANNEL_FINISHED, "coalesce(OLD.host, '')"),
+)
+# One NOTIFY per host and transaction (PostgreSQL folds identical ones): a batch of completions
+# wakes the producer once.
+FINISHED_TRIGGER = (
+    "CREATE TRIGGER jobs_notify_finished AFTER UPDATE OF status ON jobs FOR EACH ROW"
+    " WHEN (OLD.status = 'processing' AND NEW.status <> 'processing')"
+    " EXECUTE FUNCTION jobs_notify_finished()"
+)
+
+
+def _keyed_notifies(keyed: bool) -> None:
+    for name, channel, payload in NOTIFY_TRIGGER_FUNCTIONS:
+        if name == "jobs_notify_finished" and not keyed:
+            continue
+        op.execute(_notify_function(name, channel, payload, keyed))
+        if keyed:
+            op.execute(f"ALTER FUNCTION {name}() SECURITY DEFINER")
+            _ROLES._pin_search_path(f"{name}()")
+        else:
+            op.execute(f"ALTER FUNCTION {name}() SECURITY INVOKER RESET search_path")
+
+
 def _jobs_write(using: str, check: str) -> str:
     return (
         f"ALTER POLICY jobs_write ON jobs USING ({_ROLES.SEES_ALL} OR {using})"
@@ -288,6 +396,33 @@ def upgrade() -> None:
     op.execute(_spawn_function(bounded=True))
     _ROLES._pin_search_path("spawn_children(text, jsonb)")
 
+    op.create_table(
+        "fleet_secrets",
+        sa.Column("one", sa.Boolean, primary_key=True, server_default=sa.true()),
+        sa.Column("channel_key", sa.Text, nullable=False),
+        sa.CheckConstraint("one", name="fleet_secrets_one_row"),
+        comment=SECRETS_COMMENT,
+    )
+    # The schema's default privileges granted it to the producer and reporting roles.
+    op.execute(
+        "DO $$ DECLARE r record; BEGIN"
+        " REVOKE ALL ON fleet_secrets FROM PUBLIC;"
+        " FOR r IN SELECT role_name FROM db_roles d JOIN pg_roles p ON p.rolname = d.role_name"
+        " LOOP EXECUTE format('REVOKE ALL ON fleet_secrets FROM %I', r.role_name); END LOOP;"
+        " END $$"
+    )
+    op.execute(
+        "INSERT INTO fleet_secrets (channel_key)"
+        " VALUES (left(replace(gen_random_uuid()::text, '-', ''), 20))"
+    )
+    for function in (CHANNEL_OF_FUNCTION, CHANNEL_FUNCTION):
+        op.execute(function)
+    for function in ("fleet_channel_of(text)", "fleet_channel(text)"):
+        _ROLES._pin_search_path(function)
+    op.execute("REVOKE EXECUTE ON FUNCTION fleet_channel_of(text) FROM PUBLIC")
+    _keyed_notifies(keyed=True)
+    op.execute(FINISHED_TRIGGER)
+
     op.execute(
         f"ALTER TABLE hosts ADD CONSTRAINT hosts_name_valid CHECK ({HOST_NAME_CHECK}) NOT VALID"
     )
@@ -300,6 +435,12 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_constraint("hosts_name_valid", "hosts", type_="check")
+    op.execute("DROP TRIGGER jobs_notify_finished ON jobs")
+    _keyed_notifies(keyed=False)
+    op.execute("DROP FUNCTION jobs_notify_finished()")
+    op.execute("DROP FUNCTION fleet_channel(text)")
+    op.execute("DROP FUNCTION fleet_channel_of(text)")
+    op.drop_table("fleet_secrets")
     op.execute(_spawn_function(bounded=False))
     _ROLES._pin_search_path("spawn_children(text, jsonb)")
     op.drop_table("fleet_limits")

@@ -17,7 +17,14 @@ from sqlalchemy.engine import Engine
 
 from scrapefleet.common import constants as C
 from scrapefleet.common import store
-from scrapefleet.common.constants import LAST_ERROR_MAX_CHARS, PRODUCER_ADVISORY_LOCK_KEY
+from scrapefleet.common.constants import (
+    CHANNEL_FINISHED,
+    CHANNEL_SUBMITTED,
+    LAST_ERROR_MAX_CHARS,
+    PRODUCER_ADVISORY_LOCK_KEY,
+)
+from scrapefleet.common.db.channels import keyed_channels
+from scrapefleet.common.db.engines import Listener
 from scrapefleet.common.ops.cli import cli
 from scrapefleet.common.ops.dashboard.app import create_app
 from scrapefleet.common.settings import load_settings
@@ -26,6 +33,7 @@ from scrapefleet.consumer.runner import Outcome, bounded_result
 from tests.integration import test_db_roles as roles
 from tests.integration.test_db_roles import OTHER, OWN, Fleet, queue, refused
 from tests.integration.test_host_trust import HealthyProbe, producer_role
+from tests.waiting import scaled, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -293,8 +301,9 @@ def test_the_migrations_bounds_are_the_constants() -> None:
     assert migration.LAST_ERROR_MAX_CHARS == C.LAST_ERROR_MAX_CHARS
     assert migration.ARTIFACTS_MAX_BYTES == C.ARTIFACTS_MAX_BYTES
     windows = migration.CONSUMER_TIME_WINDOWS
-    assert windows[("jobs", "not_before")] == C.RETRY_AFTER_LIMIT_S
-    assert windows[("jobs", "lingering_until")] == C.LOCK_LINGER_LIMIT_S
+    skew = migration.SKEW_S
+    assert windows[("jobs", "not_before")] == C.RETRY_AFTER_LIMIT_S + skew
+    assert windows[("jobs", "lingering_until")] == C.LOCK_LINGER_LIMIT_S + skew
 
 
 # ---------------------------------------------------------------- spawns
@@ -384,3 +393,41 @@ def test_a_consumers_role_has_a_connection_limit(fleet: Fleet, admin: Engine) ->
             {"r": fleet.names.consumer(OWN)},
         ).scalar_one()
     assert limit == C.CONSUMER_CONNECTION_LIMIT
+
+
+# ---------------------------------------------------------------- the producer's channels
+
+
+def test_a_consumers_notify_flood_never_reaches_the_producer(
+    fleet: Fleet, admin: Engine, own: Engine
+) -> None:
+    job = _claimed(admin, own)
+    channels = [CHANNEL_FINISHED, CHANNEL_SUBMITTED]
+    producer = Listener(fleet.url(fleet.names.producer), channels, resolve=keyed_channels)
+    heard: list[str] = []
+    try:
+        producer.wait(0)  # connects and LISTENs, as the producer's wake-up does
+        # The consumer's role cannot learn the channels' names, and those it can guess reach
+        # nobody however many it sends.
+        assert "may not learn" in refused(own, f"SELECT fleet_channel('{CHANNEL_FINISHED}')")
+        assert "permission denied" in refused(own, "SELECT channel_key FROM fleet_secrets")
+        with own.connect() as conn:
+            for channel in channels:
+                conn.execute(
+                    sa.text("SELECT pg_notify(:c, g::text) FROM generate_series(1, 5000) g"),
+                    {"c": channel},
+                )
+            conn.commit()
+        # Its real completion does wake the producer (the trigger, as the owner), and
+        # NOTIFYs arrive in commit order: the flood, had it been heard, would come first.
+        with own.begin() as conn:
+            assert store.complete_job(conn, OWN, job, _job_row(admin, job).claims, {})
+
+        def completion_heard() -> bool:
+            heard.extend(producer.wait(0.2))
+            return OWN in heard
+
+        wait_for(completion_heard, scaled(5), "the completion's NOTIFY")
+    finally:
+        producer.close()
+    assert heard == [OWN]
