@@ -10,21 +10,21 @@ host's name.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from typing import Any
 
 import psycopg
 
-from scrapefleet.common.constants import CHANNEL_ASSIGNED
 
-DIGEST_CHARS = 24  # 96 bits: no two hosts of a fleet share a channel
-
-
-def assigned_channel(host: str) -> str:
-    """The channel the producer (and a pinned submit) NOTIFYs when ``host`` got work."""
-    digest = hashlib.sha256(host.encode()).hexdigest()[:DIGEST_CHARS]
-    return f"{CHANNEL_ASSIGNED}_{digest}"
+def host_channels(conn: psycopg.Connection[Any], hosts: Sequence[str]) -> list[str]:
+    """The channel each host's consumer is woken on, as the database names it: a digest of the
+    fleet's key and the host's name (``host_channel``, migration 0031), so that no consumer's
+    role can name, and wake, another host's. A consumer's role learns its own host's only."""
+    names = []
+    for host in hosts:
+        name = conn.execute("SELECT host_channel(%s)", (host,)).fetchone()
+        names.append(str(name[0]) if name is not None else host)
+    return names
 
 
 def keyed_channels(conn: psycopg.Connection[Any], bases: Sequence[str]) -> list[str]:

@@ -13,7 +13,6 @@ from sqlalchemy.engine import Connection
 
 from scrapefleet.common.actions.registry import get_action
 from scrapefleet.common.browser.profile_names import payload_profile_pool
-from scrapefleet.common.db.channels import assigned_channel
 from scrapefleet.common.errors import UnknownAction
 from scrapefleet.common.store.events import set_audit_message
 from scrapefleet.common.store.hosts import require_host
@@ -97,7 +96,7 @@ WHERE id = ANY(CAST(:ids AS bigint[])) AND status = {job.pending}
 RETURNING id
 """
 )
-NOTIFY_HOST_SQL = statement("SELECT pg_notify(:channel, :host)")
+NOTIFY_HOST_SQL = statement("SELECT pg_notify(host_channel(:host), :host)")
 
 
 # A submit this large can turn the planner's picture of the pending jobs upside down (none
@@ -160,7 +159,7 @@ def pin_jobs_to_host(conn: Connection, ids: Sequence[int], host: str) -> list[in
     set_audit_message(conn, f"pinned to host {host} at submit")
     pinned = sorted(conn.execute(PIN_TO_HOST_SQL, {"ids": list(ids), "host": host}).scalars())
     if pinned:
-        conn.execute(NOTIFY_HOST_SQL, {"channel": assigned_channel(host), "host": host})
+        conn.execute(NOTIFY_HOST_SQL, {"host": host})
     return pinned
 
 

@@ -35,7 +35,9 @@
   role and the owner only. The NOTIFYs come from triggers that run as the owner: a job
   submitted (``jobs_notify_submitted``), a job leaving processing (``jobs_notify_finished``,
   new: the consumers' statements no longer NOTIFY), a webhook delivery enqueued. A consumer's
-  role can so wake the producer only by finishing an attempt of its own.
+  role can so wake the producer only by finishing an attempt of its own. Each host's own
+  assignment channel is named from the key too (``host_channel(host)``: a consumer's role
+  learns its own host's only), so no consumer's role can wake another host's consumer.
 - ``hosts.name``: the rule of every host name in the settings (``HOST_NAME``: letters, digits
   and '-' in labels separated by dots, at most 253 characters): no '/', '..' or newline in a
   name a consumer's role registers (it becomes a role's name, a status file's, a log field).
@@ -308,6 +310,27 @@ BEGIN
 END
 $$
 """
+# The channel a host's consumer is woken on (common.constants.CHANNEL_ASSIGNED and a digest of
+# the key and the host's name: an identifier's 63 bytes whatever the name): the producer's role
+# and the owner may ask for any host's, a consumer's role for its own host's only.
+HOST_CHANNEL_FUNCTION = """
+CREATE FUNCTION host_channel(p_host text) RETURNS text
+LANGUAGE plpgsql STABLE SECURITY DEFINER AS $$
+DECLARE
+    own text := db_role_host(session_user);
+BEGIN
+    IF own IS NULL THEN
+        PERFORM fleet_channel('scrapefleet_assigned');  -- the producer's role or the owner
+    ELSIF own IS DISTINCT FROM p_host THEN
+        RAISE EXCEPTION 'role % may learn host %''s channel only', session_user, own
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN 'scrapefleet_assigned_' || left(encode(sha256(convert_to(
+        coalesce((SELECT channel_key FROM fleet_secrets), '') || '/' || p_host, 'UTF8')),
+        'hex'), 24);
+END
+$$
+"""
 # common.constants.CHANNEL_SUBMITTED, CHANNEL_FINISHED, CHANNEL_WEBHOOKS_DUE
 CHANNEL_SUBMITTED = "scrapefleet_submitted"
 CHANNEL_FINISHED = "scrapefleet_finished"
@@ -415,9 +438,9 @@ def upgrade() -> None:
         "INSERT INTO fleet_secrets (channel_key)"
         " VALUES (left(replace(gen_random_uuid()::text, '-', ''), 20))"
     )
-    for function in (CHANNEL_OF_FUNCTION, CHANNEL_FUNCTION):
+    for function in (CHANNEL_OF_FUNCTION, CHANNEL_FUNCTION, HOST_CHANNEL_FUNCTION):
         op.execute(function)
-    for function in ("fleet_channel_of(text)", "fleet_channel(text)"):
+    for function in ("fleet_channel_of(text)", "fleet_channel(text)", "host_channel(text)"):
         _ROLES._pin_search_path(function)
     op.execute("REVOKE EXECUTE ON FUNCTION fleet_channel_of(text) FROM PUBLIC")
     _keyed_notifies(keyed=True)
@@ -438,6 +461,7 @@ def downgrade() -> None:
     op.execute("DROP TRIGGER jobs_notify_finished ON jobs")
     _keyed_notifies(keyed=False)
     op.execute("DROP FUNCTION jobs_notify_finished()")
+    op.execute("DROP FUNCTION host_channel(text)")
     op.execute("DROP FUNCTION fleet_channel(text)")
     op.execute("DROP FUNCTION fleet_channel_of(text)")
     op.drop_table("fleet_secrets")

@@ -431,3 +431,18 @@ def test_a_consumers_notify_flood_never_reaches_the_producer(
     finally:
         producer.close()
     assert heard == [OWN]
+
+
+def test_a_consumer_learns_and_hears_its_own_hosts_channel_only(
+    fleet: Fleet, admin: Engine, own: Engine
+) -> None:
+    assert "may learn host" in refused(own, f"SELECT host_channel('{OTHER}')")
+    with own.connect() as conn:
+        mine = conn.execute(sa.text(f"SELECT host_channel('{OWN}')")).scalar_one()
+    with admin.connect() as conn:
+        names = [
+            conn.execute(sa.text(f"SELECT host_channel('{h}')")).scalar_one()
+            for h in (OWN, OTHER, "x" * 253)
+        ]
+    assert names[0] == mine and len(set(names)) == 3
+    assert all(len(n.encode()) <= 63 and n.isascii() for n in names)
