@@ -66,6 +66,24 @@ WEBHOOK_WAKE_DEBOUNCE_S: Final = 0.02  # batch delivery notifications this long 
 # a release never uses an attempt, but a job that takes every host down must end somewhere.
 MAX_RELEASES_PER_JOB: Final = 5
 RETRY_AFTER_LIMIT_S: Final = 7 * 86400.0  # the most retry_after_max_s may be set to
+# The most a consumer's role may write (migration 0031 refuses a later time): a retry's
+# back-off is at most RETRY_AFTER_LIMIT_S, a timed-out attempt's lock linger at most this.
+LOCK_LINGER_LIMIT_S: Final = 86400.0
+# What a job row holds at most (migration 0031's CHECKs): a result (its JSON text), the last
+# error (a traceback: the store keeps its head and its end) and the artifacts' paths. A host
+# wrote tens of MB, which the producer then copied into a webhook and loaded whole.
+RESULT_MAX_BYTES_LIMIT: Final = 8 * 1024 * 1024  # the most result_max_bytes may be set to
+RESULT_MAX_BYTES: Final = 1024 * 1024  # result_max_bytes' default
+LAST_ERROR_MAX_CHARS: Final = 64 * 1024
+ARTIFACTS_MAX_BYTES: Final = 64 * 1024
+# A spawned child's payload at most (spawn_children refuses a larger one, migration 0031), and
+# spawn_per_host_per_minute's default: the children one host's role may insert a minute.
+SPAWN_PAYLOAD_MAX_BYTES: Final = 64 * 1024
+SPAWN_PER_HOST_PER_MINUTE: Final = 6000
+# Sessions one consumer host's database role may hold at once (`db grant --connection-limit`):
+# a consumer uses about six (its pool, its listener, its recorder's); a hostile one could
+# otherwise take every connection the server has.
+CONSUMER_CONNECTION_LIMIT: Final = 20
 
 # Profiles (common.browser.profile_names).
 PROFILE_DIR_FREE_WAIT_S: Final = 15.0  # for the last browser on a profile's directory to exit

@@ -206,6 +206,7 @@ class Claiming(RunningBase):
             browser_defaults=host_defaults(self.config.settings),
             block_rules=self._block_rules,
             host_starved=self._host_starved,
+            result_max_bytes=self.config.settings.result_max_bytes,
         )
         # Duration by kind and outcome; a retryable failure with attempts left is a retry (the
         # recorder schedules it).

@@ -9,7 +9,7 @@ import logging
 import time
 
 from scrapefleet.common import store
-from scrapefleet.common.db.channels import assigned_channel
+from scrapefleet.common.db.channels import host_channels
 from scrapefleet.common.db.engines import Listener, describe, sqlalchemy_url, transaction
 from scrapefleet.common.db.pooler import listen_url
 from scrapefleet.common.errors import DatabaseUnavailable
@@ -67,8 +67,9 @@ class Heartbeat(RunningBase):
         )
         listener = Listener(
             url.render_as_string(hide_password=False),
-            [assigned_channel(self.host)],
+            [self.host],
             self.settings,
+            resolve=host_channels,  # its channel's name carries the fleet's key
         )
         failures = 0
         try:

@@ -43,6 +43,7 @@ from scrapefleet.common.actions.registry import Action, get_action
 from scrapefleet.common.actions.spawn import Child, Spawned, SpawnError, validate_spawn
 from scrapefleet.common.browser.isolation import Isolation, with_options
 from scrapefleet.common.browser.options import NO_OPTIONS, BrowserOptions
+from scrapefleet.common.constants import RESULT_MAX_BYTES
 from scrapefleet.common.errors import StackError, SubmitError, UnknownAction, timed_out
 from scrapefleet.common.store import ClaimedJob
 from scrapefleet.consumer.browser import (  # noqa: F401  (they register the browser actions)
@@ -172,15 +173,18 @@ def run_job(
     browser_defaults: BrowserOptions = NO_OPTIONS,
     block_rules: BlockRules = NO_RULES,
     host_starved: HostStarved = lambda: None,
+    result_max_bytes: int = RESULT_MAX_BYTES,
 ) -> Outcome:
     """Run ``job`` in the calling thread and return how it ended. Never raises.
     ``block_rules``: how a built-in browser action knows a block page (the host's settings).
     ``host_starved``: why the host is starved of CPU or memory now, else None: a browser
-    action that times out meanwhile is released (the host's fault), not failed."""
+    action that times out meanwhile is released (the host's fault), not failed.
+    ``result_max_bytes``: a larger result fails the job (the database would refuse it)."""
     with blocking_rules(block_rules):
         outcome = _run_job(
             job, lease, driver_factory, capture_failure, browser_defaults, host_starved
         )
+    outcome = bounded_result(job.kind, outcome, result_max_bytes)
     if job.proxy_url is None:
         return outcome
     # Nothing an attempt leaves behind carries its proxy's password.
@@ -188,6 +192,21 @@ def run_job(
         outcome,
         error=scrub(outcome.error, job.proxy_url),
         reason=scrub(outcome.reason, job.proxy_url),
+    )
+
+
+def bounded_result(kind: str, outcome: Outcome, max_bytes: int) -> Outcome:
+    """A completed outcome whose result is over ``max_bytes`` (its JSON) fails, not retried:
+    running it again returns as much."""
+    if outcome.status != "completed" or outcome.result is None:
+        return outcome
+    size = len(json.dumps(outcome.result).encode())
+    if size <= max_bytes:
+        return outcome
+    return Outcome.failed(
+        f"ResultTooLarge: the result of action {kind!r} is {size} bytes, over"
+        f" result_max_bytes ({max_bytes})",
+        retryable=False,
     )
 
 
@@ -340,6 +359,14 @@ def _checked_result(kind: str, returned: Any) -> Outcome:
     if isinstance(returned, Spawned):
         try:
             spawn = validate_spawn(returned.spawn)
+            allowed = {kind, *get_action(kind).spawns}
+            other = sorted({c.kind for c in spawn} - allowed)
+            if other:
+                # The database would drop them (migration 0031): say so instead.
+                raise SpawnError(
+                    f"spawns kind {other[0]!r}, which it does not declare"
+                    f" (register({kind!r}, spawns=[...]))"
+                )
             json.dumps([child.as_json() for child in spawn])
         except SpawnError as exc:
             return Outcome.failed(f"SpawnError: action {kind!r}: {exc}", retryable=False)

@@ -179,6 +179,8 @@ class Producer(ProducerCycle, AssignmentStep):
             with transaction(self._engine) as conn:
                 store.register_producer(conn, self.identity)
                 store.prune_producers(conn, PRODUCER_ROWS_KEEP_S)
+                spawn_limit = self.settings.spawn_per_host_per_minute
+                store.save_fleet_limits(conn, spawn_per_host_per_minute=spawn_limit)
         except Exception as exc:
             log.warning("could not register this producer, its first cycle will: %s", describe(exc))
 

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from scrapefleet.common.constants import CHANNEL_FINISHED, CHANNEL_SUBMITTED
+from scrapefleet.common.db.channels import keyed_channels
 from scrapefleet.common.db.engines import Listener
 from scrapefleet.common.errors import DatabaseUnavailable
 
@@ -50,7 +51,9 @@ class WakeListener:
         channels: Sequence[str] = ASSIGNMENT_CHANNELS,
         name: str = "producer-wake",
     ) -> None:
-        self._listener = Listener(database_url, list(channels))
+        # The names the database gives them, with the fleet's key: no consumer's role can
+        # NOTIFY them (migration 0031).
+        self._listener = Listener(database_url, list(channels), resolve=keyed_channels)
         self._on_wake = on_wake
         self._debounce_s = debounce_s
         self._retry_s = retry_s

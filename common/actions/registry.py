@@ -123,6 +123,10 @@ class Action:
     priority: int | None = None
     rate_key: str | None = None
     proxy_pool: str | None = None  # its jobs lease a proxy of this pool per attempt
+    # The kinds its jobs may spawn besides their own (outside a crawl, which names its own):
+    # its jobs carry them from submit (jobs.spawn_kinds), and the database inserts no child
+    # of another kind (migration 0031).
+    spawns: tuple[str, ...] = ()
 
     def time_limit_s(self, host_default_s: float) -> float:
         """How long one attempt may run on a host whose own limit is ``host_default_s``."""
@@ -261,6 +265,7 @@ def register(
     priority: int | None = None,
     rate_key: str | None = None,
     proxy_pool: str | None = None,
+    spawns: Iterable[str] = (),
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the decorated function as the action ``name`` (see the module's docstring).
     The defaults are checked here, so a bad one stops the import that declares it."""
@@ -292,6 +297,7 @@ def register(
             priority=priority,
             rate_key=rate_key,
             proxy_pool=proxy_pool,
+            spawns=tuple(spawns),
         )
         with _LOCK:
             _REGISTRY[name] = action

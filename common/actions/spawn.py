@@ -4,7 +4,7 @@ An action that wants follow-up jobs returns a ``Spawned`` instead of a plain dic
 
     from scrapefleet.common.actions.spawn import Spawned
 
-    @register("listing")
+    @register("listing", spawns=["item"])  # the kinds besides its own it may spawn
     def listing(params):
         return Spawned(
             result={"items": 20},

@@ -138,3 +138,35 @@ control_changes = sa.Table(
         "resume, limit, unlimit), `before`, `after`, `reason`"
     ),
 )
+
+
+# ---------------------------------------------------------------- migration 0031: fleet limits
+
+# What the producer's settings say consumers' roles may do, where spawn_children reads it (a
+# consumer's role has no grant here): one row, written by the producer at its start.
+fleet_limits = sa.Table(
+    "fleet_limits",
+    metadata,
+    sa.Column("one", sa.Boolean, primary_key=True, server_default=sa.true()),
+    sa.Column("spawn_per_host_per_minute", sa.Integer, nullable=False, server_default="6000"),
+    sa.CheckConstraint("one", name="fleet_limits_one_row"),
+    sa.CheckConstraint("spawn_per_host_per_minute >= 1", name="fleet_limits_spawn_positive"),
+    comment=(
+        "Limits the producer sets from its settings at start for what consumers' roles may "
+        "do: `spawn_per_host_per_minute` (children one host's role may insert a minute). One row"
+    ),
+)
+
+# The key in the producer's NOTIFY channels' names (fleet_channel): no role but the owner
+# reads it, so no consumer's role can name, and flood, the channels the producer listens on.
+fleet_secrets = sa.Table(
+    "fleet_secrets",
+    metadata,
+    sa.Column("one", sa.Boolean, primary_key=True, server_default=sa.true()),
+    sa.Column("channel_key", sa.Text, nullable=False),
+    sa.CheckConstraint("one", name="fleet_secrets_one_row"),
+    comment=(
+        "The key in the names of the producer's NOTIFY channels (fleet_channel): readable by "
+        "the owner only. One row"
+    ),
+)

@@ -17,12 +17,14 @@ import contextlib
 import logging
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
 import psycopg
 import psycopg.sql
+import psycopg.types.datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 
@@ -45,6 +47,35 @@ CONNECT_TIMEOUT_S = 5  # a server that does not answer a connection attempt at a
 # Migrations may rewrite a big table, and wait behind the daemons' transactions for its lock
 # (or behind another `db upgrade`, for the advisory lock in migrations/env.py).
 MIGRATION_SERVER_PARAMS: Mapping[str, int] = {"statement_timeout": 0, "lock_timeout": 0}
+
+# A time Python's datetime cannot hold ('infinity', a year past 9999) is read as the furthest
+# one it can, not raised: one such value in a row (written before the CHECKs of migrations
+# 0017 and 0031, or where they are missing) made every command, page and producer cycle that
+# read the row fail. What shows it shows 9999-12-31 (or 0001-01-01): plainly a bad value.
+FAR_FUTURE = datetime.max.replace(tzinfo=UTC)
+FAR_PAST = datetime.min.replace(tzinfo=UTC)
+
+
+class _BoundedTimestamptzLoader(psycopg.types.datetime.TimestamptzLoader):
+    def load(self, data: Any) -> datetime:
+        try:
+            return super().load(data)
+        except psycopg.DataError:
+            return FAR_PAST if bytes(data).startswith(b"-") else FAR_FUTURE
+
+
+class _BoundedTimestamptzBinaryLoader(psycopg.types.datetime.TimestamptzBinaryLoader):
+    def load(self, data: Any) -> datetime:
+        try:
+            return super().load(data)
+        except psycopg.DataError:
+            return (
+                FAR_PAST if int.from_bytes(bytes(data)[:8], "big", signed=True) < 0 else FAR_FUTURE
+            )
+
+
+psycopg.adapters.register_loader("timestamptz", _BoundedTimestamptzLoader)
+psycopg.adapters.register_loader("timestamptz", _BoundedTimestamptzBinaryLoader)
 
 # `-c name=value`, `-cname=value` and `--name=value`, as the server reads its startup options.
 _OPTION_NAME = re.compile(r"(?:^|\s)(?:-c\s*|--)([A-Za-z_][A-Za-z0-9_.-]*)=")
@@ -291,16 +322,33 @@ class Listener:
     faster. ``wait`` returns the payloads received within ``timeout_s`` (possibly none).
     """
 
-    def __init__(self, url: str, channels: list[str], settings: Settings | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        channels: list[str],
+        settings: Settings | None = None,
+        *,
+        resolve: Callable[[psycopg.Connection[Any], list[str]], list[str]] | None = None,
+    ) -> None:
+        """``resolve``: the channels' real names, asked of the database at each connect (the
+        producer's carry a key: common.db.channels.keyed_channels)."""
         # The keepalives matter most here: a LISTEN connection only waits, so without them a
         # silently dead one would wait (and miss every NOTIFY) for the kernel's two hours.
         self._url = libpq_url(with_connection_defaults(url, settings))
         self._channels = channels
+        self._resolve = resolve
         self._conn: psycopg.Connection[Any] | None = None
 
     def _connect(self) -> psycopg.Connection[Any]:
         conn = psycopg.connect(self._url, autocommit=True)
-        for channel in self._channels:
+        channels = self._channels
+        if self._resolve is not None:
+            try:
+                channels = self._resolve(conn, channels)
+            except psycopg.Error:
+                conn.close()
+                raise
+        for channel in channels:
             conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
         return conn
 

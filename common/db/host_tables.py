@@ -49,7 +49,17 @@ hosts = sa.Table(
     sa.Column("last_seen_at", TS),
     sa.Column("heartbeat_at", TS),
     sa.Column("created_at", TS, nullable=False, server_default=sa.text("now()")),
+    # Migration 0031: the children its consumer's role inserted in the minute since the start
+    # of the window (spawn_children, bounded by fleet_limits.spawn_per_host_per_minute).
+    sa.Column("spawn_window_started_at", TS),
+    sa.Column("spawned_in_window", sa.Integer, nullable=False, server_default="0"),
     sa.CheckConstraint(column_in("state", HOST_STATES), name="hosts_state_valid"),
+    # Migration 0031: the settings' rule for host names (operator_settings.HOST_NAME).
+    sa.CheckConstraint(
+        "char_length(name) <= 253 AND name ~ '^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+        "(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\\.?$'",
+        name="hosts_name_valid",
+    ),
     sa.CheckConstraint("capacity BETWEEN 1 AND 64", name="hosts_capacity_range"),
     sa.CheckConstraint(
         "kinds IS NULL OR (jsonb_typeof(kinds) = 'object' AND pg_column_size(kinds) <= 65536)",
@@ -77,6 +87,7 @@ host_events = sa.Table(
     sa.Column("at", TS, nullable=False, server_default=sa.text("clock_timestamp()")),
     sa.Column("message", sa.Text),
     sa.Column("details", JSONB),
+    sane_time("host_events", "at"),  # migration 0031
     comment="Host state changes, browser-stack restarts (with duration and memory), reboots",
 )
 sa.Index("host_events_host_at_idx", host_events.c.host, host_events.c.at)
@@ -141,6 +152,7 @@ profiles = sa.Table(
     sa.Column("created_at", TS, nullable=False, server_default=sa.text("now()")),
     sa.CheckConstraint("state IN ('ready', 'cooling')", name="profiles_state_valid"),
     sa.CheckConstraint(f"name ~ '{PROFILE_NAME_SQL}'", name="profiles_name_valid"),
+    sane_time("profiles", "cooldown_until"),  # migration 0031
     comment=(
         "One row per persistent browser profile: `name`, `host` (bound to it: its user-data-"
         "dir is there), `state` (`ready`, `cooling`), `cooldown_until` (no job before then), "

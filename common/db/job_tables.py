@@ -11,6 +11,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
+from scrapefleet.common import constants as C
 from scrapefleet.common.actions.error_classes import ERROR_CLASSES
 from scrapefleet.common.db.schema_base import (
     IN_FLIGHT,
@@ -109,14 +110,31 @@ jobs = sa.Table(
         sa.CheckConstraint(f"{c} IS NULL OR {c} ~ '{TRACEPARENT_PATTERN}'", name=f"jobs_{c}_shape")
         for c in ("traceparent", "trace_link")
     ),
+    # Migration 0031: the kinds its action declares it spawns besides its own (registry's
+    # ``spawns``, set at submit, passed on to its children); spawn_children inserts no other.
+    sa.Column("spawn_kinds", sa.ARRAY(sa.Text)),
     sa.CheckConstraint(column_in("status", JOB_STATUSES), name="jobs_status_valid"),
     sa.CheckConstraint(column_in("error_class", ERROR_CLASSES), name="jobs_error_class_valid"),
     sa.CheckConstraint("max_attempts >= 1", name="jobs_max_attempts_positive"),
     sa.CheckConstraint("attempts >= 0", name="jobs_attempts_not_negative"),
     *(sane_time("jobs", c) for c in ("not_before", "queued_at", "started_at", "finished_at")),
     sane_time("jobs", "heartbeat_at"),
+    sane_time("jobs", "lingering_until"),  # migration 0031
     sa.CheckConstraint(
         "artifacts IS NULL OR jsonb_typeof(artifacts) = 'object'", name="jobs_artifacts_object"
+    ),
+    # Migration 0031: what a host writes, bounded (common.constants).
+    sa.CheckConstraint(
+        f"result IS NULL OR octet_length(result::text) <= {C.RESULT_MAX_BYTES_LIMIT}",
+        name="jobs_result_size",
+    ),
+    sa.CheckConstraint(
+        f"last_error IS NULL OR char_length(last_error) <= {C.LAST_ERROR_MAX_CHARS}",
+        name="jobs_last_error_size",
+    ),
+    sa.CheckConstraint(
+        f"artifacts IS NULL OR octet_length(artifacts::text) <= {C.ARTIFACTS_MAX_BYTES}",
+        name="jobs_artifacts_size",
     ),
     comment=(
         "One row per job: status, host, attempts (its own failures), releases (attempts its "

@@ -31,9 +31,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from scrapefleet.common import store
+from scrapefleet.common.constants import CONSUMER_CONNECTION_LIMIT
 from scrapefleet.common.db.engines import OWNER_ROLE_PARAMETER, transaction
 from scrapefleet.common.errors import SettingsError
 from scrapefleet.common.ops.scram import scram_sha256_verifier
+from scrapefleet.common.setting_groups.operator_settings import HOST_NAME
 
 MAX_IDENTIFIER_BYTES = 63  # PostgreSQL's NAMEDATALEN - 1: a longer name is cut, silently
 _PREFIX = re.compile(r"[a-z_][a-z0-9_]*")
@@ -68,6 +70,30 @@ CONSUMER_JOB_COLUMNS = (
 )
 # What a consumer writes in its own host's profiles: the cool-down after a blocked job.
 CONSUMER_PROFILE_COLUMNS = ("state", "cooldown_until", "blocks")
+# PostgreSQL lets every role call these: a consumer's role that took the producer's leader key
+# (common.constants.PRODUCER_ADVISORY_LOCK_KEY, or the live controls' keys) and held its session
+# kept every producer from leading after the next restart. In this database only the producer
+# and the owner (and superusers) may call them. Only the functions' owner, a superuser, can
+# change their grants: run by another admin, `db grant` says it could not.
+ADVISORY_LOCK_FUNCTIONS = (
+    *(
+        f"pg_catalog.{name}({args})"
+        for name in (
+            "pg_advisory_lock",
+            "pg_advisory_lock_shared",
+            "pg_advisory_unlock",
+            "pg_advisory_unlock_shared",
+            "pg_advisory_xact_lock",
+            "pg_advisory_xact_lock_shared",
+            "pg_try_advisory_lock",
+            "pg_try_advisory_lock_shared",
+            "pg_try_advisory_xact_lock",
+            "pg_try_advisory_xact_lock_shared",
+        )
+        for args in ("bigint", "integer, integer")
+    ),
+    "pg_catalog.pg_advisory_unlock_all()",
+)
 
 
 @dataclass(frozen=True)
@@ -77,7 +103,16 @@ class RoleNames:
     reporting: str
     prefix: str
 
-    def consumer(self, host: str) -> str:
+    def consumer(self, host: str, *, existing: bool = False) -> str:
+        """``existing``: a role to drop, made before host names were checked: any name."""
+        if not existing and not HOST_NAME.fullmatch(host):
+            # The host's name becomes its role's and is its row's (hosts_name_valid refuses
+            # '/', '..', a newline): refused here, before anything is created.
+            shown = host if len(host) <= 80 else f"{host[:80]}..."
+            raise SettingsError(
+                f"--consumer: host name {shown!r}: letters, digits and '-' in labels separated"
+                " by dots, at most 253 characters"
+            )
         return _checked_name(f"{self.prefix}_consumer_{host}", f"consumer role for host {host!r}")
 
 
@@ -169,16 +204,33 @@ def base_plan(names: RoleNames, cluster: Cluster) -> list[str]:
         f"ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA {schema}"
         f" GRANT SELECT ON TABLES TO {reporting}",
     ]
+    # The key of the producer's channels (migration 0031) is the owner's alone: the grants on
+    # every table above gave it to the producer and reporting roles too.
+    plan.append(
+        "DO $$ BEGIN IF to_regclass('fleet_secrets') IS NOT NULL THEN"
+        f" REVOKE ALL ON fleet_secrets FROM {producer}, {reporting}; END IF; END $$"
+    )
+    if cluster.admin_is_superuser:
+        functions = ", ".join(ADVISORY_LOCK_FUNCTIONS)
+        plan += [
+            f"REVOKE EXECUTE ON FUNCTION {functions} FROM PUBLIC",
+            f"GRANT EXECUTE ON FUNCTION {functions} TO {owner}, {producer}",
+        ]
     return plan
 
 
 def consumer_plan(
-    names: RoleNames, cluster: Cluster, host: str, password_verifier: str | None
+    names: RoleNames,
+    cluster: Cluster,
+    host: str,
+    password_verifier: str | None,
+    connection_limit: int = CONSUMER_CONNECTION_LIMIT,
 ) -> list[str]:
-    """The host's login role and its grants; the password changes only when one is given."""
+    """The host's login role and its grants; the password changes only when one is given.
+    ``connection_limit``: the sessions its role may hold at once."""
     role = names.consumer(host)
     db, schema, who = ident(cluster.database), ident(cluster.schema), ident(role)
-    attributes = "LOGIN NOINHERIT"
+    attributes = f"LOGIN NOINHERIT CONNECTION LIMIT {int(connection_limit)}"
     if password_verifier is not None:
         attributes += f" PASSWORD {literal(password_verifier)}"
     return [
@@ -198,7 +250,7 @@ def consumer_plan(
 
 def drop_consumer_plan(names: RoleNames, cluster: Cluster, host: str) -> list[str]:
     """Remove the host's role: its grants here, then the role itself (if it exists)."""
-    role = names.consumer(host)
+    role = names.consumer(host, existing=True)
     if role not in cluster.existing_roles:
         return []
     return [
@@ -258,7 +310,7 @@ def read_cluster(conn: Connection, names: RoleNames, roles: Iterable[str]) -> Cl
 # command changes one only when given one.
 _STATE_SQL = sa.text(
     "SELECT md5(coalesce(string_agg(item, E'\\n' ORDER BY item), '')) FROM ("
-    " SELECT format('role %s %s %s', rolname, rolcanlogin, rolinherit) AS item"
+    " SELECT format('role %s %s %s %s', rolname, rolcanlogin, rolinherit, rolconnlimit) AS item"
     "   FROM pg_roles WHERE rolname = ANY(:names) OR rolname LIKE :consumers"
     " UNION ALL SELECT format('member %s %s', roleid::regrole, member::regrole)"
     "   FROM pg_auth_members WHERE roleid::regrole::text = ANY(:quoted)"
@@ -277,6 +329,8 @@ _STATE_SQL = sa.text(
     "     (SELECT oid FROM pg_database WHERE datname = current_database())"
     " UNION ALL SELECT format('schema %s', nspacl) FROM pg_namespace WHERE nspname = :schema"
     " UNION ALL SELECT format('duty %s %s %s', role_name, duty, host) FROM db_roles"
+    " UNION ALL SELECT format('advisory %s %s', p.oid::regprocedure, p.proacl) FROM pg_proc p"
+    "   WHERE p.pronamespace = 'pg_catalog'::regnamespace AND p.proname LIKE 'pg%advisory%'"
     ") AS state"
 )
 
@@ -297,6 +351,7 @@ def _state(conn: Connection, names: RoleNames, schema: str) -> str:
 class GrantResult:
     statements: list[str]  # as run, every password verifier shown as '***'
     changed: bool  # whether the roles, grants or duties differ from before the run
+    warnings: tuple[str, ...] = ()  # what it could not do, one line each
 
 
 @dataclass(frozen=True)
@@ -304,12 +359,14 @@ class GrantRequest:
     names: RoleNames
     consumers: dict[str, str | None]  # host -> its new password (None: keep the one it has)
     drop_consumers: tuple[str, ...] = ()
+    connection_limit: int = CONSUMER_CONNECTION_LIMIT  # of each consumer role named
 
 
 def apply(engine: Engine, request: GrantRequest) -> GrantResult:
     """Bring the roles and grants up to date in one transaction."""
     names = request.names
-    involved = [names.consumer(h) for h in (*request.consumers, *request.drop_consumers)]
+    involved = [names.consumer(h) for h in request.consumers]
+    involved += [names.consumer(h, existing=True) for h in request.drop_consumers]
     shown: list[str] = []
     with transaction(engine) as conn:
         cluster = read_cluster(conn, names, involved)
@@ -317,7 +374,7 @@ def apply(engine: Engine, request: GrantRequest) -> GrantResult:
         plan = base_plan(names, cluster)
         for host, password in request.consumers.items():
             verifier = scram_sha256_verifier(password) if password is not None else None
-            plan += consumer_plan(names, cluster, host, verifier)
+            plan += consumer_plan(names, cluster, host, verifier, request.connection_limit)
         for host in request.drop_consumers:
             plan += drop_consumer_plan(names, cluster, host)
         for statement in plan:
@@ -329,7 +386,13 @@ def apply(engine: Engine, request: GrantRequest) -> GrantResult:
         for host in request.consumers:
             store.register_db_role(conn, names.consumer(host), "consumer", host)
         for host in request.drop_consumers:
-            store.forget_db_role(conn, names.consumer(host))
+            store.forget_db_role(conn, names.consumer(host, existing=True))
         changed = _state(conn, names, cluster.schema) != before
     passwords_set = any(p is not None for p in request.consumers.values())
-    return GrantResult(shown, changed or passwords_set)
+    warnings: tuple[str, ...] = ()
+    if not cluster.admin_is_superuser:
+        warnings = (
+            f"{cluster.admin} is not a superuser: every role may still take advisory locks"
+            " (the producer's leader lock); run db grant as a superuser to take that away",
+        )
+    return GrantResult(shown, changed or passwords_set, warnings)

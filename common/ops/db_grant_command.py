@@ -20,6 +20,7 @@ from typing import Any
 
 import click
 
+from scrapefleet.common.constants import CONSUMER_CONNECTION_LIMIT
 from scrapefleet.common.errors import DatabaseUnavailable, ScrapefleetError, SettingsError
 
 
@@ -57,6 +58,13 @@ def read_password(file: Path | None, env: str | None, prompt_for: str | None) ->
 @click.option("--drop-consumer", "drop", metavar="HOST", multiple=True, help="remove HOST's role")
 @click.option("--password-file", type=click.Path(path_type=Path), help="the consumer's password")
 @click.option("--password-env", metavar="VAR", help="environment variable holding it")
+@click.option(
+    "--connection-limit",
+    type=click.IntRange(1, 10_000),
+    default=CONSUMER_CONNECTION_LIMIT,
+    show_default=True,
+    help="sessions a consumer's role may hold at once",
+)
 @click.option("--quiet", is_flag=True, help="print only the summary")
 @click.pass_obj
 def db_grant(
@@ -70,6 +78,7 @@ def db_grant(
     drop: tuple[str, ...],
     password_file: Path | None,
     password_env: str | None,
+    connection_limit: int,
     quiet: bool,
 ) -> None:
     """Create or update the database roles by duty and their grants (idempotent)."""
@@ -89,7 +98,8 @@ def db_grant(
             raise SettingsError(f"--consumer and --drop-consumer both name {consumer!r}")
         engine = make_engine(url or obj.database_url(), pool_size=1)
         try:
-            result = apply(engine, GrantRequest(names, consumers, tuple(drop)))
+            request = GrantRequest(names, consumers, tuple(drop), connection_limit)
+            result = apply(engine, request)
         finally:
             engine.dispose()
     except ScrapefleetError as exc:
@@ -103,10 +113,12 @@ def db_grant(
     if not quiet:
         for statement in result.statements:
             click.echo(f"{statement};")
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
     summary = "changed" if result.changed else "unchanged"
     summary += f": owner {names.owner}, producer {names.producer}, reporting {names.reporting}"
     if consumer is not None:
         summary += f", consumer {names.consumer(consumer)}"
     if drop:
-        summary += f"; dropped {', '.join(names.consumer(h) for h in drop)}"
+        summary += f"; dropped {', '.join(names.consumer(h, existing=True) for h in drop)}"
     click.echo(summary)

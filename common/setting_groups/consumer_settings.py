@@ -37,6 +37,15 @@ class ConsumerSettings(BaseModel):
         " own timeout_s",
     )
 
+    result_max_bytes: int = Field(
+        default=C.RESULT_MAX_BYTES,
+        ge=1024,
+        le=C.RESULT_MAX_BYTES_LIMIT,
+        description=(
+            "a job whose result (as JSON) is larger fails, not retried, saying so; the "
+            "database refuses any result over 8 MiB"
+        ),
+    )
     # Retries.
     max_attempts: int = Field(
         default=3,
@@ -49,7 +58,12 @@ class ConsumerSettings(BaseModel):
         ge=0,
         description="delay after the 1st failed attempt; doubles, +/-20% jitter",
     )
-    backoff_max_s: float = Field(default=600.0, ge=0, description="longest retry delay")
+    backoff_max_s: float = Field(
+        default=600.0,
+        ge=0,
+        le=C.RETRY_AFTER_LIMIT_S,
+        description="longest retry delay (at most 7 days: the database refuses a later one)",
+    )
     # Error classes (common.actions.error_classes).
     retry_after_max_s: float = Field(
         default=3600.0,

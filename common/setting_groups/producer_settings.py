@@ -11,6 +11,7 @@ from typing import Annotated
 from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import NoDecode
 
+from scrapefleet.common import constants as C
 from scrapefleet.common.jobs.rate_limits import RateLimit, check_rate_key
 
 
@@ -46,6 +47,7 @@ class ProducerSettings(BaseModel):
     lock_linger_s: float = Field(
         default=60.0,
         ge=0,
+        le=C.LOCK_LINGER_LIMIT_S,
         description=(
             "a rescued, stopped or timed-out attempt holds its lock key until its "
             "host confirms it ended, or this long (docs/attempts-and-locks.md)"
@@ -67,6 +69,16 @@ class ProducerSettings(BaseModel):
             "a finished-job or submit NOTIFY waits this long before a wake cycle, "
             "so that a burst costs one; after four of these without a wake, the "
             "next wakes the producer at once"
+        ),
+    )
+    spawn_per_host_per_minute: int = Field(
+        default=C.SPAWN_PER_HOST_PER_MINUTE,
+        ge=1,
+        le=1_000_000,
+        description=(
+            "jobs one consumer host may spawn a minute (children of its completions); the "
+            "database refuses a completion past it. The producer writes it to the database "
+            "at start"
         ),
     )
     # Politeness (common.jobs.rate_limits), enforced fleet-wide by the producer.

@@ -130,6 +130,7 @@ if TYPE_CHECKING:
         LEADER_CYCLE_SQL,
         PRUNE_PRODUCERS_SQL,
         REGISTER_PRODUCER_SQL,
+        SAVE_FLEET_LIMITS_SQL,
         STANDBY_TRY_SQL,
         STOPPED_SQL,
         ProducerIdentity,
@@ -139,6 +140,7 @@ if TYPE_CHECKING:
         record_producer_stopped,
         record_standby_try,
         register_producer,
+        save_fleet_limits,
     )
     from scrapefleet.common.store.hosts import (
         ADD_HOST_SQL,

@@ -12,7 +12,6 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from scrapefleet.common.db.channels import assigned_channel
 from scrapefleet.common.store.controls import NO_HOLDS, Holds
 from scrapefleet.common.store.records import PendingJob
 from scrapefleet.common.store.sql_text import fill, statement
@@ -206,8 +205,8 @@ ORDER BY priority DESC, id LIMIT :limit FOR UPDATE SKIP LOCKED
 )
 
 # The move and the NOTIFY of every host that got work in one statement (one round trip of a
-# wake cycle's few): each host on its channel of its own (common.db.channels), the host's name as
-# the payload, in the order the caller gives its channels. A row not pending any more (taken
+# wake cycle's few): each host on its channel of its own (host_channel, migration 0031), the
+# host's name as the payload, in the order of the hosts. A row not pending any more (taken
 # back by an operator meanwhile) moves nowhere, and a host none of whose rows moved is not
 # told. The NOTIFYs are evaluated after the sort (PostgreSQL evaluates a volatile output
 # column above the ORDER BY), and ``notified`` is joined so that it runs at all.
@@ -220,9 +219,8 @@ WITH assigned AS (
   RETURNING jobs.id, jobs.host
 ), notified AS (
   SELECT count(*) AS hosts FROM (
-    SELECT pg_notify(c.channel, c.host)
-    FROM unnest(CAST(:channels AS text[]), CAST(:channel_hosts AS text[]))
-      WITH ORDINALITY AS c(channel, host, i)
+    SELECT pg_notify(host_channel(c.host), c.host)
+    FROM unnest(CAST(:channel_hosts AS text[])) WITH ORDINALITY AS c(host, i)
     WHERE c.host IN (SELECT host FROM assigned) ORDER BY c.i
   ) AS sent
 )
@@ -288,7 +286,6 @@ def assign_jobs(conn: Connection, assignments: Sequence[tuple[int, str]]) -> lis
         {
             "ids": [a[0] for a in assignments],
             "hosts": [a[1] for a in assignments],
-            "channels": [assigned_channel(h) for h in hosts],
             "channel_hosts": hosts,
         },
     ).all()

@@ -6,7 +6,8 @@ claim of the job and never goes back, so a claim's number is a token no other at
 job ever had: an attempt rescued from a silent host, or timed out, and claimed again (even by
 the same host) can neither finish the job nor keep it alive. ``attempts`` is the job's own
 count of failed attempts, shown to people; it is never an attempt's identity. Outcomes
-NOTIFY the producer, which refills the freed slot at commit. (Releases and requeues, the
+wake the producer (the trigger jobs_notify_finished NOTIFYs on its keyed channel at commit),
+which refills the freed slot. (Releases and requeues, the
 attempts a host hands back, are in releases.)
 """
 
@@ -19,12 +20,11 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from scrapefleet.common.constants import CHANNEL_FINISHED
 from scrapefleet.common.db.executes import Executes
 from scrapefleet.common.errors import NotFound
 from scrapefleet.common.store.crawls import spawn_children
 from scrapefleet.common.store.proxies import LeasedProxy, proxy_for_attempt
-from scrapefleet.common.store.records import Claim, ClaimedJob, Heartbeat
+from scrapefleet.common.store.records import Claim, ClaimedJob, Heartbeat, bounded_error
 from scrapefleet.common.store.sql_text import statement
 
 __all__ = [
@@ -114,11 +114,11 @@ WITH done AS (
   WHERE id = :id AND status = {job.processing} AND claims = :claim AND host = :host
   RETURNING id
 )
-SELECT id, pg_notify(:channel, :host) FROM done
+SELECT id FROM done
 """
 )
-# Many completions in one statement and one NOTIFY; each row still moves only if this host
-# owns that attempt.
+# Many completions in one statement (one NOTIFY: the trigger's are folded); each row still
+# moves only if this host owns that attempt.
 COMPLETE_MANY_SQL = statement(
     """
 WITH done AS (
@@ -130,8 +130,7 @@ WITH done AS (
     AND jobs.host = :host
   RETURNING jobs.id
 )
-SELECT (SELECT array_agg(id) FROM done) AS ids,
-  CASE WHEN EXISTS (SELECT 1 FROM done) THEN pg_notify(:channel, :host) END
+SELECT (SELECT array_agg(id) FROM done) AS ids
 """
 )
 # Retried (the four CASEs' condition) only when the caller gives a time AND attempts are left
@@ -164,7 +163,7 @@ WITH ended AS (
   WHERE id = :id AND status = {job.processing} AND claims = :claim AND host = :host
   RETURNING status
 )
-SELECT status, pg_notify(:channel, :host) FROM ended
+SELECT status FROM ended
 """
 )
 # Only the attempts this host runs now, each by its claim: an attempt given up (rescued, timed
@@ -277,7 +276,6 @@ def complete_job(
         "claim": claim,
         "host": host,
         "result": json.dumps(result),
-        "channel": CHANNEL_FINISHED,
     }
     return conn.execute(COMPLETE_SQL, params).first() is not None
 
@@ -301,7 +299,6 @@ def complete_jobs(
         "claims": [c[1] for c in completions],
         "results": [json.dumps(c[2]) for c in completions],
         "host": host,
-        "channel": CHANNEL_FINISHED,
     }
     return sorted(conn.execute(COMPLETE_MANY_SQL, params).one().ids or [])
 
@@ -328,10 +325,9 @@ def fail_attempt(
         "claim": claim,
         "host": host,
         "retry_at": retry_at,
-        "error": error,
+        "error": bounded_error(error),
         "error_class": error_class,
         "artifacts": json.dumps(artifacts) if artifacts is not None else None,
-        "channel": CHANNEL_FINISHED,
         "still_running": linger_s is not None,
         "linger": linger_s or 0.0,
     }

@@ -16,11 +16,11 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from scrapefleet.common.actions.error_classes import ErrorClass
-from scrapefleet.common.constants import CHANNEL_FINISHED
 from scrapefleet.common.identities.proxy_pools import LeaseOutcome
 from scrapefleet.common.store.events import set_audit_message
 from scrapefleet.common.store.profiles import cool_profile_after_block
 from scrapefleet.common.store.proxies import charge_identity
+from scrapefleet.common.store.records import bounded_error
 from scrapefleet.common.store.sql_text import statement
 
 __all__ = ["BLOCKED_SQL", "release_blocked"]
@@ -45,7 +45,7 @@ WITH ended AS (
   WHERE id = :id AND status = {job.processing} AND claims = :claim AND host = :host
   RETURNING status
 )
-SELECT status, pg_notify(:channel, :host) FROM ended
+SELECT status FROM ended
 """
 )
 
@@ -78,9 +78,8 @@ def release_blocked(
         "claim": claim,
         "host": host,
         "max_blocks": max_blocks,
-        "error": error or f"Blocked: {reason}",
+        "error": bounded_error(error or f"Blocked: {reason}"),
         "artifacts": json.dumps(artifacts) if artifacts is not None else None,
-        "channel": CHANNEL_FINISHED,
         "error_class": ErrorClass.BLOCKED.value,
     }
     status = conn.execute(BLOCKED_SQL, params).scalar()

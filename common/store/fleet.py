@@ -23,6 +23,7 @@ __all__ = [
     "LEADER_CYCLE_SQL",
     "PRUNE_PRODUCERS_SQL",
     "REGISTER_PRODUCER_SQL",
+    "SAVE_FLEET_LIMITS_SQL",
     "STANDBY_TRY_SQL",
     "STOPPED_SQL",
     "ProducerIdentity",
@@ -32,6 +33,7 @@ __all__ = [
     "record_producer_stopped",
     "record_standby_try",
     "register_producer",
+    "save_fleet_limits",
 ]
 
 
@@ -109,6 +111,20 @@ def _params(me: ProducerIdentity, role: ProducerRole) -> dict[str, object]:
         "interval_s": me.interval_s,
         "webhook_secret_set": me.webhook_secret_set,
     }
+
+
+# What consumers' roles may do, as this producer's settings say (migration 0031's
+# fleet_limits, read by spawn_children): the last producer started sets it.
+SAVE_FLEET_LIMITS_SQL = statement(
+    """
+INSERT INTO fleet_limits (one, spawn_per_host_per_minute) VALUES (true, :spawn_per_minute)
+ON CONFLICT (one) DO UPDATE SET spawn_per_host_per_minute = excluded.spawn_per_host_per_minute
+"""
+)
+
+
+def save_fleet_limits(conn: Connection, *, spawn_per_host_per_minute: int) -> None:
+    conn.execute(SAVE_FLEET_LIMITS_SQL, {"spawn_per_minute": spawn_per_host_per_minute})
 
 
 def register_producer(conn: Connection, me: ProducerIdentity) -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from scrapefleet.common.constants import LAST_ERROR_MAX_CHARS
 from scrapefleet.common.errors import SubmitError
 
 __all__ = [
@@ -20,7 +21,23 @@ __all__ = [
     "NewJob",
     "PendingJob",
     "Registration",
+    "bounded_error",
 ]
+
+# Room left under the CHECK for what a statement appends (" (blocked 3 times)").
+_ERROR_ROOM_CHARS = 200
+
+
+def bounded_error(text: str, limit: int = LAST_ERROR_MAX_CHARS - _ERROR_ROOM_CHARS) -> str:
+    """An error as ``jobs.last_error`` holds it (migration 0031's CHECK): a longer one keeps its
+    head (where it began) and its end (the exception's line), and says how much was cut."""
+    if len(text) <= limit:
+        return text
+    keep = limit - 80  # the marker's room
+    head = keep // 4
+    marker = f"\n... {len(text) - keep} characters cut ...\n"
+    return text[:head] + marker + text[len(text) - (keep - head) :]
+
 
 # -- jobs --------------------------------------------------------------------------------------
 

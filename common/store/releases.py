@@ -16,6 +16,7 @@ from sqlalchemy.engine import Connection
 from scrapefleet.common.constants import MAX_RELEASES_PER_JOB
 from scrapefleet.common.settings import setting_default
 from scrapefleet.common.store.events import set_audit_message
+from scrapefleet.common.store.records import bounded_error
 from scrapefleet.common.store.sql_text import statement
 
 __all__ = [
@@ -170,7 +171,7 @@ def release_job(
         "claim": claim,
         "host": host,
         "max_releases": MAX_RELEASES_PER_JOB,
-        "reason": reason,
+        "reason": bounded_error(reason),
         "still_running": linger_s is not None,
         "linger": linger_s or 0.0,
         "by_page": by_page,

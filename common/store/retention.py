@@ -36,20 +36,22 @@ WITH moved AS (
     started_at, finished_at, heartbeat_at, callback_url, needs_browser, last_host,
     profile_pool, profile, parent_id, depth, crawl_id, rate_key, error_class, blocks,
     blocked_on_host, claims, lingering_host, lingering_claim, lingering_until, page_releases,
-    spawned_claim, pinned_host, proxy_pool, proxy_id, proxy_session, traceparent, trace_link
+    spawned_claim, pinned_host, proxy_pool, proxy_id, proxy_session, traceparent, trace_link,
+    spawn_kinds
 )
 INSERT INTO jobs_archive (id, kind, payload, priority, status, host, attempts, max_attempts,
   releases, not_before, last_error, result, artifacts, dedupe_key, lock_key, created_at,
   queued_at, started_at, finished_at, heartbeat_at, callback_url, needs_browser, last_host,
   profile_pool, profile, parent_id, depth, crawl_id, rate_key, error_class, blocks,
   blocked_on_host, claims, lingering_host, lingering_claim, lingering_until, page_releases,
-  spawned_claim, pinned_host, proxy_pool, proxy_id, proxy_session, traceparent, trace_link)
+  spawned_claim, pinned_host, proxy_pool, proxy_id, proxy_session, traceparent, trace_link,
+  spawn_kinds)
 SELECT id, kind, payload, priority, status, host, attempts, max_attempts, releases,
   not_before, last_error, result, artifacts, dedupe_key, lock_key, created_at, queued_at,
   started_at, finished_at, heartbeat_at, callback_url, needs_browser, last_host, profile_pool,
   profile, parent_id, depth, crawl_id, rate_key, error_class, blocks, blocked_on_host, claims,
   lingering_host, lingering_claim, lingering_until, page_releases, spawned_claim, pinned_host,
-  proxy_pool, proxy_id, proxy_session, traceparent, trace_link
+  proxy_pool, proxy_id, proxy_session, traceparent, trace_link, spawn_kinds
 FROM moved
 """
 )

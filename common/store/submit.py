@@ -13,7 +13,6 @@ from sqlalchemy.engine import Connection
 
 from scrapefleet.common.actions.registry import get_action
 from scrapefleet.common.browser.profile_names import payload_profile_pool
-from scrapefleet.common.db.channels import assigned_channel
 from scrapefleet.common.errors import SubmitError, UnknownAction
 from scrapefleet.common.store.events import set_audit_message
 from scrapefleet.common.store.hosts import require_host
@@ -50,6 +49,7 @@ SUBMITTED_COLUMNS = (
     "proxy_session",
     "traceparent",
     "trace_link",
+    "spawn_kinds",
 )
 # The staging table has SUBMITTED_COLUMNS with the types of jobs' columns (a test holds them
 # to common.db.tables, so that it cannot drift from jobs), and the order of submission.
@@ -71,14 +71,15 @@ CREATE TEMP TABLE incoming_jobs (
   proxy_pool TEXT,
   proxy_session TEXT,
   traceparent TEXT,
-  trace_link TEXT
+  trace_link TEXT,
+  spawn_kinds TEXT[]
 ) ON COMMIT DROP
 """
 )
 COPY_STAGING = """
 COPY incoming_jobs (seq, kind, payload, priority, max_attempts, not_before, dedupe_key,
   lock_key, callback_url, needs_browser, profile_pool, rate_key, proxy_pool,
-  proxy_session, traceparent, trace_link)
+  proxy_session, traceparent, trace_link, spawn_kinds)
 FROM STDIN
 """.strip()
 # Rows whose dedupe key an unfinished job holds are skipped (the unique partial index decides:
@@ -87,10 +88,10 @@ INSERT_FROM_STAGING_SQL = statement(
     """
 INSERT INTO jobs (kind, payload, priority, max_attempts, not_before, dedupe_key, lock_key,
   callback_url, needs_browser, profile_pool, rate_key, proxy_pool, proxy_session, traceparent,
-  trace_link)
+  trace_link, spawn_kinds)
 SELECT kind, payload, priority, max_attempts, not_before, dedupe_key, lock_key,
   callback_url, needs_browser, profile_pool, rate_key, proxy_pool, proxy_session, traceparent,
-  trace_link
+  trace_link, spawn_kinds
 FROM incoming_jobs
 ORDER BY seq
 ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND status IN {unfinished}
@@ -108,7 +109,7 @@ WHERE id = ANY(CAST(:ids AS bigint[])) AND status = {job.pending}
 RETURNING id
 """
 )
-NOTIFY_HOST_SQL = statement("SELECT pg_notify(:channel, :host)")
+NOTIFY_HOST_SQL = statement("SELECT pg_notify(host_channel(:host), :host)")
 
 
 # A submit this large can turn the planner's picture of the pending jobs upside down (none
@@ -155,6 +156,7 @@ def insert_jobs(
                     job.proxy_session,
                     job.traceparent or new_traceparent(),  # every job in a trace of its own
                     job.trace_link,
+                    _spawn_kinds(job),
                 )
             )
             if progress and seq % PROGRESS_EVERY_ROWS == PROGRESS_EVERY_ROWS - 1:
@@ -175,7 +177,7 @@ def pin_jobs_to_host(conn: Connection, ids: Sequence[int], host: str) -> list[in
     set_audit_message(conn, f"pinned to host {host} at submit")
     pinned = sorted(conn.execute(PIN_TO_HOST_SQL, {"ids": list(ids), "host": host}).scalars())
     if pinned:
-        conn.execute(NOTIFY_HOST_SQL, {"channel": assigned_channel(host), "host": host})
+        conn.execute(NOTIFY_HOST_SQL, {"host": host})
     return pinned
 
 
@@ -215,6 +217,14 @@ def _refuse_unusable_pools(conn: Connection, jobs: Sequence[NewJob]) -> None:
                 f"job {number}: payload.proxy_pool: pool {job.proxy_pool!r} holds a socks5"
                 " proxy with credentials, which a browser cannot use (an http proxy can)"
             )
+
+
+def _spawn_kinds(job: NewJob) -> list[str] | None:
+    """The kinds its action declares it spawns besides its own (None: none, or unknown)."""
+    try:
+        return list(get_action(job.kind).spawns) or None
+    except UnknownAction:
+        return None
 
 
 def _needs_browser(job: NewJob) -> bool:

@@ -24,7 +24,7 @@
   the caller beyond the job, its claim and one of three words.
 
 Revision ID: 0032
-Revises: 0030
+Revises: 0031
 Create Date: 2026-11-28
 """
 
@@ -32,7 +32,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0032"
-down_revision = "0030"
+down_revision = "0031"
 branch_labels = None
 depends_on = None
 

@@ -20,7 +20,7 @@ import time
 import psycopg
 
 from scrapefleet.common.constants import CHANNEL_FINISHED
-from scrapefleet.common.db.channels import assigned_channel
+from scrapefleet.common.db.channels import host_channels
 from scrapefleet.common.db.engines import libpq_url, make_engine
 from tests.benchmarks.cpu_use import CpuMeter, postgres_processes
 from tests.throwaway_db import throwaway_database
@@ -33,7 +33,8 @@ def server_cpu_per_notify(url: str, listeners: int, notifies: int) -> tuple[floa
     engine = make_engine(url)
     try:
         for index, conn in enumerate(listening):
-            conn.execute(f'LISTEN "{assigned_channel(f"fanout-{index}")}"')
+            (channel,) = host_channels(conn, [f"fanout-{index}"])
+            conn.execute(f'LISTEN "{channel}"')
         meter = CpuMeter({"PostgreSQL": postgres_processes(engine)})
         with psycopg.connect(conninfo, autocommit=True) as sender:
             sender.execute("SELECT pg_notify(%s, 'warm-up')", (CHANNEL_FINISHED,))

@@ -1,5 +1,6 @@
 """A hostile status file of one local host costs that host alone: the producer's real cycle over
-three local hosts, one of whose files is a deeply nested document, a FIFO or a symlink, keeps
+three local hosts, one of whose files is a deeply nested document, a FIFO, a symlink (to a
+document, or to /dev/zero), a 50 MB file or a directory, keeps
 the other two active and assigned, and returns within its round (never waits on the FIFO)."""
 
 from __future__ import annotations
@@ -43,10 +44,29 @@ def _symlink(path: Path) -> str:
     return "is a symbolic link"
 
 
+def _zero_link(path: Path) -> str:
+    path.symlink_to("/dev/zero")  # endless: read without a cap, it would never end
+    return "is a symbolic link"
+
+
+def _huge(path: Path) -> str:
+    with path.open("wb") as out:  # 50 MB: a status is ~450 bytes
+        out.truncate(50 * 1024 * 1024)
+    return "larger than"
+
+
+def _directory(path: Path) -> str:
+    path.mkdir()
+    return "not a regular file (a directory)"
+
+
 POISONS: dict[str, Callable[[Path], str]] = {
     "nested": _nested,
     "fifo": _fifo,
     "symlink": _symlink,
+    "zero_link": _zero_link,
+    "huge": _huge,
+    "directory": _directory,
 }
 
 

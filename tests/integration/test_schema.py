@@ -14,6 +14,7 @@ from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
 from scrapefleet.common.constants import CHANNEL_SUBMITTED, CHANNEL_WEBHOOKS_DUE
+from scrapefleet.common.db.channels import keyed_channels
 from scrapefleet.common.db.engines import Listener, make_engine
 from scrapefleet.common.db.migrate import alembic_config
 from scrapefleet.common.db.tables import metadata
@@ -75,7 +76,7 @@ def test_the_views_and_checks_know_exactly_the_enums_statuses(engine: Engine) ->
 
 
 def test_one_notify_per_insert_statement(engine: Engine, database_url: str) -> None:
-    listener = Listener(database_url, [CHANNEL_SUBMITTED])
+    listener = Listener(database_url, [CHANNEL_SUBMITTED], resolve=keyed_channels)
     try:
         listener.wait(0)  # connects and LISTENs
         with engine.begin() as conn:
@@ -115,7 +116,7 @@ def test_an_enqueued_webhook_notifies_and_nothing_else_does(
             [NewJob("noop", callback_url="http://127.0.0.1:9/hook"), NewJob("noop")],
             default_max_attempts=3,
         ).ids
-    listener = Listener(database_url, [CHANNEL_WEBHOOKS_DUE])
+    listener = Listener(database_url, [CHANNEL_WEBHOOKS_DUE], resolve=keyed_channels)
     finish = sa.text("UPDATE jobs SET status = 'completed', finished_at = now() WHERE id = :id")
     try:
         listener.wait(0)  # connects and LISTENs

@@ -141,20 +141,24 @@ def test_an_attempt_spawns_once_however_often_it_calls(clean: Engine, own: Engin
 
 def test_flipping_a_job_back_spawns_no_second_flood(clean: Engine, own: Engine) -> None:  # noqa: F811
     """The repro: 1,000 children with the completion, then the consumer's role moves its own
-    job back to processing (a new claim) and spawns 1,000 more, then once more through queued
-    and a claim of its own."""
+    job back to processing (a new claim) and spawns 1,000 more, or through queued and a claim
+    of its own."""
     (job,) = queue(clean, OWN)
     flood = [{"kind": "noop", "payload": {"n": n}, "needs_browser": False} for n in range(1000)]
     with own.begin() as conn:
         store.claim_jobs(conn, OWN, 1)
         assert store.complete_jobs(conn, OWN, [(job, 1, {})], {job: flood}) == [job]
+    # Its role can no longer move a finished job at all (migration 0031): no new claim.
     with own.begin() as conn:
+        for back in ("processing", "queued"):
+            flip = sa.text(f"UPDATE jobs SET status = '{back}' WHERE id = :j")
+            assert conn.execute(flip, {"j": job}).rowcount == 0
+        assert store.claim_jobs(conn, OWN, 1).jobs == []
+        assert store.spawn_children(conn, OWN, [(job, 2, flood)]) == {}
+    # The owner's flip (no consumer's role can make it): the mark still refuses a second flood.
+    with clean.begin() as conn:
         conn.execute(sa.text("UPDATE jobs SET status = 'processing' WHERE id = :j"), {"j": job})
     assert "already spawned" in _spawn_refused(own, job, 2, flood)
-    with own.begin() as conn:
-        conn.execute(sa.text("UPDATE jobs SET status = 'queued' WHERE id = :j"), {"j": job})
-        assert [j.claim for j in store.claim_jobs(conn, OWN, 1).jobs] == [3]
-    assert "already spawned" in _spawn_refused(own, job, 3, flood)
     # Nor can its role clear the mark.
     clear = f"UPDATE jobs SET spawned_claim = NULL WHERE id = {job}"
     assert "permission denied" in refused(own, clear)

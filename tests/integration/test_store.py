@@ -15,7 +15,7 @@ from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
 from scrapefleet.common.clock import utcnow
-from scrapefleet.common.db.channels import assigned_channel
+from scrapefleet.common.db.channels import host_channels
 from scrapefleet.common.db.engines import Listener
 from scrapefleet.common.errors import NotFound
 from scrapefleet.common.reads import queries
@@ -392,7 +392,7 @@ def test_an_assignment_wakes_its_own_host_alone(engine: Engine, database_url: st
     none of whose planned jobs moved is not woken."""
     _setup_host(engine)
     _setup_host(engine, "h2")
-    listeners = {h: Listener(database_url, [assigned_channel(h)]) for h in ("h1", "h2")}
+    listeners = {h: Listener(database_url, [h], resolve=host_channels) for h in ("h1", "h2")}
     try:
         for listener in listeners.values():
             listener.wait(0)  # connects and LISTENs

@@ -27,7 +27,8 @@ def test_a_notify_waits_the_debounce_only_while_wakes_follow_each_other() -> Non
 
 def notify(engine: Engine) -> None:
     with engine.begin() as conn:
-        conn.execute(sa.text("SELECT pg_notify(:c, 'test')"), {"c": CHANNEL_FINISHED})
+        channel = conn.execute(sa.text("SELECT fleet_channel(:c)"), {"c": CHANNEL_FINISHED})
+        conn.execute(sa.text("SELECT pg_notify(:c, 'test')"), {"c": channel.scalar_one()})
 
 
 def test_a_lone_notify_wakes_at_once_and_a_burst_right_after_it_wakes_once_more(

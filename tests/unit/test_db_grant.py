@@ -67,7 +67,8 @@ def test_a_consumer_gets_no_grant_on_trust_fields_or_audit_tables() -> None:
     assert 'REVOKE INSERT, UPDATE ON "public".hosts' in plan
     assert 'GRANT SELECT ON "public".hosts TO' in plan and "UPDATE (state, state_reason" not in plan
     kept = consumer_plan(NAMES, _cluster("sf_consumer_web-1"), "web-1", None)
-    assert kept[0] == 'ALTER ROLE "sf_consumer_web-1" LOGIN NOINHERIT'  # password untouched
+    # Its password untouched.
+    assert kept[0] == 'ALTER ROLE "sf_consumer_web-1" LOGIN NOINHERIT CONNECTION LIMIT 20'
 
 
 def test_dropping_a_consumer_that_never_was_drops_nothing() -> None:

@@ -28,7 +28,7 @@ def _job(kind: str, payload: Any = None) -> ClaimedJob:
     )
 
 
-@register("test_spawn_returns")
+@register("test_spawn_returns", spawns=["noop"])
 def _returns(params: Any) -> Spawned:
     return Spawned({"ok": True}, params.model_dump()["spawn"])
 
@@ -106,6 +106,13 @@ def test_a_good_spawn_completes_with_its_children() -> None:
     assert outcome.status == "completed"
     assert outcome.result == {"ok": True}
     assert outcome.spawn == (Child("noop", {}, "a"),)
+
+
+def test_a_kind_the_action_does_not_declare_fails_the_attempt() -> None:
+    entry = _entry(kind="http_get", payload={"url": "http://a.test/"})
+    outcome = run_job(_job("test_spawn_returns", {"spawn": [entry]}))
+    assert outcome.status == "failed" and not outcome.retryable
+    assert "spawns kind 'http_get', which it does not declare" in (outcome.error or "")
 
 
 def test_a_plain_result_with_a_spawn_key_is_data() -> None:
