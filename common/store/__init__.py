@@ -237,6 +237,7 @@ if TYPE_CHECKING:
         NewJob,
         PendingJob,
         Registration,
+        bounded_error,
     )
     from scrapefleet.common.store.releases import (
         RECOVER_SQL,

@@ -50,7 +50,7 @@ def flaky(params: FlakyParams) -> dict[str, Any]:
     return {"ok": True}
 
 
-@register("test_trace_spawner", FlakyParams)
+@register("test_trace_spawner", FlakyParams, spawns=["noop"])
 def spawner(params: FlakyParams) -> Spawned:
     return Spawned({"spawned": 1}, [Child("noop", {})])
 
