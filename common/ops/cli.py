@@ -264,7 +264,8 @@ def hosts_drain(ctx: CliContext, name: str) -> None:
 @click.argument("name")
 @pass_ctx
 def hosts_enable(ctx: CliContext, name: str) -> None:
-    """Let NAME take work again."""
+    """Let NAME take work again (drained or disabled; an offline host is refused: it comes
+    back when its consumer answers the producer's probes)."""
     with one_line_errors(), database.transaction(ctx.client.engine) as conn:
         changed = store.enable_host(conn, name)
     if not changed:
