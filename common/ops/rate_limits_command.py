@@ -28,8 +28,11 @@ def _limit(value: int | None) -> str:
 
 
 def held_by(row: dict[str, Any], now: datetime) -> str:
-    """What holds the key back now, in words: a pause and its time left, a slow-down factor,
-    or its limits being full."""
+    """What holds the key back now, in words: an operator's pause (who, why), a site's pause
+    and its time left, a slow-down factor, or its limits being full."""
+    if row.get("operator_paused"):
+        said = ": ".join(str(x) for x in (row.get("paused_by"), row.get("pause_reason")) if x)
+        return "paused by an operator" + (f" ({said})" if said else "")
     paused = row["paused_until"]  # the view shows only a pause that has not ended
     if paused is not None:
         left = max(1, int((paused - now).total_seconds()))
