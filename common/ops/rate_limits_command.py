@@ -38,9 +38,10 @@ def held_by(row: dict[str, Any], now: datetime) -> str:
         left = max(1, int((paused - now).total_seconds()))
         return f"paused {left} s more (Retry-After)"
     parts = []
-    if row["factor"] < 1:
-        parts.append(f"slowed to {row['factor']:.3g}x after push-back")
     concurrency, per_minute = row["concurrency_limit"], row["per_minute_limit"]
+    # The factor scales limits: a key with none is only ever paused, never slowed.
+    if row["factor"] < 1 and (concurrency is not None or per_minute is not None):
+        parts.append(f"slowed to {row['factor']:.3g}x after push-back")
     if concurrency is not None and row["in_flight"] >= concurrency * row["factor"]:
         parts.append("at its concurrency")
     if per_minute is not None and row["started_last_minute"] >= per_minute * row["factor"]:
