@@ -52,7 +52,7 @@ import importlib.metadata
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -194,6 +194,10 @@ BUILTIN_MODULES = (
 )
 
 
+# The decorated function, returned as it came: a team's own type checker keeps its signature.
+ActionFunc = TypeVar("ActionFunc", bound=Callable[..., Any])
+
+
 def register(
     name: str,
     params_model: type[BaseModel] = FreeParams,
@@ -205,7 +209,7 @@ def register(
     max_attempts: int | None = None,
     priority: int | None = None,
     rate_key: str | None = None,
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+) -> Callable[[ActionFunc], ActionFunc]:
     """Register the decorated function as the action ``name`` (see the module's docstring).
     The defaults are checked here, so a bad one stops the import that declares it."""
     isolation = validate_isolation(isolation)
@@ -221,7 +225,7 @@ def register(
     if rate_key is not None:
         rate_key = check_rate_key(rate_key)
 
-    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+    def decorate(func: ActionFunc) -> ActionFunc:
         action = Action(
             name,
             func,
