@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections import Counter
 from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -107,8 +108,17 @@ def db_upgrade(ctx: CliContext) -> None:
         " for it whenever it hands them back (a canary)"
     ),
 )
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(0, 7 * 86400, min_open=True),
+    help="then wait up to SECONDS for them to finish, and count how they ended (exit 1 if some"
+    " are unfinished by then)",
+)
 @pass_ctx
-def submit(ctx: CliContext, file: Any, fmt: str | None, host: str | None) -> None:
+def submit(
+    ctx: CliContext, file: Any, fmt: str | None, host: str | None, wait_s: float | None
+) -> None:
     """Submit the jobs in FILE (JSON lines or CSV; '-' for stdin) in one transaction.
 
     A bad line stops everything: its number and field are printed, exit 2, nothing inserted.
@@ -128,6 +138,12 @@ def submit(ctx: CliContext, file: Any, fmt: str | None, host: str | None) -> Non
         )
         if host is not None:
             click.echo(f"pinned to host {host}: {' '.join(map(str, result.ids))}")
+        if wait_s is not None:
+            ended = client.wait(result.ids, wait_s, poll_s=0.5)
+            counts = Counter(ended.values())
+            click.echo("; ".join(f"{n} {status}" for status, n in sorted(counts.items())))
+            if unfinished := sum(n for s, n in counts.items() if s not in store.FINISHED):
+                fail(f"{unfinished} job(s) unfinished after {wait_s:g} s", 1)
 
 
 # ---------------------------------------------------------------- status
