@@ -155,13 +155,14 @@ def submit(
 def status(ctx: CliContext, as_json: bool) -> None:
     """The producer (up, or down since when; the pause), jobs per status, load per host.
 
-    Exits 0 when the fleet can make progress, 3 when the producer is down, 4 when work is
-    pending and no host is active."""
+    Exits 0 when the fleet can finish its work, 3 when the producer is down, 4 when work is
+    pending and no host is active (or no active host runs its kind), 5 when an operator holds
+    work (a paused key, kind or crawl, or assignment paused)."""
     with one_line_errors(), database.wrapped_errors(), ctx.read_engine().connect() as conn:
         fleet_status = status_report.read_fleet_status(conn)
     click.echo(fleet_status.json() if as_json else fleet_status.text())
     # Exit codes (status_report.StatusVerdict): 0 healthy, 3 producer down, 4 work pending and
-    # no host active. The output is complete either way.
+    # no host active to run it, 5 work held by an operator. The output is complete either way.
     sys.exit(int(fleet_status.verdict))
 
 

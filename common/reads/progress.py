@@ -22,6 +22,14 @@ from sqlalchemy.engine import Connection
 from scrapefleet.common.store.sql_text import statement
 
 PROGRESS_SQL = statement("SELECT * FROM progress")
+# The view's oldest_pending_age alone, for the producer's metrics: the whole view also weighs
+# what holds work back (migration 0036), which a gauge refreshed every few seconds never needs.
+OLDEST_PENDING_AGE_SQL = statement(
+    """
+SELECT now() - min(created_at) FROM jobs
+WHERE status = {job.pending} AND (not_before IS NULL OR not_before <= now())
+"""
+)
 # The first rows of each outcome view, by the view's name.
 OUTCOME_VIEW_SQL = {
     "host_outcomes": statement("SELECT * FROM host_outcomes LIMIT :n"),
@@ -32,6 +40,12 @@ OUTCOME_VIEW_SQL = {
 
 def read_progress(conn: Connection) -> dict[str, Any]:
     return dict(conn.execute(PROGRESS_SQL).one()._mapping)
+
+
+def oldest_pending_age(conn: Connection) -> timedelta | None:
+    """How long the oldest pending job due now has waited (None: none is)."""
+    value = conn.execute(OLDEST_PENDING_AGE_SQL).scalar_one()
+    return value if isinstance(value, timedelta) else None
 
 
 def read_rows(conn: Connection, view: str, limit: int = 20) -> list[dict[str, Any]]:

@@ -39,13 +39,17 @@ def _fleet(engine: Engine, *, pending: int, kind: str = "prices", key: str = "sh
         store.insert_jobs(conn, [NewJob(kind, rate_key=key)] * pending, default_max_attempts=3)
 
 
-def test_a_per_minute_limit_is_a_floor_under_the_eta(engine: Engine) -> None:
+@pytest.mark.parametrize("named", [True, False], ids=["its own limit", "the default limit"])
+def test_a_per_minute_limit_is_a_floor_under_the_eta(engine: Engine, named: bool) -> None:
     """258 jobs on a key limited to 30 a minute take at least 8.6 minutes, whatever the rate
     of the last 5 minutes says (at 60/min: 4.3 min)."""
     _fleet(engine, pending=258)
     with engine.begin() as conn:
-        limits = {"shop": RateLimit(per_minute=30)}
-        store.save_rate_keys(conn, limits, None, {}, datetime.now(UTC))
+        limit = RateLimit(per_minute=30)
+        if named:
+            store.save_rate_keys(conn, {"shop": limit}, None, {}, datetime.now(UTC))
+        else:
+            store.save_rate_keys(conn, {}, limit, {}, datetime.now(UTC))
         row = read_progress(conn)
     assert row["eta"] >= timedelta(minutes=258 / 30)
     assert row["no_eta_reason"] is None
@@ -56,10 +60,17 @@ def test_a_paused_key_gives_no_eta_but_says_why_and_status_exits_5(
 ) -> None:
     _fleet(engine, pending=40)
     with engine.begin() as conn:
+        store.insert_jobs(conn, [NewJob("other")] * 3, default_max_attempts=3)
+        assert change_control(conn, Scope.KIND, "other", ControlChange.PAUSE, "ann", None)
         assert change_control(conn, Scope.RATE_KEY, "shop", ControlChange.PAUSE, "ann", None)
         row = read_progress(conn)
-    assert row["eta"] is None and row["held"] == 40
-    assert row["no_eta_reason"] == "40 job(s) of rate key 'shop' paused by an operator"
+    assert row["eta"] is None and row["held"] == 43
+    assert row["no_eta_reason"] == (
+        "40 job(s) of rate key 'shop' paused by an operator;"
+        " 3 job(s) of kind 'other' paused by an operator"
+    )
+    with engine.begin() as conn:
+        assert change_control(conn, Scope.KIND, "other", ControlChange.RESUME, "ann", None)
     answer = run_cli(["status"], database_url)
     assert answer.returncode == 5, answer.stdout + answer.stderr
     assert "; ETA " not in answer.stdout
