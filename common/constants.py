@@ -28,6 +28,7 @@ RATE_WINDOW_REFRESH_S: Final = 1.0
 RATE_TIGHT_MAX: Final = 100
 RATE_FACTOR_MIN: Final = 1 / 16  # a key pushed back on is slowed to at most this of its limits
 RATE_FACTOR_RECOVERY: Final = 1.25  # each completion on a slowed key scales its factor back up
+PUSHBACK_LOG_EVERY_S: Final = 60.0  # a key's push-backs are warned of once per this, then summed
 
 
 # Browser stack maintenance (consumer/browser/stack_supervisor.py).

@@ -37,6 +37,11 @@ class HostBusy(ScrapefleetError):
     """A host's row is locked by another session (its consumer may hold it): try again."""
 
 
+class HostOffline(ScrapefleetError):
+    """An operator asked an offline host to take work: only its consumer answering the
+    producer's probes brings it back (nothing changed)."""
+
+
 class StackError(ScrapefleetError):
     """The browser stack (Xvfb, Grid, Chromium) failed; not the job's fault."""
 

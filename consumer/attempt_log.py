@@ -2,7 +2,10 @@
 journal for.
 
     job 42 fetch_page attempt 1 completed in 1.84 s  job=42 kind=fetch_page host=h1 ...
-    job 43 fetch_page attempt 2 retry in 30.02 s  job=43 ... reason="TimeoutError: ..."
+    job 43 fetch_page attempt 2 failed in 30.02 s, to be retried  job=43 ... reason="..."
+
+The time is the attempt's own, never the back-off: "retry in 0.17 s" read as the wait before
+the next try. When the retry is due is the recorder's (DEBUG) line and the job's ``not_before``.
 
 Levels: INFO for what the fleet handles by itself (completed, a retry, a release); WARNING for a
 job failed for good and for a site that blocked us (worth a look). The recorder's own lines about
@@ -40,6 +43,16 @@ def attempt_reason(error: str | None) -> str | None:
     return line if len(line) <= REASON_MAX_CHARS else line[: REASON_MAX_CHARS - 3] + "..."
 
 
+# How each outcome reads before the attempt's duration.
+OUTCOME_WORDS = {
+    "completed": "completed in %.2f s",
+    "retry": "failed in %.2f s, to be retried",
+    "failed": "failed for good in %.2f s",
+    "released": "released in %.2f s",
+    "blocked": "blocked in %.2f s",
+}
+
+
 def attempt_level(outcome: str) -> int:
     return logging.WARNING if outcome in ("failed", "blocked") else logging.INFO
 
@@ -65,11 +78,10 @@ def log_attempt(
     )
     log.log(
         attempt_level(outcome),
-        "job %d %s attempt %d %s in %.2f s",
+        "job %d %s attempt %d " + OUTCOME_WORDS.get(outcome, outcome + " in %.2f s"),
         job.id,
         job.kind,
         job.attempt,
-        outcome,
         duration_s,
         extra=extra,
     )

@@ -305,7 +305,9 @@ def _run_browser_job(
                 killed := renderer_deaths.renderer_killed(driver, began, oom_kills)
             ):
                 # Not the page: it would load fine on a renderer nobody kills.
-                return Outcome.released(f"released: {_first_line(exc)}: {killed}", exc)
+                return Outcome.released(
+                    f"released: {renderer_deaths.killed_line(exc, killed)}", exc
+                )
             if _late_for_the_host(exc) and (why := host_starved()):
                 # A page that did not load in time while the host was starved: the next page
                 # would time out there too. The host's fault, not the page's.

@@ -10,7 +10,7 @@ from sqlalchemy.engine import Engine
 from scrapefleet.common.db.engines import wrapped_errors
 from scrapefleet.common.reads import identity_figures, queries
 from scrapefleet.common.reads.producer_status import read_producer_status
-from scrapefleet.common.reads.progress import read_progress
+from scrapefleet.common.reads.progress import oldest_pending_age
 from scrapefleet.common.runtime.metrics import (
     FleetSnapshot,
     HostFigures,
@@ -34,7 +34,7 @@ def read_fleet_snapshot(engine: Engine) -> FleetSnapshot:
         hosts = queries.hosts(conn)
         maintenance = queries.host_maintenance_counts(conn)
         producer = read_producer_status(conn)
-        oldest = read_progress(conn)["oldest_pending_age"]
+        oldest = oldest_pending_age(conn)
         rate_keys = queries.rate_keys(conn, every_key=False, limit=METRICS_RATE_KEYS)
         schedules = queries.schedule_figures(conn, METRICS_SCHEDULES)
         pools = identity_figures.pool_figures(conn)

@@ -27,6 +27,7 @@ from sqlalchemy.engine import Connection
 from scrapefleet.common import store
 from scrapefleet.common.constants import (
     PENDING_SCAN_FACTOR,
+    PUSHBACK_LOG_EVERY_S,
     RATE_WINDOW_REFRESH_S,
     ROBOTS_TTL_S,
 )
@@ -42,6 +43,7 @@ from scrapefleet.common.settings import Settings
 from scrapefleet.common.store.controls import LiveControl, LiveControls, Scope
 from scrapefleet.common.store.records import PendingJob
 from scrapefleet.producer.planner import Admission
+from scrapefleet.producer.pushback_log import PushBackLog, pushback_line
 from scrapefleet.producer.rate_budget import RateBudget, RateRules
 
 log = logging.getLogger(__name__)
@@ -93,6 +95,7 @@ class RateControl:
         # each such key's last job was placed.
         self.crawl_delays: dict[str, tuple[float, datetime]] = {}
         self._last_placed: dict[str, datetime] = {}
+        self._pushback_log = PushBackLog(PUSHBACK_LOG_EVERY_S)
 
     def lock_pending(
         self,
@@ -185,19 +188,20 @@ class RateControl:
                 self._learn_delay(key, what.crawl_delay_s, now)
             current = self.slowdowns.get(key, NO_SLOWDOWN)
             slowed = next_slowdown(current, what, now, max_pause_s=self.max_pause_s)
-            if what.throttled:
-                log.warning(
-                    "rate key %s pushed back %d time(s): factor %.3g, paused until %s",
-                    key,
-                    what.throttled,
-                    slowed.factor,
-                    slowed.paused_until.isoformat() if slowed.paused_until else "-",
-                )
             self.slowdowns[key] = slowed
+            if what.throttled:
+                self._warn(self._pushback_log.note(key, what.throttled, now))
+        self._warn(self._pushback_log.due(now))
         self.slowdowns = {k: s for k, s in self.slowdowns.items() if not s.is_neutral(now)}
         if self._saved != self.slowdowns:
             store.save_rate_keys(conn, self.rules.keys, self.rules.default, self.slowdowns, now)
             self._saved = dict(self.slowdowns)
+
+    def _warn(self, said: list[tuple[str, int]]) -> None:
+        for key, times in said:
+            limited = self.rules.for_key(key) is not None
+            slowdown = self.slowdowns.get(key, NO_SLOWDOWN)
+            log.warning("%s", pushback_line(key, times, slowdown, limited=limited))
 
     def _learn_delay(self, key: str, delay_s: float, now: datetime) -> None:
         if delay_s <= 0:

@@ -56,7 +56,7 @@ import importlib.metadata
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -253,6 +253,10 @@ BUILTIN_MODULES = (
 )
 
 
+# The decorated function, returned as it came: a team's own type checker keeps its signature.
+ActionFunc = TypeVar("ActionFunc", bound=Callable[..., Any])
+
+
 def register(
     name: str,
     params_model: type[BaseModel] = FreeParams,
@@ -266,7 +270,7 @@ def register(
     rate_key: str | None = None,
     proxy_pool: str | None = None,
     spawns: Iterable[str] = (),
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+) -> Callable[[ActionFunc], ActionFunc]:
     """Register the decorated function as the action ``name`` (see the module's docstring).
     The defaults are checked here, so a bad one stops the import that declares it."""
     isolation = validate_isolation(isolation)
@@ -284,7 +288,7 @@ def register(
     if proxy_pool is not None:
         proxy_pool = validate_pool_name(proxy_pool)
 
-    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+    def decorate(func: ActionFunc) -> ActionFunc:
         action = Action(
             name,
             func,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import sys
+from collections import Counter
 from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -117,9 +118,21 @@ def db_upgrade(ctx: CliContext) -> None:
         " line's own traceparent wins; a malformed one is ignored with a warning"
     ),
 )
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(0, 7 * 86400, min_open=True),
+    help="then wait up to SECONDS for them to finish, and count how they ended (exit 1 if some"
+    " are unfinished by then)",
+)
 @pass_ctx
 def submit(
-    ctx: CliContext, file: Any, fmt: str | None, host: str | None, traceparent: str | None
+    ctx: CliContext,
+    file: Any,
+    fmt: str | None,
+    host: str | None,
+    traceparent: str | None,
+    wait_s: float | None,
 ) -> None:
     """Submit the jobs in FILE (JSON lines or CSV; '-' for stdin) in one transaction.
 
@@ -142,6 +155,12 @@ def submit(
         )
         if host is not None:
             click.echo(f"pinned to host {host}: {' '.join(map(str, result.ids))}")
+        if wait_s is not None:
+            ended = client.wait(result.ids, wait_s, poll_s=0.5)
+            counts = Counter(ended.values())
+            click.echo("; ".join(f"{n} {status}" for status, n in sorted(counts.items())))
+            if unfinished := sum(n for s, n in counts.items() if s not in store.FINISHED):
+                fail(f"{unfinished} job(s) unfinished after {wait_s:g} s", 1)
 
 
 # ---------------------------------------------------------------- status
@@ -153,13 +172,14 @@ def submit(
 def status(ctx: CliContext, as_json: bool) -> None:
     """The producer (up, or down since when; the pause), jobs per status, load per host.
 
-    Exits 0 when the fleet can make progress, 3 when the producer is down, 4 when work is
-    pending and no host is active."""
+    Exits 0 when the fleet can finish its work, 3 when the producer is down, 4 when work is
+    pending and no host is active (or no active host runs its kind), 5 when an operator holds
+    work (a paused key, kind or crawl, or assignment paused)."""
     with one_line_errors(), database.wrapped_errors(), ctx.read_engine().connect() as conn:
         fleet_status = status_report.read_fleet_status(conn)
     click.echo(fleet_status.json() if as_json else fleet_status.text())
     # Exit codes (status_report.StatusVerdict): 0 healthy, 3 producer down, 4 work pending and
-    # no host active. The output is complete either way.
+    # no host active to run it, 5 work held by an operator. The output is complete either way.
     sys.exit(int(fleet_status.verdict))
 
 
@@ -278,7 +298,8 @@ def hosts_drain(ctx: CliContext, name: str) -> None:
 @click.argument("name")
 @pass_ctx
 def hosts_enable(ctx: CliContext, name: str) -> None:
-    """Let NAME take work again."""
+    """Let NAME take work again (drained or disabled; an offline host is refused: it comes
+    back when its consumer answers the producer's probes)."""
     with one_line_errors(), database.transaction(ctx.client.engine) as conn:
         changed = store.enable_host(conn, name)
     if not changed:

@@ -101,11 +101,10 @@ def _apply(
             _reason(reason),
             store.LiveControl(False, *limits),
         )
-    what = f"{scope.replace('_', ' ')} {name}"
+    what = f"{store.scope_words(store.Scope(scope))} {name}"
     if not changed:
-        click.echo(
-            f"error: {what}: nothing changed (already so; `controls list` shows it)", err=True
-        )
+        unchanged = store.unchanged_words(store.ControlChange(change))
+        click.echo(f"error: {what} {unchanged}: nothing changed (`controls list`)", err=True)
         raise SystemExit(1)
     click.echo(f"{what}: {change} applied from the producer's next cycle")
 

@@ -7,7 +7,9 @@ progress line and of the per-status line agree even while jobs move. The verdict
 
     0  the producer is up, and a host is active wherever work is pending
     3  the producer is down (nothing is assigned)
-    4  work is pending and no host is active to take it
+    4  work is pending and no host is active to take it, or no active host runs its kind
+    5  work is held: pending jobs of a key, kind or crawl an operator paused, or assignment
+       paused (the progress line's "no ETA" says which)
 """
 
 from __future__ import annotations
@@ -33,14 +35,28 @@ class StatusVerdict(IntEnum):
     HEALTHY = 0
     PRODUCER_DOWN = 3
     NO_ACTIVE_HOST = 4
+    WORK_HELD = 5
 
 
-def status_verdict(producer_up: bool, remaining: int, hosts: list[dict[str, Any]]) -> StatusVerdict:
-    """Whether the fleet can make progress: a producer assigning, and a host to take the work."""
+def status_verdict(
+    producer_up: bool,
+    remaining: int,
+    hosts: list[dict[str, Any]],
+    *,
+    kinds_waiting: bool = False,
+    held: int = 0,
+    assignment_paused: bool = False,
+) -> StatusVerdict:
+    """Whether the fleet can finish its work: a producer assigning, a host to take each job's
+    kind, nothing an operator holds."""
     if not producer_up:
         return StatusVerdict.PRODUCER_DOWN
     if remaining > 0 and not any(host.get("state") == "active" for host in hosts):
         return StatusVerdict.NO_ACTIVE_HOST
+    if kinds_waiting:
+        return StatusVerdict.NO_ACTIVE_HOST
+    if remaining > 0 and (held > 0 or assignment_paused):
+        return StatusVerdict.WORK_HELD
     return StatusVerdict.HEALTHY
 
 
@@ -77,7 +93,14 @@ class FleetStatus:
 
     @property
     def verdict(self) -> StatusVerdict:
-        return status_verdict(self.producer.up, int(self.progress["remaining"]), self.hosts)
+        return status_verdict(
+            self.producer.up,
+            int(self.progress["remaining"]),
+            self.hosts,
+            kinds_waiting=bool(self.waiting_kinds),
+            held=int(self.progress.get("held") or 0),
+            assignment_paused=self.producer.paused,
+        )
 
     def json(self) -> str:
         return json.dumps(self.document(), default=str, indent=2)

@@ -75,6 +75,9 @@ def jobs_show(ctx: CliContext, job_id: int) -> None:
         )
         waiting = kind_waits.job_wait_reason(conn, row)
     row = masking.mask_job_row(row)  # a proxy password or a cookie is never shown back
+    # The column is the host the job last left (the role policy's), so beside a job on another
+    # host now, "last_host" read as the host before the last one: say what it is.
+    row = {("previous_host" if k == "last_host" else k): v for k, v in row.items()}
     error = row.pop("last_error")
     artifacts = row.pop("artifacts") or {}
     for key, value in row.items():
@@ -248,6 +251,11 @@ def _result_filter_options(func: F) -> F:
     func = click.option(
         "--was-on",
         help="jobs that ran on this host at any attempt, rescued or released ones too",
+    )(func)
+    func = click.option(
+        "--rescued",
+        is_flag=True,
+        help="with --was-on: only the jobs rescued from that host (its consumer went silent)",
     )(func)
     func = click.option("--profile", help="jobs of this browser profile")(func)
     func = click.option("--crawl", type=int, help="the pages of this crawl (its id)")(func)

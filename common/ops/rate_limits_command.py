@@ -28,16 +28,20 @@ def _limit(value: int | None) -> str:
 
 
 def held_by(row: dict[str, Any], now: datetime) -> str:
-    """What holds the key back now, in words: a pause and its time left, a slow-down factor,
-    or its limits being full."""
+    """What holds the key back now, in words: an operator's pause (who, why), a site's pause
+    and its time left, a slow-down factor, or its limits being full."""
+    if row.get("operator_paused"):
+        said = ": ".join(str(x) for x in (row.get("paused_by"), row.get("pause_reason")) if x)
+        return "paused by an operator" + (f" ({said})" if said else "")
     paused = row["paused_until"]  # the view shows only a pause that has not ended
     if paused is not None:
         left = max(1, int((paused - now).total_seconds()))
         return f"paused {left} s more (Retry-After)"
     parts = []
-    if row["factor"] < 1:
-        parts.append(f"slowed to {row['factor']:.3g}x after push-back")
     concurrency, per_minute = row["concurrency_limit"], row["per_minute_limit"]
+    # The factor scales limits: a key with none is only ever paused, never slowed.
+    if row["factor"] < 1 and (concurrency is not None or per_minute is not None):
+        parts.append(f"slowed to {row['factor']:.3g}x after push-back")
     if concurrency is not None and row["in_flight"] >= concurrency * row["factor"]:
         parts.append("at its concurrency")
     if per_minute is not None and row["started_last_minute"] >= per_minute * row["factor"]:

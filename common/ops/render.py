@@ -20,7 +20,8 @@ def render_status(
     for h in hosts:
         lines.append(
             f"{h['host']:<16}{h['state']:<12}{h['running']:>8}{h['queued']:>8}"
-            f"{h['capacity']:>5}{h['completed_last_hour']:>9}  {_browser_cell(h)}"
+            f"{h['capacity']:>5}{h['completed_last_hour']:>9}"
+            f"  {_browser_cell(h, _limit_matters(h, pending_browser))}"
         )
     if not hosts:
         lines.append("(no hosts: `scrapefleet hosts add NAME`, or start a consumer)")
@@ -29,7 +30,7 @@ def render_status(
             retry = h.get("browser_retry_at")
             when = f", next try {retry:%H:%M:%S %Z}" if retry else ""
             lines.append(f"{h['host']}: browser failing: {h.get('browser_reason') or '?'}{when}")
-        elif h.get("browser_limit_reason"):
+        elif h.get("browser_limit_reason") and _limit_matters(h, pending_browser):
             lines.append(f"{h['host']}: {h['browser_limit_reason']}")
     takers = [h for h in hosts if h["state"] == "active" and takes_browser_jobs(h.get("browser"))]
     if pending_browser and not takers:
@@ -39,12 +40,20 @@ def render_status(
     return "\n".join(lines)
 
 
-def _browser_cell(host: dict[str, Any]) -> str:
+def _limit_matters(host: dict[str, Any], pending_browser: int) -> bool:
+    """Whether a host's browser-job limit says anything: its stack runs (or starts), or it is
+    idle while browser jobs wait. An HTTP-only fleet's idle stacks never started a browser,
+    and their starting limit ("taking 2 of 6 browser jobs") was noise there."""
+    state = host.get("browser")
+    return state in ("starting", "ready") or (state == "idle" and pending_browser > 0)
+
+
+def _browser_cell(host: dict[str, Any], limit_matters: bool = True) -> str:
     """The stack's state, with the browser jobs it takes at once when fewer than capacity
     (a host short of CPU or memory: the line under the table says why)."""
     state = host.get("browser") or "-"
     limit = host.get("browser_limit")
-    if limit is not None and limit < host["capacity"] and state != "failing":
+    if limit_matters and limit is not None and limit < host["capacity"] and state != "failing":
         return f"{state} {limit}/{host['capacity']}"
     return state
 

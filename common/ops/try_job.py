@@ -60,7 +60,9 @@ def try_job(job: NewJob, settings: Settings, out_dir: Path) -> TryReport:
     started = time.monotonic()
     if not action.needs_browser:
         outcome = _within(limit_s, lambda: run_job(claimed), on_timeout=_nothing)
-        return TryReport(job.kind, outcome, time.monotonic() - started)
+        report = TryReport(job.kind, outcome, time.monotonic() - started)
+        _save_traceback(report, out_dir)
+        return report
     report = TryReport(job.kind, Outcome.completed({}), 0.0)
     with tempfile.TemporaryDirectory(prefix="scrapefleet-try-") as profile:
         driver = start_local_chrome(settings, Path(profile))
@@ -80,13 +82,23 @@ def try_job(job: NewJob, settings: Settings, out_dir: Path) -> TryReport:
             with contextlib.suppress(Exception):
                 driver.quit()
     report.seconds = time.monotonic() - started
-    if report.outcome.error and report.outcome.status == "failed":
-        path = out_dir / f"{ARTIFACT_STEM}.txt"
-        with contextlib.suppress(OSError):
-            out_dir.mkdir(parents=True, exist_ok=True)
-            path.write_text(report.outcome.error)
-            report.artifacts["traceback"] = str(path)
+    _save_traceback(report, out_dir)
     return report
+
+
+def _save_traceback(report: TryReport, out_dir: Path) -> None:
+    """A failure's traceback in <out>/job.txt, for every action (a plain one has nothing else
+    to save); a folder that cannot be written is said in a note, not raised over the outcome."""
+    if not (report.outcome.error and report.outcome.status == "failed"):
+        return
+    path = out_dir / f"{ARTIFACT_STEM}.txt"
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(report.outcome.error)
+    except OSError as exc:
+        report.notes.append(f"traceback not saved: {exc}")
+        return
+    report.artifacts["traceback"] = str(path)
 
 
 def _nothing() -> None:

@@ -236,24 +236,29 @@ WHERE event IN ('restart', 'state')
 GROUP BY host
 """
 )
-# The rate_limits view, paused first, then the most slowed, then the most pending: every key,
-# or (HELD) only the keys held to something.
+# The rate_limits view, paused first (by an operator, then by a Retry-After), then the most
+# slowed, then the most pending: every key, or (HELD) only the keys held to something. An
+# operator's pause is live_controls' (the view's paused_until is the sites' Retry-After).
 RATE_KEYS_SQL = statement(
     """
-SELECT key, in_flight, started_last_minute, pending, concurrency_limit, per_minute_limit, factor,
-  paused_until
-FROM rate_limits
-ORDER BY paused_until IS NULL, factor, pending DESC, key LIMIT :limit
+SELECT r.key, r.in_flight, r.started_last_minute, r.pending, r.concurrency_limit,
+  r.per_minute_limit, r.factor, r.paused_until, coalesce(c.paused, false) AS operator_paused,
+  c.changed_by AS paused_by, c.reason AS pause_reason
+FROM rate_limits r
+LEFT JOIN live_controls c ON c.scope = 'rate_key' AND c.name = r.key AND c.paused
+ORDER BY c.paused IS NULL, r.paused_until IS NULL, r.factor, r.pending DESC, r.key LIMIT :limit
 """
 )
 RATE_KEYS_HELD_SQL = statement(
     """
-SELECT key, in_flight, started_last_minute, pending, concurrency_limit, per_minute_limit, factor,
-  paused_until
-FROM rate_limits
-WHERE concurrency_limit IS NOT NULL OR per_minute_limit IS NOT NULL
-  OR factor < 1 OR paused_until IS NOT NULL
-ORDER BY paused_until IS NULL, factor, pending DESC, key LIMIT :limit
+SELECT r.key, r.in_flight, r.started_last_minute, r.pending, r.concurrency_limit,
+  r.per_minute_limit, r.factor, r.paused_until, coalesce(c.paused, false) AS operator_paused,
+  c.changed_by AS paused_by, c.reason AS pause_reason
+FROM rate_limits r
+LEFT JOIN live_controls c ON c.scope = 'rate_key' AND c.name = r.key AND c.paused
+WHERE r.concurrency_limit IS NOT NULL OR r.per_minute_limit IS NOT NULL
+  OR r.factor < 1 OR r.paused_until IS NOT NULL OR c.paused
+ORDER BY c.paused IS NULL, r.paused_until IS NULL, r.factor, r.pending DESC, r.key LIMIT :limit
 """
 )
 

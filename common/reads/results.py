@@ -50,8 +50,10 @@ WHERE (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[
   AND (CAST(:error_class AS text) IS NULL OR error_class = :error_class)
   -- Ran there, or was rescued or released from there, at any attempt: job_events keeps the
   -- host of every move, where jobs.host is only the last one.
-  AND (CAST(:was_on AS text) IS NULL OR host = :was_on
-    OR id IN (SELECT job_id FROM job_events WHERE host = :was_on))
+  -- Rescued only: the moves a rescue made (its audit row names the host).
+  AND (CAST(:was_on AS text) IS NULL OR (NOT CAST(:rescued AS boolean) AND host = :was_on)
+    OR id IN (SELECT job_id FROM job_events WHERE host = :was_on AND (NOT CAST(:rescued AS
+      boolean) OR (from_status = 'processing' AND message LIKE 'rescued:%'))))
 """.strip()
 # A listing: newest first, cut at the limit.
 LIST_RESULTS_SQL = statement(
@@ -69,8 +71,10 @@ WHERE (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[
   AND (CAST(:error_class AS text) IS NULL OR error_class = :error_class)
   -- Ran there, or was rescued or released from there, at any attempt: job_events keeps the
   -- host of every move, where jobs.host is only the last one.
-  AND (CAST(:was_on AS text) IS NULL OR host = :was_on
-    OR id IN (SELECT job_id FROM job_events WHERE host = :was_on))
+  -- Rescued only: the moves a rescue made (its audit row names the host).
+  AND (CAST(:was_on AS text) IS NULL OR (NOT CAST(:rescued AS boolean) AND host = :was_on)
+    OR id IN (SELECT job_id FROM job_events WHERE host = :was_on AND (NOT CAST(:rescued AS
+      boolean) OR (from_status = 'processing' AND message LIKE 'rescued:%'))))
 UNION ALL
 SELECT id, kind, status, host, attempts, created_at, started_at, finished_at, payload, result,
   last_error, error_class, profile, crawl_id, depth
@@ -84,8 +88,10 @@ WHERE (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[
   AND (CAST(:error_class AS text) IS NULL OR error_class = :error_class)
   -- Ran there, or was rescued or released from there, at any attempt: job_events keeps the
   -- host of every move, where jobs.host is only the last one.
-  AND (CAST(:was_on AS text) IS NULL OR host = :was_on
-    OR id IN (SELECT job_id FROM job_events WHERE host = :was_on))
+  -- Rescued only: the moves a rescue made (its audit row names the host).
+  AND (CAST(:was_on AS text) IS NULL OR (NOT CAST(:rescued AS boolean) AND host = :was_on)
+    OR id IN (SELECT job_id FROM job_events WHERE host = :was_on AND (NOT CAST(:rescued AS
+      boolean) OR (from_status = 'processing' AND message LIKE 'rescued:%'))))
 ) AS j
 ORDER BY id DESC LIMIT :limit
 """
@@ -106,8 +112,10 @@ WHERE (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[
   AND (CAST(:error_class AS text) IS NULL OR error_class = :error_class)
   -- Ran there, or was rescued or released from there, at any attempt: job_events keeps the
   -- host of every move, where jobs.host is only the last one.
-  AND (CAST(:was_on AS text) IS NULL OR host = :was_on
-    OR id IN (SELECT job_id FROM job_events WHERE host = :was_on))
+  -- Rescued only: the moves a rescue made (its audit row names the host).
+  AND (CAST(:was_on AS text) IS NULL OR (NOT CAST(:rescued AS boolean) AND host = :was_on)
+    OR id IN (SELECT job_id FROM job_events WHERE host = :was_on AND (NOT CAST(:rescued AS
+      boolean) OR (from_status = 'processing' AND message LIKE 'rescued:%'))))
 UNION ALL
 SELECT id, kind, status, host, attempts, created_at, started_at, finished_at, payload, result,
   last_error, error_class, profile, crawl_id, depth
@@ -121,8 +129,10 @@ WHERE (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[
   AND (CAST(:error_class AS text) IS NULL OR error_class = :error_class)
   -- Ran there, or was rescued or released from there, at any attempt: job_events keeps the
   -- host of every move, where jobs.host is only the last one.
-  AND (CAST(:was_on AS text) IS NULL OR host = :was_on
-    OR id IN (SELECT job_id FROM job_events WHERE host = :was_on))
+  -- Rescued only: the moves a rescue made (its audit row names the host).
+  AND (CAST(:was_on AS text) IS NULL OR (NOT CAST(:rescued AS boolean) AND host = :was_on)
+    OR id IN (SELECT job_id FROM job_events WHERE host = :was_on AND (NOT CAST(:rescued AS
+      boolean) OR (from_status = 'processing' AND message LIKE 'rescued:%'))))
 ) AS j
 ORDER BY id
 """
@@ -140,8 +150,10 @@ WHERE (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[
   AND (CAST(:error_class AS text) IS NULL OR error_class = :error_class)
   -- Ran there, or was rescued or released from there, at any attempt: job_events keeps the
   -- host of every move, where jobs.host is only the last one.
-  AND (CAST(:was_on AS text) IS NULL OR host = :was_on
-    OR id IN (SELECT job_id FROM job_events WHERE host = :was_on))
+  -- Rescued only: the moves a rescue made (its audit row names the host).
+  AND (CAST(:was_on AS text) IS NULL OR (NOT CAST(:rescued AS boolean) AND host = :was_on)
+    OR id IN (SELECT job_id FROM job_events WHERE host = :was_on AND (NOT CAST(:rescued AS
+      boolean) OR (from_status = 'processing' AND message LIKE 'rescued:%'))))
 ) + (
 SELECT count(*) FROM jobs_archive
 WHERE (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[])))
@@ -153,8 +165,10 @@ WHERE (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[
   AND (CAST(:error_class AS text) IS NULL OR error_class = :error_class)
   -- Ran there, or was rescued or released from there, at any attempt: job_events keeps the
   -- host of every move, where jobs.host is only the last one.
-  AND (CAST(:was_on AS text) IS NULL OR host = :was_on
-    OR id IN (SELECT job_id FROM job_events WHERE host = :was_on))
+  -- Rescued only: the moves a rescue made (its audit row names the host).
+  AND (CAST(:was_on AS text) IS NULL OR (NOT CAST(:rescued AS boolean) AND host = :was_on)
+    OR id IN (SELECT job_id FROM job_events WHERE host = :was_on AND (NOT CAST(:rescued AS
+      boolean) OR (from_status = 'processing' AND message LIKE 'rescued:%'))))
 )
 """
 )
@@ -185,6 +199,7 @@ class ResultFilter:
     crawl: int | None = None  # the pages of this crawl (its root job's id)
     error_class: str | None = None  # jobs whose last failed attempt had this class
     was_on: str | None = None  # jobs that ran on this host at any attempt (rescued ones too)
+    rescued: bool = False  # with was_on: only the jobs rescued from that host
 
     def __post_init__(self) -> None:
         unknown = [s for s in self.statuses if s not in JOB_STATUSES]
@@ -196,6 +211,8 @@ class ResultFilter:
             )
         if self.limit is not None and self.limit < 1:
             raise SubmitError(f"limit must be at least 1, not {self.limit}")
+        if self.rescued and self.was_on is None:
+            raise SubmitError("--rescued needs --was-on HOST: the host they were rescued from")
         if self.since is not None and self.since.tzinfo is None:
             raise SubmitError("since must carry a time zone (e.g. 2026-11-23T07:00:00+00:00)")
 
@@ -209,6 +226,7 @@ class ResultFilter:
             "crawl": self.crawl,
             "error_class": self.error_class,
             "was_on": self.was_on,
+            "rescued": self.rescued,
         }
 
     def describe(self) -> str:
@@ -221,6 +239,7 @@ class ResultFilter:
             f"crawl {self.crawl}" if self.crawl is not None else "",
             f"error class {self.error_class}" if self.error_class else "",
             f"was on host {self.was_on!r}" if self.was_on else "",
+            "rescued from it" if self.rescued else "",
         ]
         return ", ".join(p for p in parts if p) or "every job"
 

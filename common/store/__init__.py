@@ -113,6 +113,8 @@ if TYPE_CHECKING:
         Scope,
         change_control,
         live_controls,
+        scope_words,
+        unchanged_words,
     )
     from scrapefleet.common.store.crawls import (
         SPAWN_SQL,

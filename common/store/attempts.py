@@ -105,12 +105,14 @@ SELECT counters.jobs_since_restart, counters.jobs_since_boot,
 FROM counters LEFT JOIN claimed ON true
 """
 )
-# Every write of an attempt moves its job only while this host still owns that attempt.
+# Every write of an attempt moves its job only while this host still owns that attempt. A
+# completed job keeps no error: an earlier attempt's ("rescued: ...", "interrupted: ...") read
+# as this one's; job_events keeps each attempt's message.
 COMPLETE_SQL = statement(
     """
 WITH done AS (
   UPDATE jobs SET status = {job.completed}, result = CAST(:result AS jsonb),
-    finished_at = now(), heartbeat_at = now()
+    finished_at = now(), heartbeat_at = now(), last_error = NULL
   WHERE id = :id AND status = {job.processing} AND claims = :claim AND host = :host
   RETURNING id
 )
@@ -123,7 +125,7 @@ COMPLETE_MANY_SQL = statement(
     """
 WITH done AS (
   UPDATE jobs SET status = {job.completed}, result = CAST(d.result AS jsonb),
-    finished_at = now(), heartbeat_at = now()
+    finished_at = now(), heartbeat_at = now(), last_error = NULL
   FROM unnest(CAST(:ids AS bigint[]), CAST(:claims AS int[]),
     CAST(:results AS text[])) AS d(id, claim, result)
   WHERE jobs.id = d.id AND jobs.status = {job.processing} AND jobs.claims = d.claim

@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from scrapefleet.common.errors import NotFound
 from scrapefleet.common.store.sql_text import statement
 
 __all__ = [
@@ -28,6 +29,8 @@ __all__ = [
     "Scope",
     "change_control",
     "live_controls",
+    "scope_words",
+    "unchanged_words",
 ]
 
 NAME_MAX_CHARS = 200  # the table's check
@@ -145,6 +148,22 @@ SELECT pg_advisory_xact_lock(hashtext('live_controls'), hashtext(:key))
 )
 
 # Reads.
+# Whether a key, kind or crawl is known at all: a job has it (or a host runs the kind, or the
+# producer has limits for the key), or the crawl has its row. Asked only when resuming or
+# unlimiting something no control holds, to tell a typo from "not paused".
+EXISTS_SQL = statement(
+    """
+SELECT CASE CAST(:scope AS text)
+  WHEN 'rate_key' THEN EXISTS (SELECT 1 FROM jobs WHERE rate_key = :name)
+    OR EXISTS (SELECT 1 FROM rate_keys WHERE key = :name)
+    OR EXISTS (SELECT 1 FROM jobs_archive WHERE rate_key = :name)
+  WHEN 'kind' THEN EXISTS (SELECT 1 FROM jobs WHERE kind = :name)
+    OR EXISTS (SELECT 1 FROM hosts WHERE jsonb_exists(kinds, :name))
+    OR EXISTS (SELECT 1 FROM jobs_archive WHERE kind = :name)
+  ELSE EXISTS (SELECT 1 FROM crawl_runs WHERE CAST(id AS text) = :name)
+END
+"""
+)
 READ_CONTROLS_SQL = statement(
     """
 SELECT scope, name, paused, concurrency, per_minute FROM live_controls
@@ -184,10 +203,15 @@ def change_control(
     limits: LiveControl | None = None,
 ) -> bool:
     """Apply one change; False (nothing written) when it changes nothing. ``limits`` carries
-    the concurrency and per-minute values of a LIMIT change (the caller validated them)."""
+    the concurrency and per-minute values of a LIMIT change (the caller validated them).
+    NotFound when resuming or unlimiting a key, kind or crawl that does not exist at all (a
+    pause may come before the jobs it is meant for)."""
     params = {"scope": str(scope), "name": name}
     conn.execute(_NEW_ROW_LOCK_SQL, {"key": f"{scope}:{name}"})
     row = conn.execute(LOCK_CONTROL_SQL, params).first()
+    undoing = change in (ControlChange.RESUME, ControlChange.UNLIMIT)
+    if row is None and undoing and not conn.execute(EXISTS_SQL, params).scalar_one():
+        raise NotFound(f"{scope_words(scope)} {name} does not exist: nothing changed")
     before = LiveControl(row.paused, row.concurrency, row.per_minute) if row else LiveControl()
     after = _next(before, change, limits)
     if after == before:
@@ -218,6 +242,21 @@ def change_control(
         },
     )
     return True
+
+
+def scope_words(scope: Scope) -> str:
+    """How a scope reads in a sentence: rate key, kind, crawl."""
+    return str(scope).replace("_", " ")
+
+
+def unchanged_words(change: ControlChange) -> str:
+    """Why a change changed nothing, after the thing's name."""
+    return {
+        ControlChange.PAUSE: "is paused already",
+        ControlChange.RESUME: "is not paused",
+        ControlChange.LIMIT: "has these limits already",
+        ControlChange.UNLIMIT: "has no live limit",
+    }[change]
 
 
 def _json(document: dict[str, Any] | None) -> str | None:

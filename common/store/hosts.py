@@ -12,7 +12,13 @@ from contextlib import contextmanager
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from scrapefleet.common.errors import HostBusy, NotFound, ScrapefleetError, SubmitError
+from scrapefleet.common.errors import (
+    HostBusy,
+    HostOffline,
+    NotFound,
+    ScrapefleetError,
+    SubmitError,
+)
 from scrapefleet.common.store.events import record_host_event
 from scrapefleet.common.store.records import HostSpec, Registration
 from scrapefleet.common.store.releases import requeue_host_queued
@@ -187,9 +193,21 @@ def drain_host(conn: Connection, name: str, reason: str = "drained by operator")
 
 
 def enable_host(conn: Connection, name: str) -> bool:
+    """Let a drained, disabled, restarting or rebooting host take work again; False when it is
+    active already. An offline host is refused (HostOffline): the producer's probes failed or
+    its consumer stopped, and an operator's word would not make it answer; the producer makes
+    it active when a probe succeeds, and its "offline since" stays true meanwhile."""
     lock_host_for_operator(conn, name)
+    row = conn.execute(READ_HOST_STATE_SQL, {"name": name}).one()
+    if row.state == HostState.OFFLINE:
+        why = f" ({row.state_reason})" if row.state_reason else ""
+        raise HostOffline(
+            f"host {name} is offline{why}: it takes work again when its consumer answers the"
+            " producer's probes (start it, or check `hosts`); nothing changed"
+        )
     conn.execute(CLEAR_PROBE_FAILURES_SQL, {"name": name})
-    return set_host_state(conn, name, HostState.ACTIVE, "enabled by operator")
+    enableable = [s for s in HostState if s not in (HostState.ACTIVE, HostState.OFFLINE)]
+    return set_host_state(conn, name, HostState.ACTIVE, "enabled by operator", expected=enableable)
 
 
 def remove_host(conn: Connection, name: str) -> None:

@@ -131,7 +131,11 @@ TRANSITIONS: tuple[Transition, ...] = (
     ),
     Transition(_H.OFFLINE, _H.ACTIVE, _A.PRODUCER, "set_host_state"),  # answers, says active
     *(Transition(s, _H.DRAINING, _A.OPERATOR, "drain_host") for s in _H if s is not _H.DRAINING),
-    *(Transition(s, _H.ACTIVE, _A.OPERATOR, "enable_host") for s in _H if s is not _H.ACTIVE),
+    *(
+        Transition(s, _H.ACTIVE, _A.OPERATOR, "enable_host")  # offline: only a probe answers
+        for s in _H
+        if s not in (_H.ACTIVE, _H.OFFLINE)
+    ),
     *(
         Transition(s, _H.DISABLED, _A.OPERATOR, "set_host_state")
         for s in _H

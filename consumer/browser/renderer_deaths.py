@@ -91,6 +91,16 @@ def killed_from_outside(deaths: list[Death], oom_kills_before: int | None) -> st
     return f"its renderer was killed by {by} (the host's fault, not the page's)"
 
 
+def killed_line(exc: BaseException, killed: str) -> str:
+    """The release's line for a renderer killed from outside: what the action was doing, then
+    that one cause; never the crash's own words ("the page crashed the renderer", "tab
+    crashed"), which blamed the page for what ``killed`` says the host did."""
+    from scrapefleet.consumer.browser.selenium_actions import RendererCrashed  # no import cycle
+
+    what = exc.what if isinstance(exc, RendererCrashed) else ""
+    return f"{what}: {killed}" if what else killed
+
+
 def oom_kill_count(vmstat: Path = VMSTAT) -> int | None:
     """The kernel's count of OOM kills since boot; None where it is not readable."""
     try:

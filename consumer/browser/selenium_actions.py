@@ -85,7 +85,12 @@ class InvalidArgument(ActionError, Permanent):
 
 
 class RendererCrashed(ActionError):
-    pass
+    """chromedriver said the tab crashed; ``what`` is what the action was doing (whose fault
+    it was is decided later: consumer.browser.renderer_deaths)."""
+
+    def __init__(self, message: str, what: str = "") -> None:
+        super().__init__(message)
+        self.what = what
 
 
 class GridUnreachable(StackError):
@@ -125,7 +130,7 @@ def translated_errors(what: str) -> Iterator[None]:
     except WebDriverException as exc:
         message = (exc.msg or str(exc)).lower()
         if any(hint in message for hint in _CRASH_HINTS):
-            raise RendererCrashed(f"{what}: the page crashed the renderer") from exc
+            raise RendererCrashed(f"{what}: the page crashed the renderer", what) from exc
         if any(hint in message for hint in _LOST_SESSION_HINTS):
             raise StackError(f"{what}: browser session lost ({_first_line(exc)})") from exc
         raise ActionError(f"{what}: {_first_line(exc)}") from exc

@@ -17,7 +17,7 @@ Both are bounded by their CHECK on the W3C shape (version 00, lower-case hex): w
 the tracing backend from a row is never anything else. Archived with the job.
 
 Revision ID: 0037
-Revises: 0032
+Revises: 0036
 Create Date: 2026-11-28
 """
 
@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0037"
-down_revision = "0032"
+down_revision = "0036"
 branch_labels = None
 depends_on = None
 

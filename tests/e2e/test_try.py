@@ -95,6 +95,22 @@ def test_a_failing_action_exits_1_with_one_line_naming_why(team_env: dict[str, s
     assert err.count("\n") == 1
 
 
+def test_a_failed_plain_job_saves_its_traceback_in_job_txt(
+    team_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The docs say the traceback is in job.txt: a job without a browser too."""
+    out = tmp_path / "out"
+    code, stdout, _err = _try(
+        ["team_missing", '{"url": "http://127.0.0.1:9/x"}', "--out", str(out)], team_env
+    )
+    assert code == 1
+    saved = out / "job.txt"
+    assert f"traceback: {saved}" in stdout.splitlines()
+    text = saved.read_text()
+    assert text.startswith("Traceback (most recent call last):")
+    assert "Permanent: no product at http://127.0.0.1:9/x" in text
+
+
 def test_an_action_past_its_own_timeout_fails_as_on_a_host(team_env: dict[str, str]) -> None:
     code, _out, err = _try(["team_slow"], team_env)
     assert code == 1

@@ -1,7 +1,7 @@
 """What a real producer and consumer write at INFO over a run of a few hundred jobs: the
 consumer one line per finished attempt (its fields and its reason), the producer a handful of
 lines whatever its cycles. The full 1,000-job count is tests/benchmarks/bench_log_lines.py
-(figures in docs/operations.md)."""
+(figures in docs/how-to/operations.md)."""
 
 from __future__ import annotations
 

@@ -26,7 +26,8 @@ BIN = Path(sys.executable).parent
 README = REPO / "README.md"
 # The README's two commands: tests/e2e/test_demo.py runs the first, CI the second.
 DEMO_COMMAND = (
-    "python3 -m venv .venv && .venv/bin/pip install -e '.[demo]' && .venv/bin/scrapefleet demo"
+    "python3 -m venv .venv && .venv/bin/pip install -e '.[demo]' --config-settings"
+    " editable_mode=strict && .venv/bin/scrapefleet demo"
 )
 TEST_COMMAND = "bash .ci/run"
 

@@ -43,17 +43,18 @@ def test_the_scheduler_librarys_per_run_lines_are_off(output: io.StringIO) -> No
 
 
 @pytest.mark.parametrize(
-    ("status", "retried", "outcome", "level"),
+    ("status", "retried", "outcome", "level", "words"),
     [
-        ("completed", False, "completed", "INFO"),
-        ("failed", True, "retry", "INFO"),
-        ("failed", False, "failed", "WARNING"),
-        ("released", False, "released", "INFO"),
-        ("blocked", False, "blocked", "WARNING"),
+        ("completed", False, "completed", "INFO", "completed in 1.23 s"),
+        # The attempt's duration, never read as the wait before the next try.
+        ("failed", True, "retry", "INFO", "failed in 1.23 s, to be retried"),
+        ("failed", False, "failed", "WARNING", "failed for good in 1.23 s"),
+        ("released", False, "released", "INFO", "released in 1.23 s"),
+        ("blocked", False, "blocked", "WARNING", "blocked in 1.23 s"),
     ],
 )
 def test_one_json_line_per_attempt_with_every_field(
-    output: io.StringIO, status: str, retried: bool, outcome: str, level: str
+    output: io.StringIO, status: str, retried: bool, outcome: str, level: str, words: str
 ) -> None:
     configure_logging("INFO", "json", stream=output)
     log_attempt(JOB, "h1", status, retried, 1.23456)
@@ -68,7 +69,7 @@ def test_one_json_line_per_attempt_with_every_field(
         "outcome": outcome,
     }
     assert document["duration_s"] == 1.235
-    assert document["msg"] == f"job 42 fetch_page attempt 2 {outcome} in 1.23 s"
+    assert document["msg"] == f"job 42 fetch_page attempt 2 {words}"
 
 
 def test_text_lines_carry_the_same_fields(output: io.StringIO) -> None:

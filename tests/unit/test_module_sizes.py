@@ -1,6 +1,7 @@
 """Modules a newcomer can read in one sitting: none of the package's modules (or tools') is over
 MAX_MODULE_LINES lines. The aim is ~400; the limit leaves room for a docstring that says why,
-not for a second job (a module that needs more is two rooms: see docs/architecture.md)."""
+not for a second job (a module that needs more is two rooms: see
+docs/explanation/architecture.md)."""
 
 from __future__ import annotations
 

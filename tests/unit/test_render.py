@@ -43,3 +43,15 @@ def test_a_host_that_cannot_keep_up_says_so_in_one_line_and_in_its_browser_cell(
     assert h1_row.rstrip().endswith("ready 2/6") and h2_row.rstrip().endswith("ready")
     assert f"h1: {why}" in lines
     assert not any(line.startswith("h2:") for line in lines)
+
+
+def test_an_http_only_fleet_says_nothing_of_browser_limits() -> None:
+    """The HTTP-only demo printed "taking 2 of 6 browser jobs" for hosts that never started a
+    browser: the starting limit of an idle stack says nothing while no browser job waits."""
+    why = "taking 2 of 6 browser jobs: starting at one browser job per core (2)"
+    hosts = [_host(h, state, browser_limit=2, browser_limit_reason=why)
+             for h, state in (("h1", "idle"), ("h2", "absent"))]  # fmt: skip
+    text = render_status({"pending": 0}, hosts)
+    assert "taking" not in text and "2/6" not in text
+    waiting = render_status({"pending": 3}, hosts[:1], pending_browser=3)
+    assert f"h1: {why}" in waiting and "idle 2/6" in waiting

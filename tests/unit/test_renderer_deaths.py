@@ -16,6 +16,7 @@ from scrapefleet.consumer.browser.renderer_deaths import (
     debugger_address,
     is_renderer_crash,
     killed_from_outside,
+    killed_line,
     oom_kill_count,
 )
 from scrapefleet.consumer.browser.selenium_actions import RendererCrashed
@@ -65,6 +66,21 @@ def test_the_kernels_oom_kill_count(tmp_path: Path) -> None:
     vmstat.write_text("nr_free_pages 12\n")
     assert oom_kill_count(vmstat) is None
     assert oom_kill_count(tmp_path / "missing") is None
+
+
+def test_a_renderer_killed_from_outside_is_not_said_to_be_the_pages_crash() -> None:
+    """The release line once read "the page crashed the renderer: ... killed from outside the
+    page (the host's fault)": two causes at once. It says where, then the one cause."""
+    killed = killed_from_outside([_death("killed", 9)], oom_kills_before=0)
+    assert killed is not None
+    crashed = RendererCrashed(
+        "loading http://a/x: the page crashed the renderer", "loading http://a/x"
+    )
+    line = killed_line(crashed, killed)
+    assert line == f"loading http://a/x: {killed}"
+    assert "crashed" not in line
+    raw = WebDriverException("tab crashed\n  (Session info: chrome=156)")
+    assert "crashed" not in killed_line(raw, killed) and killed in killed_line(raw, killed)
 
 
 def test_what_counts_as_a_renderer_crash() -> None:

@@ -40,7 +40,7 @@ from werkzeug.wrappers import Response
 from scrapefleet.common import store
 from scrapefleet.common.constants import BULK_CONFIRM_OVER_JOBS
 from scrapefleet.common.db.engines import transaction, wrapped_errors
-from scrapefleet.common.errors import HostBusy, NotFound, SubmitError
+from scrapefleet.common.errors import HostBusy, HostOffline, NotFound, SubmitError
 from scrapefleet.common.ops import bulk
 from scrapefleet.common.ops.dashboard.inputs import BadInput, parse_job_ids
 from scrapefleet.common.ops.dashboard.logins import DashboardSession
@@ -215,11 +215,11 @@ def host(name: str) -> Response:
                 handed = store.drain_host(conn, name, f"drained from the {_who()}")
                 notice = f"host {name} draining; {len(handed)} queued job(s) handed back"
             elif action == "enable":
-                store.enable_host(conn, name)
-                notice = f"host {name} active"
+                enabled = store.enable_host(conn, name)
+                notice = f"host {name} active" if enabled else f"host {name} is active already"
             else:
                 raise BadInput("action must be drain or enable")
-    except (NotFound, HostBusy) as exc:  # busy: its consumer holds the row; try again
+    except (NotFound, HostBusy, HostOffline) as exc:  # busy: its consumer holds the row
         raise BadInput(str(exc)) from None
     log.info("host %s from the dashboard", action, extra=fields(host=name, action=action))
     flash(notice)
