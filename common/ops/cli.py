@@ -22,7 +22,7 @@ from scrapefleet.common.errors import (
     SettingsError,
     SubmitError,
 )
-from scrapefleet.common.ops.cli_context import CliContext, fail, pass_ctx
+from scrapefleet.common.ops.cli_context import CliContext, echo, fail, pass_ctx
 from scrapefleet.common.ops.controls_command import controls
 from scrapefleet.common.ops.crawl_command import crawl, crawls
 from scrapefleet.common.ops.db_grant_command import db_grant
@@ -91,7 +91,7 @@ def db_upgrade(ctx: CliContext) -> None:
     with one_line_errors():
         url = ctx.database_url()
         upgrade(url)
-        click.echo(f"database at revision {current_revision(url)}")
+        echo(f"database at revision {current_revision(url)}")
 
 
 # ---------------------------------------------------------------- submit
@@ -123,11 +123,9 @@ def submit(ctx: CliContext, file: Any, fmt: str | None, host: str | None) -> Non
         with click.progressbar(length=len(jobs), label="inserting", file=sys.stderr) as bar:
             result = client.submit_many(jobs, progress=bar.update, host=host)
         skipped = f", {result.skipped_duplicates} skipped (dedupe key in use)"
-        click.echo(
-            f"submitted {len(result.ids)} jobs{skipped if result.skipped_duplicates else ''}"
-        )
+        echo(f"submitted {len(result.ids)} jobs{skipped if result.skipped_duplicates else ''}")
         if host is not None:
-            click.echo(f"pinned to host {host}: {' '.join(map(str, result.ids))}")
+            echo(f"pinned to host {host}: {' '.join(map(str, result.ids))}")
 
 
 # ---------------------------------------------------------------- status
@@ -143,7 +141,7 @@ def status(ctx: CliContext, as_json: bool) -> None:
     pending and no host is active."""
     with one_line_errors(), database.wrapped_errors(), ctx.read_engine().connect() as conn:
         fleet_status = status_report.read_fleet_status(conn)
-    click.echo(fleet_status.json() if as_json else fleet_status.text())
+    echo(fleet_status.json() if as_json else fleet_status.text())
     # Exit codes (status_report.StatusVerdict): 0 healthy, 3 producer down, 4 work pending and
     # no host active. The output is complete either way.
     sys.exit(int(fleet_status.verdict))
@@ -163,7 +161,7 @@ def failures(ctx: CliContext, limit: int, as_json: bool) -> None:
     if not groups:
         fail("no job failed in the last 7 days", 1)
     for line in jsonl_lines(groups) if as_json else render.failure_group_lines(groups):
-        click.echo(line.rstrip("\n"))
+        echo(line.rstrip("\n"))
 
 
 cli.add_command(jobs)
@@ -199,7 +197,7 @@ def hosts_add(
         )
         with database.transaction(ctx.client.engine) as conn:
             created = store.add_host(conn, spec)
-    click.echo(f"host {name} {'added' if created else 'updated'} (capacity {spec.capacity})")
+    echo(f"host {name} {'added' if created else 'updated'} (capacity {spec.capacity})")
 
 
 def _check_host_name(name: str) -> None:
@@ -236,9 +234,9 @@ def hosts_check(ctx: CliContext, name: str) -> None:
             probe.close()
     if isinstance(result, ProbeError):
         where = f"{target.user}@{target.address}:{target.port}" if target.address else "local"
-        click.echo(f"error: probe of {name} ({where}) failed: {result}", err=True)
+        echo(f"error: probe of {name} ({where}) failed: {result}", err=True)
         sys.exit(1)
-    click.echo(result.to_json())
+    echo(result.to_json())
 
 
 @hosts.command("list")
@@ -247,7 +245,7 @@ def hosts_list(ctx: CliContext) -> None:
     """Every host with its state and load."""
     with one_line_errors(), database.wrapped_errors(), ctx.client.engine.connect() as conn:
         rows = queries.host_load(conn)
-    click.echo(render.render_status({}, rows).split("\n", 1)[1])
+    echo(render.render_status({}, rows).split("\n", 1)[1])
 
 
 @hosts.command("drain")
@@ -257,7 +255,7 @@ def hosts_drain(ctx: CliContext, name: str) -> None:
     """Stop giving NAME work; its queued jobs go to other hosts, running ones finish."""
     with one_line_errors(), database.transaction(ctx.client.engine) as conn:
         requeued = store.drain_host(conn, name)
-    click.echo(f"host {name} draining; {len(requeued)} queued job(s) handed back")
+    echo(f"host {name} draining; {len(requeued)} queued job(s) handed back")
 
 
 @hosts.command("enable")
@@ -269,7 +267,7 @@ def hosts_enable(ctx: CliContext, name: str) -> None:
         changed = store.enable_host(conn, name)
     if not changed:
         fail(f"host {name} is already active: nothing changed", 1)
-    click.echo(f"host {name} active")
+    echo(f"host {name} active")
 
 
 @hosts.command("remove")
@@ -279,7 +277,7 @@ def hosts_remove(ctx: CliContext, name: str) -> None:
     """Remove NAME (it must run nothing: drain it first)."""
     with one_line_errors(), database.transaction(ctx.client.engine) as conn:
         store.remove_host(conn, name)
-    click.echo(f"host {name} removed")
+    echo(f"host {name} removed")
 
 
 # ---------------------------------------------------------------- profiles, rate limits
@@ -323,7 +321,7 @@ def dashboard(ctx: CliContext, port: int | None, address: str | None, allow_remo
         mode = "controls need the token" if settings.dashboard_token else "read-only"
         if settings.dashboard_read_needs_token:
             mode = "every page needs the token"
-        click.echo(f"dashboard on {server.url}/ ({mode}); Ctrl-C stops it", err=True)
+        echo(f"dashboard on {server.url}/ ({mode}); Ctrl-C stops it", err=True)
         with suppress(KeyboardInterrupt):
             server.serve_forever()
 
@@ -348,7 +346,7 @@ def fleet_pause(ctx: CliContext, reason: str | None) -> None:
             "assignment is already paused: nothing changed (`scrapefleet status` says since when)",
             1,
         )
-    click.echo("assignment paused")
+    echo("assignment paused")
 
 
 @fleet.command("resume")
@@ -359,7 +357,7 @@ def fleet_resume(ctx: CliContext) -> None:
         changed = store.set_assignment_paused(conn, False, "cli", None)
     if not changed:
         fail("assignment is not paused: nothing to resume", 1)
-    click.echo("assignment resumed")
+    echo("assignment resumed")
 
 
 # ---------------------------------------------------------------- demo
