@@ -101,6 +101,8 @@ MAX_CRAWL_DELAY_S: Final = 60.0
 # text, with the GIL released (common.actions.bounded_regex); past it the attempt fails as
 # permanent.
 REGEX_TIMEOUT_S: Final = 1.0
+# The block title pattern (a host setting) searches at most this much of a page's title.
+BLOCK_TITLE_MAX_CHARS: Final = 1_000
 # A page's links kept by a crawl's patterns and its fields, together, at most this long
 # (common.actions.page_budget): 3,000 links and 20 fields of a real page take ~0.1 s.
 PAGE_EXTRACTION_S: Final = 5.0

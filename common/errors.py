@@ -1,5 +1,7 @@
 """One base exception; driver errors (psycopg, paramiko, selenium) are wrapped where they enter."""
 
+from scrapefleet.common import masking
+
 
 class ScrapefleetError(Exception):
     """Base of every error scrapefleet raises on purpose."""
@@ -74,7 +76,8 @@ class JobFailed(ScrapefleetError):
     """A job waited for ended failed or cancelled (the Python API's ``Client.map``)."""
 
     def __init__(self, job_id: int, status: str, error: str | None) -> None:
-        last = (error or "").strip().splitlines()
+        # A consumer wrote the error: a cookie or a credential it quotes is not shown back.
+        last = masking.mask_text(error or "").strip().splitlines()
         super().__init__(f"job {job_id} {status}: {last[-1] if last else 'no error recorded'}")
         self.job_id = job_id
         self.status = status

@@ -9,6 +9,9 @@ its values, only their renderings are masked.
 Two ways to hide a value: ``MASK`` where a person reads it (nothing to compare), and
 ``digest()`` in network logs, where telling "the same cookie came back" from "a new one was
 set" is what a log is read for (a short SHA-256 of the value, never the value).
+
+``terminal_text()`` is the other half of showing: what a host or a page wrote reaches an
+operator's terminal with its control characters spelled out, never obeyed.
 """
 
 from __future__ import annotations
@@ -59,6 +62,17 @@ _CREDENTIAL_IN_TEXT = re.compile(
     r"[A-Za-z0-9._~+/=\-]{6,}",
     re.IGNORECASE,
 )
+# A Cookie or Set-Cookie header quoted in free text (a dumped request, a repr of headers):
+# ``Cookie: sid=abc; theme=dark``, ``'Set-Cookie': 'sid=abc; Path=/'``, up to the line's or
+# the quote's end. Its cookie values are hidden, names and attributes kept.
+_COOKIE_HEADER_IN_TEXT = re.compile(
+    r"\b((?:set-)?cookie2?[\"']?\s*[:=]\s*[\"']?)([^\r\n\"']*)", re.IGNORECASE
+)
+# ``Authorization: Digest username="bob", response="..."``: a header line's whole value, not
+# only its first word (the pattern above stops at the first character outside a token).
+_AUTHORIZATION_LINE_IN_TEXT = re.compile(
+    r"^(\s*(?:proxy-)?authorization\s*:\s*)(\S.*)$", re.IGNORECASE | re.MULTILINE
+)
 _QUERY_PAIR = re.compile(r"(^|[&;])([^=&;]*)=([^&;]*)")
 # A cookie pair at the start of a Cookie/Set-Cookie value or after the ", " that joins
 # repeated Set-Cookie headers: a token name, "=", a value up to ";" or ",". An attribute
@@ -67,6 +81,31 @@ _COOKIE_PAIR = re.compile(r"(^|, |; )([!#$%&'*+\-.^_`|~0-9A-Za-z]+)=([^;,]*)")
 _SET_COOKIE_ATTRIBUTES = frozenset(
     {"path", "domain", "expires", "max-age", "samesite", "priority", "partitioned", "version"}
 )
+
+
+def _control_escapes() -> dict[int, str]:
+    table = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)]}
+    table |= {ord("\r"): "\\r", ord("\n"): "\\n", ord("\t"): "\\t", ord("\b"): "\\b"}
+    # Bidirectional overrides and isolates, zero-width marks, line and paragraph separators:
+    # they reorder or hide what a terminal shows, a "fake all good" as surely as \r does.
+    for c in [*range(0x200B, 0x2010), *range(0x2028, 0x202F), *range(0x2066, 0x206A), 0xFEFF]:
+        table[c] = f"\\u{c:04x}"
+    return table
+
+
+_CONTROL_ESCAPES = _control_escapes()
+_CONTROL_ESCAPES_KEEP_LINES = {
+    c: e for c, e in _CONTROL_ESCAPES.items() if c not in (ord("\n"), ord("\t"))
+}
+
+
+def terminal_text(text: str, keep_newlines: bool = True) -> str:
+    """``text`` with every control character spelled out (ESC -> ``\\x1b``, CR -> ``\\r``, C1
+    controls, bidi overrides...), so that a terminal shows it rather than obeys it: no cleared
+    screen, title set, cursor moved or line overwritten by what a host or a page wrote.
+    Newlines and tabs are kept for multi-line text (a traceback); pass ``keep_newlines=False``
+    for a value that must stay on its one line."""
+    return text.translate(_CONTROL_ESCAPES_KEEP_LINES if keep_newlines else _CONTROL_ESCAPES)
 
 
 def digest(value: str) -> str:
@@ -131,9 +170,15 @@ def _mask_pairs(text: str, conceal: Any) -> str:
 
 def mask_text(text: str) -> str:
     """Free text (an error, a traceback, a log line) with every URL in it masked as
-    ``mask_url`` does and ``Bearer <token>``-like credentials hidden."""
+    ``mask_url`` does, the values of quoted Cookie/Set-Cookie headers hidden, and
+    Authorization, Proxy-Authorization and ``Bearer <token>``-like credentials hidden."""
     if "://" in text:
         text = _URL_IN_TEXT.sub(lambda m: mask_url(m.group(0)), text)
+    if "ookie" in text or "OOKIE" in text:
+        text = _COOKIE_HEADER_IN_TEXT.sub(
+            lambda m: m.group(1) + mask_cookie_header(m.group(2)), text
+        )
+    text = _AUTHORIZATION_LINE_IN_TEXT.sub(lambda m: m.group(1) + MASK, text)
     return _CREDENTIAL_IN_TEXT.sub(lambda m: m.group(1) + MASK, text)
 
 

@@ -39,7 +39,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.engine import Connection, Engine
 
-from scrapefleet.common import store, tracing_jobs
+from scrapefleet.common import masking, store, tracing_jobs
 from scrapefleet.common.actions.retry import backoff_delay_s
 from scrapefleet.common.clock import utcnow
 from scrapefleet.common.constants import (
@@ -94,7 +94,11 @@ def post_signed(
 
 
 def encode_body(payload: dict[str, object]) -> bytes:
-    """The exact bytes that are signed and sent (compact, keys sorted: stable for receivers)."""
+    """The exact bytes that are signed and sent (compact, keys sorted: stable for receivers).
+    The job's error is a consumer's text: a cookie or a credential it quotes is masked, as
+    everywhere else it is shown."""
+    if isinstance(payload.get("error"), str):
+        payload = {**payload, "error": masking.mask_text(str(payload["error"]))}
     return json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
 
 

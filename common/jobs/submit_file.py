@@ -78,6 +78,7 @@ class JobLine(BaseModel):
 
 def validate_job(fields: dict[str, Any]) -> NewJob:
     """One job's fields -> NewJob; SubmitError names the field (payload fields as payload.x)."""
+    _refuse_nul(fields, "")
     try:
         line = JobLine.model_validate(fields)
     except ValidationError as exc:
@@ -102,6 +103,30 @@ def validate_job(fields: dict[str, Any]) -> NewJob:
         proxy_pool=proxy_pool,
         proxy_session=proxy_session,
     )
+
+
+def _refuse_nul(value: Any, where: str) -> None:
+    """PostgreSQL stores no NUL character in text or jsonb: refused here, naming the field,
+    rather than as a driver's traceback at insert time."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise SubmitError(
+                f"field {where or 'line'!r}: contains a NUL character (\\u0000),"
+                " which the database cannot store"
+            )
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            name = f"{where}.{key}" if where else str(key)
+            if isinstance(key, str) and "\x00" in key:
+                shown = name.replace("\x00", "\\u0000")
+                raise SubmitError(
+                    f"field {shown!r}: its name contains a NUL character (\\u0000),"
+                    " which the database cannot store"
+                )
+            _refuse_nul(item, name)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _refuse_nul(item, f"{where}[{index}]")
 
 
 def _first(*values: Any) -> Any:

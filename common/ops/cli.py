@@ -24,7 +24,7 @@ from scrapefleet.common.errors import (
     SettingsError,
     SubmitError,
 )
-from scrapefleet.common.ops.cli_context import CliContext, fail, pass_ctx
+from scrapefleet.common.ops.cli_context import CliContext, echo, fail, pass_ctx
 from scrapefleet.common.ops.controls_command import controls
 from scrapefleet.common.ops.crawl_command import crawl, crawls
 from scrapefleet.common.ops.db_grant_command import db_grant
@@ -94,7 +94,7 @@ def db_upgrade(ctx: CliContext) -> None:
     with one_line_errors():
         url = ctx.database_url()
         upgrade(url)
-        click.echo(f"database at revision {current_revision(url)}")
+        echo(f"database at revision {current_revision(url)}")
 
 
 # ---------------------------------------------------------------- submit
@@ -150,15 +150,13 @@ def submit(
         with click.progressbar(length=len(jobs), label="inserting", file=sys.stderr) as bar:
             result = client.submit_many(jobs, progress=bar.update, host=host)
         skipped = f", {result.skipped_duplicates} skipped (dedupe key in use)"
-        click.echo(
-            f"submitted {len(result.ids)} jobs{skipped if result.skipped_duplicates else ''}"
-        )
+        echo(f"submitted {len(result.ids)} jobs{skipped if result.skipped_duplicates else ''}")
         if host is not None:
-            click.echo(f"pinned to host {host}: {' '.join(map(str, result.ids))}")
+            echo(f"pinned to host {host}: {' '.join(map(str, result.ids))}")
         if wait_s is not None:
             ended = client.wait(result.ids, wait_s, poll_s=0.5)
             counts = Counter(ended.values())
-            click.echo("; ".join(f"{n} {status}" for status, n in sorted(counts.items())))
+            echo("; ".join(f"{n} {status}" for status, n in sorted(counts.items())))
             if unfinished := sum(n for s, n in counts.items() if s not in store.FINISHED):
                 fail(f"{unfinished} job(s) unfinished after {wait_s:g} s", 1)
 
@@ -177,7 +175,7 @@ def status(ctx: CliContext, as_json: bool) -> None:
     work (a paused key, kind or crawl, or assignment paused)."""
     with one_line_errors(), database.wrapped_errors(), ctx.read_engine().connect() as conn:
         fleet_status = status_report.read_fleet_status(conn)
-    click.echo(fleet_status.json() if as_json else fleet_status.text())
+    echo(fleet_status.json() if as_json else fleet_status.text())
     # Exit codes (status_report.StatusVerdict): 0 healthy, 3 producer down, 4 work pending and
     # no host active to run it, 5 work held by an operator. The output is complete either way.
     sys.exit(int(fleet_status.verdict))
@@ -197,7 +195,7 @@ def failures(ctx: CliContext, limit: int, as_json: bool) -> None:
     if not groups:
         fail("no job failed in the last 7 days", 1)
     for line in jsonl_lines(groups) if as_json else render.failure_group_lines(groups):
-        click.echo(line.rstrip("\n"))
+        echo(line.rstrip("\n"))
 
 
 cli.add_command(jobs)
@@ -233,7 +231,7 @@ def hosts_add(
         )
         with database.transaction(ctx.client.engine) as conn:
             created = store.add_host(conn, spec)
-    click.echo(f"host {name} {'added' if created else 'updated'} (capacity {spec.capacity})")
+    echo(f"host {name} {'added' if created else 'updated'} (capacity {spec.capacity})")
 
 
 def _check_host_name(name: str) -> None:
@@ -270,9 +268,9 @@ def hosts_check(ctx: CliContext, name: str) -> None:
             probe.close()
     if isinstance(result, ProbeError):
         where = f"{target.user}@{target.address}:{target.port}" if target.address else "local"
-        click.echo(f"error: probe of {name} ({where}) failed: {result}", err=True)
+        echo(f"error: probe of {name} ({where}) failed: {result}", err=True)
         sys.exit(1)
-    click.echo(result.to_json())
+    echo(result.to_json())
 
 
 @hosts.command("list")
@@ -281,7 +279,7 @@ def hosts_list(ctx: CliContext) -> None:
     """Every host with its state and load."""
     with one_line_errors(), database.wrapped_errors(), ctx.client.engine.connect() as conn:
         rows = queries.host_load(conn)
-    click.echo(render.render_status({}, rows).split("\n", 1)[1])
+    echo(render.render_status({}, rows).split("\n", 1)[1])
 
 
 @hosts.command("drain")
@@ -291,7 +289,7 @@ def hosts_drain(ctx: CliContext, name: str) -> None:
     """Stop giving NAME work; its queued jobs go to other hosts, running ones finish."""
     with one_line_errors(), database.transaction(ctx.client.engine) as conn:
         requeued = store.drain_host(conn, name)
-    click.echo(f"host {name} draining; {len(requeued)} queued job(s) handed back")
+    echo(f"host {name} draining; {len(requeued)} queued job(s) handed back")
 
 
 @hosts.command("enable")
@@ -304,7 +302,7 @@ def hosts_enable(ctx: CliContext, name: str) -> None:
         changed = store.enable_host(conn, name)
     if not changed:
         fail(f"host {name} is already active: nothing changed", 1)
-    click.echo(f"host {name} active")
+    echo(f"host {name} active")
 
 
 @hosts.command("remove")
@@ -314,7 +312,7 @@ def hosts_remove(ctx: CliContext, name: str) -> None:
     """Remove NAME (it must run nothing: drain it first)."""
     with one_line_errors(), database.transaction(ctx.client.engine) as conn:
         store.remove_host(conn, name)
-    click.echo(f"host {name} removed")
+    echo(f"host {name} removed")
 
 
 # ---------------------------------------------------------------- profiles, rate limits
@@ -359,7 +357,7 @@ def dashboard(ctx: CliContext, port: int | None, address: str | None, allow_remo
         mode = "controls need the token" if settings.dashboard_token else "read-only"
         if settings.dashboard_read_needs_token:
             mode = "every page needs the token"
-        click.echo(f"dashboard on {server.url}/ ({mode}); Ctrl-C stops it", err=True)
+        echo(f"dashboard on {server.url}/ ({mode}); Ctrl-C stops it", err=True)
         with suppress(KeyboardInterrupt):
             server.serve_forever()
 
@@ -384,7 +382,7 @@ def fleet_pause(ctx: CliContext, reason: str | None) -> None:
             "assignment is already paused: nothing changed (`scrapefleet status` says since when)",
             1,
         )
-    click.echo("assignment paused")
+    echo("assignment paused")
 
 
 @fleet.command("resume")
@@ -395,7 +393,7 @@ def fleet_resume(ctx: CliContext) -> None:
         changed = store.set_assignment_paused(conn, False, "cli", None)
     if not changed:
         fail("assignment is not paused: nothing to resume", 1)
-    click.echo("assignment resumed")
+    echo("assignment resumed")
 
 
 # ---------------------------------------------------------------- demo

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import click
 
+from scrapefleet.common import masking
 from scrapefleet.common.errors import SettingsError
 from scrapefleet.common.ops.lazy_import import lazy_module
 from scrapefleet.common.runtime.logging_setup import configure_logging
@@ -78,6 +79,13 @@ class CliContext:
 pass_ctx = click.make_pass_decorator(CliContext)
 
 
+def echo(text: object = "", err: bool = False) -> None:
+    """``click.echo`` for every line a command prints: what a host or a page wrote (an error,
+    an event, an artifact, a title) has its control characters spelled out, never obeyed by
+    the operator's terminal. The CLI's own text has none but newlines."""
+    click.echo(masking.terminal_text(str(text)), err=err)
+
+
 def fail(message: str, code: int) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
+    echo(f"error: {message}", err=True)
     sys.exit(code)

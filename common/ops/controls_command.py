@@ -22,6 +22,7 @@ from typing import Any
 
 import click
 
+from scrapefleet.common.ops.cli_context import echo
 from scrapefleet.common.ops.one_line_errors import one_line_errors
 
 REASON_MAX_CHARS = 500
@@ -104,9 +105,9 @@ def _apply(
     what = f"{store.scope_words(store.Scope(scope))} {name}"
     if not changed:
         unchanged = store.unchanged_words(store.ControlChange(change))
-        click.echo(f"error: {what} {unchanged}: nothing changed (`controls list`)", err=True)
+        echo(f"error: {what} {unchanged}: nothing changed (`controls list`)", err=True)
         raise SystemExit(1)
-    click.echo(f"{what}: {change} applied from the producer's next cycle")
+    echo(f"{what}: {change} applied from the producer's next cycle")
 
 
 @controls.command("pause")
@@ -175,10 +176,10 @@ def list_controls(obj: Any, as_json: bool) -> None:
         rows = [dict(r._mapping) for r in conn.execute(sa.text(LIST_SQL))]
     if as_json:
         for row in rows:
-            click.echo(json.dumps(row, default=str))
+            echo(json.dumps(row, default=str))
         return
     if not rows:
-        click.echo("nothing paused or limited live: the settings file's limits apply")
+        echo("nothing paused or limited live: the settings file's limits apply")
         return
     for row in rows:
         held = ["paused"] if row["paused"] else []
@@ -187,7 +188,7 @@ def list_controls(obj: Any, as_json: bool) -> None:
         if row["per_minute"] is not None:
             held.append(f"{row['per_minute']}/min")
         why = f": {row['reason']}" if row["reason"] else ""
-        click.echo(
+        echo(
             f"{row['scope']:<8} {row['name']:<30} {', '.join(held):<32}"
             f" by {row['changed_by']} at {row['changed_at']:%Y-%m-%d %H:%M:%S %Z}{why}"
         )
@@ -205,11 +206,11 @@ def history(obj: Any, rows: int) -> None:
     with one_line_errors(), wrapped_errors(), obj.read_engine().connect() as conn:
         changes = conn.execute(sa.text(HISTORY_SQL), {"limit": rows}).all()
     if not changes:
-        click.echo("no live control was ever changed")
+        echo("no live control was ever changed")
         return
     for c in changes:
         why = f": {c.reason}" if c.reason else ""
-        click.echo(
+        echo(
             f"{c.at:%Y-%m-%d %H:%M:%S %Z} {c.changed_by} {c.change} {c.scope} {c.name}"
             f" ({json.dumps(c.before)} -> {json.dumps(c.after)}){why}"
         )

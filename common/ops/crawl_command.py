@@ -28,6 +28,7 @@ from scrapefleet.common.errors import (
     ScrapefleetError,
     SubmitError,
 )
+from scrapefleet.common.ops.cli_context import echo
 
 # common.crawl.action's kinds, without importing its pydantic models for `--help`.
 CRAWL_KIND = "crawl"
@@ -203,7 +204,7 @@ def _one_line_errors() -> Iterator[None]:
         with wrapped_errors():
             yield
     except ScrapefleetError as exc:
-        click.echo(f"error: {exc}", err=True)
+        echo(f"error: {exc}", err=True)
         sys.exit(1 if isinstance(exc, DatabaseUnavailable | NotFound) else 2)
 
 
@@ -276,7 +277,7 @@ def crawl(
         request.payload()  # refused before the database is even opened
         with obj.client.engine.begin() as conn:
             crawl_id = start(conn, request, max_attempts=obj.settings.max_attempts)
-    click.echo(crawl_id)
+    echo(crawl_id)
 
 
 @click.group("crawls")
@@ -293,7 +294,7 @@ def crawls_show(obj: Any, crawl_id: int, as_json: bool) -> None:
     with _one_line_errors(), obj.client.engine.connect() as conn:
         shown = read_crawl(conn, crawl_id)
     if as_json:
-        click.echo(json.dumps(shown, default=str))
+        echo(json.dumps(shown, default=str))
     else:
         for line in render_crawl(shown):
-            click.echo(line)
+            echo(line)

@@ -14,7 +14,7 @@ import click
 
 from scrapefleet.common import masking, store
 from scrapefleet.common.constants import BULK_CONFIRM_OVER_JOBS
-from scrapefleet.common.ops.cli_context import CliContext, fail, pass_ctx
+from scrapefleet.common.ops.cli_context import CliContext, echo, fail, pass_ctx
 from scrapefleet.common.ops.lazy_import import lazy_module
 from scrapefleet.common.ops.one_line_errors import one_line_errors
 from scrapefleet.common.ops.results_out import (
@@ -80,29 +80,30 @@ def jobs_show(ctx: CliContext, job_id: int) -> None:
     row = {("previous_host" if k == "last_host" else k): v for k, v in row.items()}
     error = row.pop("last_error")
     artifacts = row.pop("artifacts") or {}
+    one_line = functools.partial(masking.terminal_text, keep_newlines=False)
     for key, value in row.items():
         shown = json.dumps(value, default=str) if isinstance(value, dict | list) else value
-        click.echo(f"{key:>13}: {shown}")
+        echo(f"{key:>13}: {one_line(str(shown))}")
     if waiting:
-        click.echo(f"{'':>13}  {waiting}")
-    click.echo("\nhistory:")
+        echo(f"{'':>13}  {waiting}")
+    echo("\nhistory:")
     for e in events:
-        message = f"  ({masking.mask_text(e['message'])})" if e["message"] else ""
+        message = f"  ({one_line(masking.mask_text(e['message']))})" if e["message"] else ""
         if e.get("error_class"):
             message = f"  [{e['error_class']}]{message}"
         moved = f"{e['from_status'] or '-':>10} -> {e['to_status']:<10}"
-        click.echo(f"  {e['at']:%Y-%m-%d %H:%M:%S.%f}  {moved} {e['host'] or ''}{message}")
+        echo(f"  {e['at']:%Y-%m-%d %H:%M:%S.%f}  {moved} {e['host'] or ''}{message}")
     if artifacts:
-        click.echo("\nartifacts:")
+        echo("\nartifacts:")
         for key, value in artifacts.items():
-            click.echo(f"  {key}: {value}")
+            echo(f"  {one_line(str(key))}: {one_line(masking.mask_text(str(value)))}")
     if webhooks:
-        click.echo("\nwebhooks:")
+        echo("\nwebhooks:")
         for w in webhooks:
             url = masking.mask_url(w["url"])
-            click.echo(f"  {w['status']} -> {url}: {render.render_delivery(w, secret_set)}")
+            echo(f"  {w['status']} -> {url}: {render.render_delivery(w, secret_set)}")
     if error:
-        click.echo(f"\nlast error:\n{error}")
+        echo(f"\nlast error:\n{error}")
 
 
 def _filter_options(func: F) -> F:
@@ -158,7 +159,7 @@ def _bulk(
         interactive = sys.stdin.isatty()
         go = bulk.decide(count, yes=yes, dry_run=dry_run, interactive=interactive)
         if go is bulk.Go.COUNT_ONLY:
-            click.echo(f"would {action} {count:,} job(s) ({bulk.describe(which)})")
+            echo(f"would {action} {count:,} job(s) ({bulk.describe(which)})")
             return
         if go is bulk.Go.REFUSE:
             fail(
@@ -180,7 +181,7 @@ def _bulk(
             found = queries.job_statuses(conn, unmoved) if unmoved else {}
     if not moved:  # what the count saw changed meanwhile (a claim, another operator)
         fail(f"nothing {past}: the {count:,} job(s) counted changed before they could be", 1)
-    click.echo(f"{past} {len(moved):,} job(s)")
+    echo(f"{past} {len(moved):,} job(s)")
     if which.ids:
         why = bulk.unmoved_ids(action, which.ids, moved, found, include_cancelled=include_cancelled)
         if why:
@@ -237,7 +238,7 @@ def jobs_stop(ctx: CliContext, ids: tuple[int, ...]) -> None:
         left = [i for i in ids if i not in set(stopped)]
         found = queries.job_statuses(conn, left) if left else {}
     if stopped:
-        click.echo(f"stopped {len(stopped):,} job(s): {', '.join(map(str, stopped))}")
+        echo(f"stopped {len(stopped):,} job(s): {', '.join(map(str, stopped))}")
     if left:
         fail(bulk.not_running(left, found), 1)
 
@@ -290,7 +291,7 @@ def jobs_list(ctx: CliContext, limit: int, as_json: bool, **filters: Any) -> Non
     if not rows:
         fail(f"no job matches ({which.describe()})", 1)
     for line in jsonl_lines(rows) if as_json else table_lines(rows):
-        click.echo(line.rstrip("\n"))
+        echo(line.rstrip("\n"))
 
 
 @click.group()
@@ -354,4 +355,4 @@ def results_export(
                     written = write(rows, out, lambda: bar.update(1))
             else:
                 written = write(rows, out, lambda: None)
-    click.echo(f"exported {written:,} job(s) ({which.describe()})", err=True)
+    echo(f"exported {written:,} job(s) ({which.describe()})", err=True)

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 
 import click
 
+from scrapefleet.common import masking
 from scrapefleet.common.errors import DatabaseUnavailable, NotFound, ScrapefleetError
 
 
@@ -25,5 +26,6 @@ def one_line_errors() -> Iterator[None]:
     try:
         yield
     except ScrapefleetError as exc:
-        click.echo(f"error: {exc}", err=True)
+        # An error may quote what a host or a page wrote: its control characters spelled out.
+        click.echo(masking.terminal_text(f"error: {exc}"), err=True)
         sys.exit(exit_code(exc))

@@ -21,6 +21,7 @@ from typing import Any
 import click
 
 from scrapefleet.common.errors import SubmitError
+from scrapefleet.common.ops.cli_context import echo
 from scrapefleet.common.ops.one_line_errors import one_line_errors
 
 _PART = re.compile(r"(\d+)([smhd])")
@@ -87,10 +88,10 @@ def profiles_list(obj: Any) -> None:
     with _transaction(obj) as conn:
         rows = store.list_profiles(conn)
     if not rows:
-        click.echo("no profiles yet (a profile is listed once a job has used it)")
+        echo("no profiles yet (a profile is listed once a job has used it)")
         return
     for line in profile_lines(rows, datetime.now(UTC)):
-        click.echo(line)
+        echo(line)
 
 
 @profiles.command("reset")
@@ -102,7 +103,7 @@ def profiles_reset(obj: Any, name: str) -> None:
 
     with _transaction(obj) as conn:
         store.reset_profile(conn, name)
-    click.echo(f"profile {name} ready")
+    echo(f"profile {name} ready")
 
 
 @profiles.command("move")
@@ -115,7 +116,7 @@ def profiles_move(obj: Any, name: str, host: str) -> None:
 
     with _transaction(obj) as conn:
         store.move_profile(conn, name, host)
-    click.echo(f"profile {name} now bound to {host} (its directory must be there)")
+    echo(f"profile {name} now bound to {host} (its directory must be there)")
 
 
 @profiles.command("cool")
@@ -130,4 +131,4 @@ def profiles_cool(obj: Any, name: str, duration: str) -> None:
         seconds = parse_duration(duration)
     with _transaction(obj) as conn:
         until = store.cool_profile(conn, name, seconds)
-    click.echo(f"profile {name} cooling until {until:%Y-%m-%d %H:%M:%S %Z}")
+    echo(f"profile {name} cooling until {until:%Y-%m-%d %H:%M:%S %Z}")

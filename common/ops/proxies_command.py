@@ -29,6 +29,7 @@ from typing import Any
 import click
 
 from scrapefleet.common.errors import SubmitError
+from scrapefleet.common.ops.cli_context import echo
 from scrapefleet.common.ops.one_line_errors import one_line_errors
 from scrapefleet.common.ops.profiles_command import parse_duration
 
@@ -74,7 +75,7 @@ def _add(obj: Any, pool: str, entries: list[Any], where: str) -> None:
         raise SubmitError(f"{where}: no proxy given")
     with _transaction(obj) as conn:
         added, updated = store.add_proxies(conn, pool, entries)
-    click.echo(f"pool {pool}: {added} proxies added, {updated} updated")
+    echo(f"pool {pool}: {added} proxies added, {updated} updated")
 
 
 @click.group("proxies")
@@ -162,13 +163,13 @@ def proxies_list(obj: Any, pool: str | None, as_json: bool) -> None:
         rows = store.list_proxies(conn, name)
     if as_json:
         for row in rows:
-            click.echo(json.dumps(row, default=str))
+            echo(json.dumps(row, default=str))
         return
     if not rows:
-        click.echo("no proxies" + (f" in pool {pool}" if pool else ""))
+        echo("no proxies" + (f" in pool {pool}" if pool else ""))
         return
     for line in proxy_lines(rows, datetime.now(UTC)):
-        click.echo(line)
+        echo(line)
 
 
 @proxies.command("pools")
@@ -180,9 +181,9 @@ def proxies_pools(obj: Any) -> None:
     with _transaction(obj) as conn:
         rows = store.list_pools(conn)
     if not rows:
-        click.echo("no proxy pools (`scrapefleet proxies add POOL URL...` makes one)")
+        echo("no proxy pools (`scrapefleet proxies add POOL URL...` makes one)")
     for row in rows:
-        click.echo(
+        echo(
             f"{row['name']}: {row['proxies']} proxies, {row['max_jobs_per_proxy']} job(s) at"
             f" once per proxy; a block cools {row['cooldown_s']:g}-{row['max_cooldown_s']:g} s;"
             f" {row['ban_blocks']} blocks in {row['ban_window_s']:g} s ban for"
@@ -247,7 +248,7 @@ def proxies_pool(obj: Any, pool: str, **options: Any) -> None:
             if merged["max_cooldown_s"] < merged["cooldown_s"]:
                 raise SubmitError("--max-cooldown: must not be below --cooldown")
         store.set_pool(conn, name, settings, next_pool)  # NotFound names an unknown pool
-    click.echo(f"pool {name} updated")
+    echo(f"pool {name} updated")
 
 
 def _switch(obj: Any, pool: str, urls: tuple[str, ...], disabled: bool) -> None:
@@ -257,7 +258,7 @@ def _switch(obj: Any, pool: str, urls: tuple[str, ...], disabled: bool) -> None:
         name, bare = _pool(pool), _bare_urls(urls)
     with _transaction(obj) as conn:
         done = store.set_proxies_disabled(conn, name, bare, disabled)
-    click.echo(f"pool {name}: {len(done)} proxies {'disabled' if disabled else 'enabled'}")
+    echo(f"pool {name}: {len(done)} proxies {'disabled' if disabled else 'enabled'}")
 
 
 @proxies.command("disable")
@@ -292,7 +293,7 @@ def proxies_reset(obj: Any, pool: str, urls: tuple[str, ...]) -> None:
         bare = _bare_urls(urls) if urls else None
     with _transaction(obj) as conn:
         done = store.reset_proxies(conn, name, bare)
-    click.echo(f"pool {name}: {len(done)} proxies reset")
+    echo(f"pool {name}: {len(done)} proxies reset")
 
 
 @proxies.command("remove")
@@ -307,4 +308,4 @@ def proxies_remove(obj: Any, pool: str, urls: tuple[str, ...]) -> None:
         name, bare = _pool(pool), _bare_urls(urls)
     with _transaction(obj) as conn:
         done = store.remove_proxies(conn, name, bare)
-    click.echo(f"pool {name}: {len(done)} proxies removed")
+    echo(f"pool {name}: {len(done)} proxies removed")

@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from scrapefleet.common.ops.cli_context import echo
 from scrapefleet.common.ops.one_line_errors import one_line_errors
 
 MAX_ROWS = 10_000
@@ -89,11 +90,11 @@ def rate_limits(obj: Any, every_key: bool, as_json: bool, limit: int) -> None:
         rows = queries.rate_keys(conn, every_key=every_key, limit=limit)
     if as_json:
         for row in rows:
-            click.echo(json.dumps(rate_key_json(row)))
+            echo(json.dumps(rate_key_json(row)))
         return
     if not rows:
         which = "has work" if every_key else "is limited, slowed or paused"
-        click.echo(f"no rate key {which}")
+        echo(f"no rate key {which}")
         return
     for line in rate_key_lines(rows, utcnow()):
-        click.echo(line)
+        echo(line)

@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo
 
 import click
 
+from scrapefleet.common.ops.cli_context import echo
 from scrapefleet.common.ops.one_line_errors import one_line_errors
 
 LIST_SQL = (
@@ -105,7 +106,7 @@ def add(
             store.add_schedule(conn, spec, next_run_at, now)
     when = f"at {expression!r} ({timezone})" if expression else f"every {every}"
     local = next_run_at.astimezone(ZoneInfo(timezone))
-    click.echo(f"schedule {name!r}: {len(jobs)} job(s) {when}; next run {local.isoformat()}")
+    echo(f"schedule {name!r}: {len(jobs)} job(s) {when}; next run {local.isoformat()}")
 
 
 def _refuse_not_before(jobs: list[Any], path: Path) -> None:
@@ -129,12 +130,12 @@ def list_schedules(ctx: Any, as_json: bool) -> None:
         rows = [dict(r) for r in conn.execute(sa.text(LIST_SQL)).mappings()]
     if as_json:
         for row in rows:
-            click.echo(json.dumps(row, default=str))
+            echo(json.dumps(row, default=str))
         return
     if not rows:
-        click.echo("no schedules (scrapefleet schedules add NAME --cron ... --job FILE)")
+        echo("no schedules (scrapefleet schedules add NAME --cron ... --job FILE)")
         return
-    click.echo(
+    echo(
         f"{'name':<24} {'cron':<16} {'zone':<16} {'state':<7} {'next run':<26}"
         f" {'last slot':<26} {'outcome':<16} jobs ok/failed/left"
     )
@@ -143,7 +144,7 @@ def list_schedules(ctx: Any, as_json: bool) -> None:
             f"{row['last_jobs']} {row['last_completed']}/{row['last_failed']}"
             f"/{row['last_unfinished']}"
         )
-        click.echo(
+        echo(
             f"{row['name']:<24} {_slots_text(row):<16} {row['timezone']:<16}"
             f" {'paused' if row['paused'] else 'active':<7} {_when(row['next_run_at']):<26}"
             f" {_when(row['last_slot']):<26} {row['last_outcome'] or '-':<16} {last_jobs}"
@@ -169,7 +170,7 @@ def show(ctx: Any, name: str) -> None:
     # The schedule's jobs as every job is shown: proxy passwords, cookies, tokens masked.
     from scrapefleet.common.masking import mask_document
 
-    click.echo(json.dumps(mask_document(shown), indent=2, default=str))
+    echo(json.dumps(mask_document(shown), indent=2, default=str))
 
 
 @schedules.command("pause")
@@ -212,7 +213,7 @@ def _set_paused(ctx: Any, name: str, paused: bool) -> None:
             next_run_at = slots.next_after(datetime.now(UTC))
         changed = store.set_schedule_paused(conn, name, paused, next_run_at)
     word = "paused" if paused else "resumed"
-    click.echo(f"schedule {name!r} {word}" if changed else f"schedule {name!r} already {word}")
+    echo(f"schedule {name!r} {word}" if changed else f"schedule {name!r} already {word}")
 
 
 @schedules.command("rm")
@@ -225,7 +226,7 @@ def remove(ctx: Any, name: str) -> None:
 
     with one_line_errors(), transaction(ctx.read_engine()) as conn:
         store.remove_schedule(conn, name)
-    click.echo(f"schedule {name!r} removed")
+    echo(f"schedule {name!r} removed")
 
 
 @schedules.command("run")
@@ -257,7 +258,7 @@ def run_now(ctx: Any, name: str) -> None:
             jobs=store.jobs_of(row.jobs),
             default_max_attempts=ctx.settings.max_attempts,
         )
-    click.echo(f"schedule {name!r}: submitted {len(ids or [])} job(s): {ids}")
+    echo(f"schedule {name!r}: submitted {len(ids or [])} job(s): {ids}")
 
 
 def _slots_text(row: dict[str, Any]) -> str:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from scrapefleet.common.errors import SubmitError
+from scrapefleet.common.ops.cli_context import echo
 from scrapefleet.common.ops.one_line_errors import one_line_errors
 from scrapefleet.common.store import NewJob
 
@@ -65,15 +66,15 @@ def try_command(
     shown: dict[str, Any] = {"status": outcome.status, "result": outcome.result}
     if outcome.spawn:
         shown["spawn"] = [child.as_json() for child in outcome.spawn]
-    click.echo(json.dumps(shown, indent=2, default=str))
+    echo(json.dumps(shown, indent=2, default=str))
     for part, path in report.artifacts.items():
-        click.echo(f"{part}: {path}")
+        echo(f"{part}: {path}")
     for note in report.notes:
-        click.echo(f"note: {note}")
+        echo(f"note: {note}")
     if outcome.status != "completed":
-        click.echo(f"error: {job.kind} {_why(outcome)} ({report.seconds:.1f} s)", err=True)
+        echo(f"error: {job.kind} {_why(outcome)} ({report.seconds:.1f} s)", err=True)
         sys.exit(1)
-    click.echo(f"{job.kind} completed in {report.seconds:.1f} s")
+    echo(f"{job.kind} completed in {report.seconds:.1f} s")
 
 
 def _why(outcome: Outcome) -> str:

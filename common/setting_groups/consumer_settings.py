@@ -4,7 +4,6 @@ what becomes of an attempt that fails (retries, error classes) or is blocked (bl
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Annotated
 
@@ -12,6 +11,7 @@ from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import NoDecode
 
 from scrapefleet.common import constants as C
+from scrapefleet.common.actions.bounded_regex import compile_pattern
 
 
 class ConsumerSettings(BaseModel):
@@ -104,7 +104,8 @@ class ConsumerSettings(BaseModel):
         default=None,
         description=(
             "`fetch_page` and `screenshot`: a regular expression searched in the "
-            "page's title, e.g. `(?i)access denied|just a moment`"
+            "page's title (its first 1,000 characters, with a time bound), e.g. "
+            "`(?i)access denied|just a moment`"
         ),
     )
 
@@ -130,8 +131,6 @@ class ConsumerSettings(BaseModel):
     def _title_pattern(cls, value: str | None) -> str | None:
         if value is None or value == "":
             return None
-        try:
-            re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"not a regular expression ({exc})") from None
+        # Compiled as it runs: on the bounded engine (common.actions.bounded_regex).
+        compile_pattern(value, "block_title_pattern")
         return value

@@ -7,7 +7,6 @@ block rule (status, selector, title) on a real page, through the consumer's runn
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import Engine
 
+from scrapefleet.common.actions.bounded_regex import compile_pattern
 from scrapefleet.common.actions.error_classes import ErrorClass
 from scrapefleet.common.store import ClaimedJob, NewJob
 from scrapefleet.consumer.browser.block_detection import NO_RULES, BlockRules
@@ -163,7 +163,11 @@ def test_each_block_rule_on_a_real_page(
     assert by_status.status == "blocked" and "HTTP 403 is a block status" in (
         by_status.reason or ""
     )
-    by_title = _fetch(job_pool, url, BlockRules(title_pattern=re.compile("(?i)access denied")))
+    by_title = _fetch(
+        job_pool,
+        url,
+        BlockRules(title_pattern=compile_pattern("(?i)access denied", "block_title_pattern")),
+    )
     assert by_title.status == "blocked" and "'Access denied'" in (by_title.reason or "")
     # Without rules the same page is an HTTP error: transient, retried with backoff.
     plain = _fetch(job_pool, url, NO_RULES)
@@ -187,7 +191,7 @@ def test_a_screenshot_of_a_block_page_is_blocked_not_a_result(
     )
     assert blocked.status == "blocked", blocked.error
     assert f"block selector '{BLOCK_MARKER}' matched" in (blocked.reason or "")
-    by_title = BlockRules(title_pattern=re.compile("(?i)access denied"))
+    by_title = BlockRules(title_pattern=compile_pattern("(?i)access denied", "block_title_pattern"))
     blocked = _fetch(
         job_pool, pushback_site.url("/blocked"), by_title, "screenshot", output_dir=out
     )

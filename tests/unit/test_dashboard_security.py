@@ -14,7 +14,7 @@ from flask.testing import FlaskClient
 from scrapefleet.common.errors import SettingsError
 from scrapefleet.common.ops.cli import cli
 from scrapefleet.common.ops.dashboard.app import create_app
-from scrapefleet.common.ops.dashboard.logins import COOKIE_NAME, SessionStore
+from scrapefleet.common.ops.dashboard.logins import COOKIE_NAME, FORM_COOKIE_NAME, SessionStore
 from scrapefleet.common.ops.dashboard.security import (
     Verdict,
     host_allowed,
@@ -210,8 +210,12 @@ def test_a_request_without_browser_headers_needs_the_token_itself() -> None:
 def test_unlock_renews_the_session_and_the_cookie_holds_no_token() -> None:
     client = _client()
     csrf = _csrf(client)
-    planted = client.get_cookie(COOKIE_NAME)
-    assert planted is not None
+    # Before a login the form token is in a signed cookie: nothing is kept on the server.
+    assert client.get_cookie(COOKIE_NAME) is None
+    form_cookie = client.get_cookie(FORM_COOKIE_NAME)
+    assert form_cookie is not None and form_cookie.http_only and form_cookie.same_site == "Strict"
+    # An id planted beforehand (any port of this host can set our cookie).
+    client.set_cookie(COOKIE_NAME, "planted-by-another-port")
     answer = client.post(
         "/control/token",
         data={"token": TOKEN, "csrf_token": csrf, "next": "/\t/evil.example/"},
@@ -220,7 +224,8 @@ def test_unlock_renews_the_session_and_the_cookie_holds_no_token() -> None:
     assert answer.status_code == 303
     assert answer.headers["Location"] == "/"
     cookie = client.get_cookie(COOKIE_NAME)
-    assert cookie is not None and cookie.value != planted.value
+    assert cookie is not None and cookie.value != "planted-by-another-port"
+    assert client.get_cookie(FORM_COOKIE_NAME) is None
     assert TOKEN not in cookie.value and cookie.http_only and cookie.same_site == "Strict"
     # The old id (say, planted by a page on another port) is not the unlocked session.
     assert TOKEN not in str(answer.headers)

@@ -3,13 +3,13 @@ try's time), how fetch_page knows a block page, and how the runner reports each 
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from pydantic import BaseModel, ValidationError
 
+from scrapefleet.common.actions.bounded_regex import compile_pattern
 from scrapefleet.common.actions.error_classes import (
     ErrorClass,
     HttpStatusError,
@@ -178,7 +178,7 @@ def test_a_block_page_by_status_selector_or_title() -> None:
     rules = BlockRules(
         statuses=frozenset({403}),
         selector="#captcha",
-        title_pattern=re.compile(r"(?i)access denied"),
+        title_pattern=compile_pattern(r"(?i)access denied", "block_title_pattern"),
     )
     assert "HTTP 403" in (block_reason(rules, status=403, title="", selector_matched=False) or "")
     assert "#captcha" in (block_reason(rules, status=200, title="", selector_matched=True) or "")

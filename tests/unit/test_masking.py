@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from scrapefleet.common import masking
 from scrapefleet.common.masking import (
     MASK,
     digest,
@@ -168,3 +169,30 @@ def test_a_saved_traceback_masks_the_urls_in_it(tmp_path: Path) -> None:
     saved = capture_failure(None, tmp_path, job_id=7, attempt=1, traceback_text=trace)
     text = Path(saved["traceback"]).read_text()
     assert "hunter2" not in text and "http://***@p:3128" in text
+
+
+def test_control_characters_are_spelled_out_for_a_terminal() -> None:
+    hostile = "no price\x1b[2J\x1b]0;owned\x07\x9b31m\u202e\x00\x7f\rall good\n\tnext"
+    shown = masking.terminal_text(hostile)
+    assert shown == (
+        "no price\\x1b[2J\\x1b]0;owned\\x07\\x9b31m\\u202e\\x00\\x7f\\rall good\n\tnext"
+    )
+    assert masking.terminal_text("a\nb\tc", keep_newlines=False) == "a\\nb\\tc"
+    assert masking.terminal_text("prix: 12 €, naïve, 日本") == "prix: 12 €, naïve, 日本"
+
+
+def test_cookie_and_authorization_headers_quoted_in_text_are_masked() -> None:
+    text = (
+        "Cookie: sid=abc123; theme=dark\n"
+        "{'Set-Cookie': 'sid=zz9; Path=/; HttpOnly'}\n"
+        'Authorization: Digest username="bob", response="6629fae49393"\n'
+        "Proxy-Authorization: Basic dXNlcjpwYXNz\n"
+        "no cookie: the site refused, 5 cookies=5 saved"
+    )
+    assert masking.mask_text(text) == (
+        "Cookie: sid=***; theme=***\n"
+        "{'Set-Cookie': 'sid=***; Path=/; HttpOnly'}\n"
+        "Authorization: ***\n"
+        "Proxy-Authorization: ***\n"
+        "no cookie: the site refused, 5 cookies=5 saved"
+    )

@@ -41,7 +41,6 @@ from scrapefleet.common.ops.dashboard import page_reads as reads
 from scrapefleet.common.ops.dashboard.ages import relative_age
 from scrapefleet.common.ops.dashboard.artifact_files import relative_artifact, send_artifact
 from scrapefleet.common.ops.dashboard.control_forms import (
-    UNLOCKED,
     controls,
     csrf_token,
     explicit_token,
@@ -55,7 +54,7 @@ from scrapefleet.common.ops.dashboard.inputs import (
     parse_search,
 )
 from scrapefleet.common.ops.dashboard.job_sorts import SORTS, cursor_of
-from scrapefleet.common.ops.dashboard.logins import MemorySessionInterface, SessionStore
+from scrapefleet.common.ops.dashboard.logins import UNLOCKED, MemorySessionInterface, SessionStore
 from scrapefleet.common.ops.dashboard.security import host_allowed, local_next
 from scrapefleet.common.ops.fleet_status import read_fleet_status
 from scrapefleet.common.reads import queries

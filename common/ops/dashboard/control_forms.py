@@ -6,7 +6,8 @@ Every control passes three checks (``guard``):
    (``security.origin_verdict``). A page on another port of the same host is refused: cookies,
    SameSite=Strict included, do not separate ports, so this check is what does.
 2. The form token: a browser's form must carry its session's ``csrf_token``, which only the
-   dashboard's own pages show.
+   dashboard's own pages show (before a login it is kept in a signed cookie, not on the
+   server: ``logins``).
 3. The operator: ``dashboard_token``, typed into the form (``token``) or remembered by the
    session after the "unlock" form; ``Authorization: Bearer <token>`` for scripts.
 
@@ -43,7 +44,7 @@ from scrapefleet.common.db.engines import transaction, wrapped_errors
 from scrapefleet.common.errors import HostBusy, HostOffline, NotFound, SubmitError
 from scrapefleet.common.ops import bulk
 from scrapefleet.common.ops.dashboard.inputs import BadInput, parse_job_ids
-from scrapefleet.common.ops.dashboard.logins import DashboardSession
+from scrapefleet.common.ops.dashboard.logins import UNLOCKED, DashboardSession
 from scrapefleet.common.ops.dashboard.security import Verdict, local_next, origin_verdict
 from scrapefleet.common.reads import queries
 from scrapefleet.common.runtime.logging_setup import fields
@@ -55,7 +56,6 @@ log = logging.getLogger(__name__)
 
 MAX_REASON = 500
 CSRF_FIELD = "csrf_token"
-UNLOCKED = "unlocked"  # session key: the operator gave the token in this browser session
 
 controls = Blueprint("controls", __name__)
 
