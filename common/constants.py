@@ -107,3 +107,6 @@ BLOCK_TITLE_MAX_CHARS: Final = 1_000
 # (common.actions.page_budget): 3,000 links and 20 fields of a real page take ~0.1 s.
 PAGE_EXTRACTION_S: Final = 5.0
 REGEX_MAX_INPUT_CHARS: Final = 2 * 1024 * 1024  # a field's regex sees this much of the page
+# A page's script can grow its DOM without end (31 MB saved per attempt from a 200-byte page):
+# a failed attempt's saved HTML is cut here (the artifact_html_max_bytes setting's default).
+ARTIFACT_HTML_MAX_BYTES: Final = 2_000_000

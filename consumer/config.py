@@ -40,7 +40,8 @@ class ConsumerConfig:
             settings=settings,
             host=host,
             driver_factory=driver_factory,
-            capture_failure=capture_failure or artifacts.capture_into(settings.artifacts_dir),
+            capture_failure=capture_failure
+            or artifacts.capture_into(settings.artifacts_dir, settings.artifact_html_max_bytes),
             drain_timeout_s=drain_timeout_s,
         )
 

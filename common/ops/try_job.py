@@ -67,7 +67,7 @@ def try_job(job: NewJob, settings: Settings, out_dir: Path) -> TryReport:
     with tempfile.TemporaryDirectory(prefix="scrapefleet-try-") as profile:
         driver = start_local_chrome(settings, Path(profile))
         try:
-            lease = _saving_lease(driver, out_dir, report)
+            lease = _saving_lease(driver, out_dir, report, settings.artifact_html_max_bytes)
             report.outcome = _within(
                 limit_s,
                 lambda: run_job(
@@ -105,7 +105,9 @@ def _nothing() -> None:
     """A plain job's thread cannot be ended: it is left to finish while the process exits."""
 
 
-def _saving_lease(driver: Any, out_dir: Path, report: TryReport) -> DriverLease:
+def _saving_lease(
+    driver: Any, out_dir: Path, report: TryReport, html_max_bytes: int
+) -> DriverLease:
     """The runner's lease of our one driver: every request of the job's page is logged, and
     the page is saved when the job lets go of it (after the action, failed or not)."""
 
@@ -116,7 +118,9 @@ def _saving_lease(driver: Any, out_dir: Path, report: TryReport) -> DriverLease:
             try:
                 yield driver
             finally:
-                saved = capture_page(driver, out_dir, ARTIFACT_STEM, None, network)
+                saved = capture_page(
+                    driver, out_dir, ARTIFACT_STEM, None, network, html_max_bytes=html_max_bytes
+                )
                 report.notes.extend(saved.pop("notes"))
                 report.artifacts.update({k: v for k, v in saved.items() if v is not None})
 

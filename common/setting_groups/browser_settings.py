@@ -16,6 +16,7 @@ from scrapefleet.common.browser.options import (
     validate_locale,
     validate_timezone,
 )
+from scrapefleet.common.constants import ARTIFACT_HTML_MAX_BYTES
 from scrapefleet.common.http.params import validate_user_agent
 
 
@@ -122,6 +123,12 @@ class BrowserSettings(BaseModel):
     )
     artifact_retention_days: float = Field(
         default=14.0, gt=0, description="failure artifacts older than this are deleted"
+    )
+    artifact_html_max_bytes: int = Field(
+        default=ARTIFACT_HTML_MAX_BYTES,
+        ge=10_000,
+        description="a failed attempt's saved page HTML is cut here (a note in its artifacts"
+        " says so): a page's script can grow its DOM without end",
     )
     browser: bool = Field(
         default=True,

@@ -17,11 +17,13 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
+from scrapefleet.common.constants import ARTIFACT_HTML_MAX_BYTES
 from scrapefleet.common.masking import mask_text
 from scrapefleet.consumer.browser.network_log import NetworkLog, network_log_of
 
 CAPTURE_PART_TIMEOUT_S = 15.0  # per part; a hung renderer must not hold the job's slot
 FULL_PAGE_MAX_HEIGHT_PX = 16_384  # beyond this Chromium's capture fails or eats memory
+HTML_MAX_BYTES = ARTIFACT_HTML_MAX_BYTES  # the artifact_html_max_bytes setting's default
 
 T = TypeVar("T")
 
@@ -74,6 +76,16 @@ def full_page_png(driver: Any) -> bytes:
     return base64.b64decode(shot["data"])
 
 
+def capped_html(source: str, max_bytes: int) -> tuple[bytes, str | None]:
+    """The page's HTML as saved: at most ``max_bytes`` (cut on a character boundary), and the
+    note that says it was cut and from what size, or None when it was whole."""
+    data = source.encode()
+    if len(data) <= max_bytes:
+        return data, None
+    kept = data[:max_bytes].decode(errors="ignore").encode()
+    return kept, f"html truncated to {len(kept):,} of {len(data):,} bytes (artifact_html_max_bytes)"
+
+
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"
@@ -86,6 +98,7 @@ def capture_failure(
     attempt: int,
     traceback_text: str,
     part_timeout_s: float = CAPTURE_PART_TIMEOUT_S,
+    html_max_bytes: int = HTML_MAX_BYTES,
 ) -> dict[str, Any]:
     """Save what can be saved of a failed attempt under ``<artifacts_dir>/<job_id>/``; returns
     {"screenshot", "html", "traceback", "network": path | None, "notes": [why a part is
@@ -94,7 +107,13 @@ def capture_failure(
     network = network_log_of(driver) if driver is not None else None
     folder = Path(artifacts_dir) / str(job_id)
     return capture_page(
-        driver, folder, f"attempt-{attempt}", traceback_text, network, part_timeout_s
+        driver,
+        folder,
+        f"attempt-{attempt}",
+        traceback_text,
+        network,
+        part_timeout_s,
+        html_max_bytes,
     )
 
 
@@ -105,9 +124,11 @@ def capture_page(
     traceback_text: str | None,
     network: NetworkLog | None,
     part_timeout_s: float = CAPTURE_PART_TIMEOUT_S,
+    html_max_bytes: int = HTML_MAX_BYTES,
 ) -> dict[str, Any]:
     """``folder/<stem>.txt`` (the traceback, when given), ``.network.json``, ``.png`` and
-    ``.html`` of the page ``driver`` shows now, as capture_failure says. Never raises."""
+    ``.html`` of the page ``driver`` shows now, as capture_failure says; the HTML cut at
+    ``html_max_bytes``, with a note saying so. Never raises."""
     result: dict[str, Any] = {
         "screenshot": None,
         "html": None,
@@ -147,18 +168,25 @@ def capture_page(
 
     def html() -> bytes:
         source: str = _with_deadline(lambda: driver.page_source, part_timeout_s)
-        return source.encode()
+        data, cut = capped_html(source, html_max_bytes)
+        if cut is not None:
+            notes.append(cut)
+        return data
 
     save("screenshot", ".png", screenshot)
     save("html", ".html", html)
     return result
 
 
-def capture_into(artifacts_dir: Path) -> Callable[[Any, int, int, str], dict[str, Any]]:
+def capture_into(
+    artifacts_dir: Path, html_max_bytes: int = HTML_MAX_BYTES
+) -> Callable[[Any, int, int, str], dict[str, Any]]:
     """capture_failure bound to one directory: the runner's ``capture_failure`` hook."""
 
     def capture(driver: Any, job_id: int, attempt: int, traceback_text: str) -> dict[str, Any]:
-        return capture_failure(driver, artifacts_dir, job_id, attempt, traceback_text)
+        return capture_failure(
+            driver, artifacts_dir, job_id, attempt, traceback_text, html_max_bytes=html_max_bytes
+        )
 
     return capture
 

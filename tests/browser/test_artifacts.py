@@ -64,3 +64,26 @@ def test_prune_removes_only_jobs_older_than_retention(tmp_path: Path) -> None:
     (tmp_path / "screenshots").mkdir()  # not a job folder: left alone
     assert prune_artifacts(tmp_path, older_than_days=14, now=now) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["2", "screenshots"]
+
+
+def test_a_page_that_grows_its_dom_saves_its_html_cut_at_the_cap_and_says_so(
+    driver: StackWebDriver, site: LocalSite, tmp_path: Path
+) -> None:
+    # A small page whose script writes 3 MB into its own DOM: saved whole, every attempt of
+    # every job of the site would write that much to the host's disk.
+    driver.get(site.url("/plain"))
+    driver.execute_script(
+        "const p = document.createElement('pre'); p.hidden = true;"
+        "p.textContent = 'é'.repeat(1500000); document.body.appendChild(p);"
+    )
+    cap = 100_000
+    result = capture_failure(
+        driver, tmp_path, job_id=8, attempt=1, traceback_text=TRACEBACK, html_max_bytes=cap
+    )
+    assert result["html"], result["notes"]
+    saved = Path(result["html"]).read_bytes()
+    assert cap - 4 <= len(saved) <= cap
+    saved.decode()  # cut on a character boundary
+    assert saved.lstrip().lower().startswith(b"<html") or b"<title" in saved[:500]
+    (note,) = result["notes"]
+    assert note.startswith(f"html truncated to {len(saved):,} of ") and "bytes" in note
