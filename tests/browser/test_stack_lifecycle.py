@@ -128,6 +128,21 @@ def test_restart_report_and_recovery_from_a_killed_grid(
     assert processes_mentioning(own_stack_dir, stack.tmp_dir) == []
 
 
+def test_a_grid_whose_every_slot_holds_a_session_is_healthy(
+    settings: Settings, site: LocalSite, own_stack_dir: Path
+) -> None:
+    """The Grid's status says ``ready: false`` when it has no slot left: a host holding all its
+    sessions is busy, and one lost session must not make it look down (a whole-stack restart)."""
+    with BrowserStack(settings, "full", 1, own_stack_dir) as stack:
+        driver = stack.new_driver()
+        try:
+            fetch_page(driver, FetchPageParams(url=site.url("/plain")))
+            assert stack.healthy()
+        finally:
+            driver.quit()
+        assert stack.healthy()
+
+
 def test_a_session_pool_outlives_a_restart_of_its_stack(
     settings: Settings, site: LocalSite, own_stack_dir: Path
 ) -> None:
