@@ -21,7 +21,7 @@ def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_defaults_match_the_contract() -> None:
     settings = load_settings()
-    assert (settings.capacity, settings.restart_every, settings.reboot_every) == (6, 80, 80)
+    assert (settings.capacity, settings.restart_every, settings.reboot_every) == (6, 20, 80)
     assert settings.browser_retire_every == 20
     assert settings.producer_interval_s == 2.0 and settings.rescue_after_s == 60.0
     assert settings.database_url is None
