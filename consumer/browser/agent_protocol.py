@@ -82,6 +82,8 @@ _STACK = {"stack": _stack, "token": _matching(_TOKEN, "32 lowercase hex digits")
 VERBS: dict[str, dict[str, Callable[[Any], Any]]] = {
     "hello": {},
     "prepare": _STACK,
+    # Kept open by the client while the stack runs: its end without a stop ends the stack.
+    "hold": _STACK,
     "start_xvfb": {
         **_STACK,
         "display": _integer(0, 9999, optional=True),

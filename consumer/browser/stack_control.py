@@ -52,6 +52,7 @@ from scrapefleet.consumer.browser.stack_processes import (
     find_stack_processes,
     pss_bytes,
 )
+from scrapefleet.consumer.browser.stack_watchdog import StackWatchdog
 
 XVFB_READY_TIMEOUT_S = 10.0
 SESSION_RETRY_INTERVAL_S = 1  # Grid re-offers a queued session request this often
@@ -154,6 +155,8 @@ class LocalStackControl:
         self._grid: subprocess.Popen[bytes] | None = None
         self._archive: Path | None = None  # the host's class archive for the Grid's jar
         self._archive_mapped = False  # the Grid was started from it
+        # Ends the stack if this process dies without stopping it (consumer.browser.stack_watchdog).
+        self._watchdog: StackWatchdog | None = None
 
     @property
     def tmp_dir(self) -> Path:
@@ -172,12 +175,14 @@ class LocalStackControl:
         return self._xvfb.pid if self._xvfb else None
 
     def prepare(self) -> None:
-        """The stack's HOME and TMPDIR, the browser user's own."""
+        """The stack's HOME and TMPDIR, the browser user's own, and its watchdog."""
         self._user = resolve_browser_user(self.user_name)
         for folder in (self.home_dir, self._tmp_dir):
             folder.mkdir(parents=True, exist_ok=True)
             if self._user.switches:
                 os.chown(folder, self._user.uid, self._user.gid)
+        if self._watchdog is None:
+            self._watchdog = StackWatchdog(self.marker, self.programs.stop_timeout_s)
 
     def running(self) -> tuple[bool, bool]:
         """Whether the Grid and Xvfb run."""
@@ -236,6 +241,8 @@ class LocalStackControl:
             os.close(read_fd)
         if answer.strip() == str(display).encode():
             self._xvfb = proc
+            if self._watchdog is not None:
+                self._watchdog.watch(proc.pid)
             return True
         proc.kill()
         proc.wait()
@@ -285,6 +292,8 @@ class LocalStackControl:
             )
         except OSError as exc:
             raise StackError(f"cannot run the Grid: {exc}") from exc
+        if self._watchdog is not None:
+            self._watchdog.watch(self._grid.pid)
 
     def _write_grid_config(self, config: GridConfig) -> None:
         stereotype = json.dumps(
@@ -359,6 +368,9 @@ stereotype = '{stereotype}'
         if self.display is not None and self._xvfb is not None:
             clear_stale_display(self.display)  # Xvfb leaves its lock when SIGKILLed
         self._grid = self._xvfb = None
+        if self._watchdog is not None:
+            self._watchdog.release()
+            self._watchdog = None
         if self._archive is not None and not self._archive_mapped:
             pending = self._tmp_dir / grid_jvm.PENDING_NAME
             grid_jvm.adopt_archive(self.programs.java, pending, self._archive)
