@@ -212,6 +212,7 @@ class AgentStackControl:
             request_timeout_s=config.request_timeout_s,
             username=config.auth.username,
             password=config.auth.password,
+            driver=config.driver,
         )
         self._grid_pid = int(answer["pid"])
 

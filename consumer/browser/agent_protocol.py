@@ -99,6 +99,7 @@ VERBS: dict[str, dict[str, Callable[[Any], Any]]] = {
         "request_timeout_s": _integer(1, 86400),
         "username": _matching(_GRID_USER, "sf- and 16 hex digits"),
         "password": _matching(_GRID_PASSWORD, "32 to 64 URL-safe base64 characters"),
+        "driver": _matching(re.compile(r"grid|chromedriver"), "grid or chromedriver"),
     },
     "running": _STACK,
     "end_grid": _STACK,

@@ -189,6 +189,7 @@ def _grid_config(fields: dict[str, Any]) -> GridConfig:
         session_timeout_s=fields["session_timeout_s"],
         request_timeout_s=fields["request_timeout_s"],
         auth=GridCredentials(fields["username"], fields["password"]),
+        driver=fields["driver"],
     )
 
 

@@ -287,6 +287,7 @@ class BrowserStack:
                 session_timeout_s=self.settings.grid_session_timeout_s,
                 request_timeout_s=int(self.settings.session_create_timeout_s),
                 auth=self._grid_auth,
+                driver=self.settings.browser_driver,
             )
         )
 

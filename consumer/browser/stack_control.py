@@ -92,6 +92,9 @@ class GridConfig:
     session_timeout_s: int
     request_timeout_s: int
     auth: GridCredentials
+    # What serves the sessions: "grid" (Selenium Grid standalone) or "chromedriver" (one
+    # chromedriver server, many sessions: the same W3C and BiDi endpoints, no JVM, no relay).
+    driver: str = "grid"
 
 
 class StackControl(Protocol):
@@ -259,7 +262,11 @@ class LocalStackControl:
     # -- the Grid ----------------------------------------------------------------------------
 
     def start_grid(self, config: GridConfig) -> None:
-        """Write the Grid's config and start its JVM (not waited for: the caller polls it)."""
+        """Write the Grid's config and start its JVM (not waited for: the caller polls it); or,
+        with ``config.driver`` "chromedriver", start a chromedriver server in its place."""
+        if config.driver == "chromedriver":
+            self._start_chromedriver(config)
+            return
         jar = find_grid_jar(self.programs.grid_jar)
         self._write_grid_config(config)
         env = stack_environment(
@@ -292,6 +299,34 @@ class LocalStackControl:
             )
         except OSError as exc:
             raise StackError(f"cannot run the Grid: {exc}") from exc
+        if self._watchdog is not None:
+            self._watchdog.watch(self._grid.pid)
+
+    def _start_chromedriver(self, config: GridConfig) -> None:
+        """A chromedriver server on the Grid's port: it takes the same session requests (every
+        browser its child, with the stack's TMPDIR and marker), answers ``/status`` ready, and
+        ignores the Grid's credentials. It listens on loopback only (its default)."""
+        env = stack_environment(
+            self.home_dir,
+            self._tmp_dir,
+            DISPLAY=f":{self.display}",
+            **{TOKEN_ENV: self.marker.token, WORK_DIR_ENV: str(self.work_dir)},
+        )
+        self._archive = None
+        command = [str(self.programs.chromedriver), f"--port={config.port}"]
+        try:
+            self._grid = subprocess.Popen(
+                command,
+                env=env,
+                cwd=self.work_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=self.grid_log.open("ab"),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                **self._as_browser_user(),
+            )
+        except OSError as exc:
+            raise StackError(f"cannot run chromedriver: {exc}") from exc
         if self._watchdog is not None:
             self._watchdog.watch(self._grid.pid)
 
