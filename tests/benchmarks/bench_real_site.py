@@ -621,16 +621,16 @@ def _pss(run: RealRun) -> str:
     return f"{first / MB:.0f} MB | {last / MB:.0f} MB"
 
 
-def _ratio(run: RealRun, base: RealRun | None) -> str:
-    return f"{run.rate / base.rate:.2f}" if base is not None and base.rate else "-"
+def _ratio(run: RealRun, base: RealRun | float | None) -> str:
+    rate = base.rate if isinstance(base, RealRun) else base
+    return f"{run.rate / rate:.2f}" if rate else "-"
 
 
-def throughput_table(
-    runs: list[RealRun], loop: RealRun, threads: RealRun, floor: RealRun | None
-) -> None:
+def throughput_table(runs: list[RealRun], loop: RealRun, threads: RealRun, floor: float) -> None:
     """Every run against the floor of the same run (six scripted threads through a host's own
-    Grid under Xvfb), and against six scripted headless threads (the lighter stacks' baseline)
-    and the plain loop."""
+    Grid under Xvfb: the mean of its two runs, before and after the others, so that a machine
+    whose neighbours' load changes during the run weighs on both ends alike), and against six
+    scripted headless threads (the lighter stacks' baseline) and the plain loop."""
     print(
         f"| run | pages | pages/min | x the floor | x {SCRIPT_THREADS} headless threads"
         " | x plain loop | not completed | restarts | stack faults"
@@ -764,20 +764,24 @@ def main() -> None:
             draw(runs, OVERLOAD_PLOT, "Two consumer hosts on PostgreSQL's manual, with a CPU hog")
             print(f"plot: {OVERLOAD_PLOT}")
             return
+        # The floor every consumer row is read against: always measured, in the same run, first
+        # and last.
+        label = (
+            f"{SCRIPT_THREADS} hand-written threads through a host's Grid under Xvfb (the floor)"
+        )
+        print(f"{label}, before", flush=True)
+        floors = [scripted(urls, SCRIPT_THREADS, f"{label}, before", Path(tmp) / "grid-before")]
         runs = consumer_runs(args, urls, Path(tmp))
         print("plain loop: one headless ChromeDriver session, one page after another", flush=True)
         loop = scripted(urls, 1, "plain loop, one session")
         print(f"{SCRIPT_THREADS} threads, each its own session", flush=True)
         threads = scripted(urls, SCRIPT_THREADS, f"{SCRIPT_THREADS} hand-written threads")
         runs += [loop, threads]
-        # The floor every consumer row is read against: always measured, in the same run.
-        label = (
-            f"{SCRIPT_THREADS} hand-written threads through a host's Grid under Xvfb (the floor)"
-        )
-        print(label, flush=True)
-        floor = scripted(urls, SCRIPT_THREADS, label, grid_work=Path(tmp) / "grid")
-        runs.append(floor)
-    print(f"\n{machine_line(load_before)}")
+        print(f"{label}, after", flush=True)
+        floors.append(scripted(urls, SCRIPT_THREADS, f"{label}, after", Path(tmp) / "grid-after"))
+        runs += floors
+    floor = sum(run.rate for run in floors) / len(floors)
+    print(f"\n{machine_line(load_before)}; the floor: {floor:.0f} pages/min (mean of its two runs)")
     throughput_table(runs, loop, threads, floor)
     cpu_table(runs)
     for run in runs:
