@@ -43,6 +43,7 @@ import itertools
 import logging
 import os
 import queue
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -413,6 +414,16 @@ def consumer_plans(
     return plans
 
 
+def seed_class_archive(work: Path, host_dir: Path) -> None:
+    """Give a run's host the Grid's class archive the floor's first run dumped, as a host has
+    it after its first stack: else every run's first JVMs dump and check one again, a cost a
+    host pays once in its life."""
+    for archive in sorted(work.glob("grid-before/grid-classes-*.jsa")):
+        host_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(archive, host_dir / archive.name)
+        print(f"  the host's Grid class archive: {archive.name}, from the floor's run", flush=True)
+
+
 def consumer_runs(args: argparse.Namespace, urls: list[str], work: Path) -> list[RealRun]:
     runs = []
     with bench_database() as (url, engine):
@@ -424,6 +435,7 @@ def consumer_runs(args: argparse.Namespace, urls: list[str], work: Path) -> list
             every = int(changed.pop("restart_every", RESTART_EVERY))
             changed.setdefault("browser_retire_every", BROWSER_RETIRE_EVERY)
             settings = settings_for(url, work, args.capacity, every, label, **changed)
+            seed_class_archive(work, settings.state_dir / "stack" / "bench-1")
             runs.append(run_hosts(engine, {"bench-1": settings}, urls[:count], label, **payload))
     return runs
 
