@@ -5,7 +5,8 @@ browser actions take ``(driver, params)``: a warm Selenium session of the host's
 current window holds no cookie or storage of an earlier job, at the job's isolation level
 (common.browser.isolation: the action's default, or the job's payload key ``isolation``): the
 slot's tab cleared after every job (``"cleared"``, the default), a fresh user context
-(``"context"``), or a browser started for the job alone (``"session"``). Both return a
+(``"context"``), or a browser started for the job alone (``"session"``); or, asked for
+anonymous work, the slot's tab as the last job left it (``"shared"``). Both return a
 JSON-serialisable dict,
 stored as the job's result, or a ``Spawned`` (common.actions.spawn): a result and follow-up jobs.
 A browser job's payload key ``browser`` (user agent, proxy, headers, cookies, window, locale,
@@ -65,6 +66,7 @@ from scrapefleet.common.browser.isolation import (
     DEFAULT_ISOLATION,
     ISOLATION_KEY,
     Isolation,
+    check_shared,
     validate_isolation,
 )
 from scrapefleet.common.browser.options import (
@@ -149,12 +151,16 @@ class Action:
         """Validate a payload; SubmitError names the first bad field."""
         if not isinstance(payload, dict):
             raise SubmitError(f"payload of {self.name!r} must be a JSON object")
-        if self.needs_browser and ISOLATION_KEY in payload:
-            self.isolation_of(payload)
-            if ISOLATION_KEY not in self.params_model.model_fields:
-                payload = {k: v for k, v in payload.items() if k != ISOLATION_KEY}
+        isolation = self.isolation_of(payload) if self.needs_browser else self.isolation
+        params_fields = self.params_model.model_fields
+        if self.needs_browser and ISOLATION_KEY in payload and ISOLATION_KEY not in params_fields:
+            payload = {k: v for k, v in payload.items() if k != ISOLATION_KEY}
         if self.needs_browser and BROWSER_KEY in payload:
-            self.browser_options_of(payload)
+            options = self.browser_options_of(payload)
+            try:
+                check_shared(isolation, not options.empty)
+            except ValueError as exc:
+                raise SubmitError(f"payload.{ISOLATION_KEY}: {exc}") from None
             if BROWSER_KEY not in self.params_model.model_fields:
                 payload = {k: v for k, v in payload.items() if k != BROWSER_KEY}
         if PROXY_POOL_KEY in payload or SESSION_KEY in payload:

@@ -91,6 +91,20 @@ class BrowserSettings(BaseModel):
         default=Path("/usr/bin/chromedriver"),
         description="the chromedriver of that Chromium's version",
     )
+    # Lighter stacks, as options; the design card's stack (Grid + Xvfb, headed) is the default.
+    browser_driver: Literal["grid", "chromedriver"] = Field(
+        default="grid",
+        description="what drives the browsers: `grid` (Selenium Grid standalone, the card's"
+        " stack) or `chromedriver` (one chromedriver server the host runs itself, no Grid and"
+        " no Java, as `scrapefleet try` does; it has no credentials of its own: any local"
+        " user who finds its loopback port can drive the browsers); restarts restart it as"
+        " they would the Grid",
+    )
+    browser_headless: bool = Field(
+        default=False,
+        description="run Chromium headless (`--headless=new`) instead of drawing on Xvfb's"
+        " screen; screenshots are the window's size either way",
+    )
     browser_user: str | None = Field(
         default=None,
         min_length=1,

@@ -4,12 +4,15 @@ With ``browser_user`` and ``browser_agent_socket`` set, the consumer holds no ca
 cannot start a process as another user, signal one, read its memory or write its files. The
 browser agent (consumer.browser.browser_agent) runs as the browser's user and does those things
 on request, for the stacks and profiles it made and nothing else. Every call is one connection,
-one request and one answer (consumer.browser.agent_protocol), with a deadline on both sides.
+one request and one answer (consumer.browser.agent_protocol), with a deadline on both sides;
+but for each started stack one connection stays open until its stop (``hold``): when this
+process ends without a stop, however it ends, the kernel closes it and the agent ends the stack.
 Without those settings the stack is started here (``LocalStackControl``), as before.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -48,23 +51,47 @@ class AgentClient:
     def call(self, verb: str, deadline_s: float = CALL_TIMEOUT_S, **fields: Any) -> dict[str, Any]:
         """The agent's answer to one request; StackError with its reason when it refuses or
         cannot be reached in time."""
+        conn, message = self._exchange(verb, deadline_s, fields)
+        conn.close()
+        return message
+
+    def hold(self, **fields: Any) -> socket.socket:
+        """A connection the agent holds a stack by, open until closed (or this process ends);
+        StackError when the agent refuses it."""
+        conn, _message = self._exchange("hold", CALL_TIMEOUT_S, fields)
+        conn.settimeout(None)
+        return conn
+
+    def _exchange(
+        self, verb: str, deadline_s: float, fields: dict[str, Any]
+    ) -> tuple[socket.socket, dict[str, Any]]:
+        """One request and its answer, the connection left open."""
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            try:
                 conn.settimeout(deadline_s)
                 conn.connect(str(self.socket_path))
                 conn.sendall(encode({"verb": verb, **fields}))
                 answer = _read_line(conn)
-        except OSError as exc:  # TimeoutError included
-            raise StackError(f"browser agent at {self.socket_path}: {verb}: {exc}") from exc
-        try:
-            message = json.loads(answer)
-        except ValueError:
-            raise StackError(f"browser agent: {verb}: no answer (the agent ended?)") from None
-        if not isinstance(message, dict) or message.get("ok") is not True:
-            error = message.get("error") if isinstance(message, dict) else None
-            reason = error if isinstance(error, str) else repr(message)[:200]
-            raise StackError(f"browser agent refused {verb}: {reason}")
-        return message
+            except OSError as exc:  # TimeoutError included
+                raise StackError(f"browser agent at {self.socket_path}: {verb}: {exc}") from exc
+            return conn, _message(verb, answer)
+        except BaseException:
+            conn.close()
+            raise
+
+
+def _message(verb: str, answer: bytes) -> dict[str, Any]:
+    """The answer's fields; StackError with the agent's reason when it refused."""
+    try:
+        message = json.loads(answer)
+    except ValueError:
+        raise StackError(f"browser agent: {verb}: no answer (the agent ended?)") from None
+    if not isinstance(message, dict) or message.get("ok") is not True:
+        error = message.get("error") if isinstance(message, dict) else None
+        reason = error if isinstance(error, str) else repr(message)[:200]
+        raise StackError(f"browser agent refused {verb}: {reason}")
+    return message
 
 
 def _read_line(conn: socket.socket) -> bytes:
@@ -127,6 +154,7 @@ class AgentStackControl:
         self._uid: int | None = None
         self._grid_pid: int | None = None
         self._xvfb_pid: int | None = None
+        self._hold: socket.socket | None = None  # open while the stack runs (see hold)
 
     def _call(self, verb: str, deadline_s: float = CALL_TIMEOUT_S, **fields: Any) -> Any:
         return self.client.call(verb, deadline_s, stack=self.name, token=self.token, **fields)
@@ -158,6 +186,14 @@ class AgentStackControl:
             )
         self._uid = int(hello["uid"])
         self._tmp_dir = Path(self._call("prepare")["tmp_dir"])
+        self._release_hold()
+        self._hold = self.client.hold(stack=self.name, token=self.token)
+
+    def _release_hold(self) -> None:
+        if self._hold is not None:
+            with contextlib.suppress(OSError):
+                self._hold.close()
+            self._hold = None
 
     def start_xvfb(self, fixed_display: int | None, width: int, height: int) -> int:
         answer = self._call(
@@ -176,6 +212,7 @@ class AgentStackControl:
             request_timeout_s=config.request_timeout_s,
             username=config.auth.username,
             password=config.auth.password,
+            driver=config.driver,
         )
         self._grid_pid = int(answer["pid"])
 
@@ -201,11 +238,13 @@ class AgentStackControl:
         try:
             answer = self._call("stop", self._stop_timeout_s)
         except StackError as exc:
+            self._release_hold()  # the agent may still stop it for a client gone
             # An agent that is gone took its stacks with it (its SIGTERM, its unit's cgroup);
             # one that is stuck is restarted by systemd. Either way there is nothing more to do
             # from here, and a consumer's start or drain must not fail for it.
             log.warning("%s", exc)
             return KillResult(ended=0, sigkilled=0, leftover_pids=())
+        self._release_hold()  # stopped: the hold's end asks nothing more of the agent
         return KillResult(
             ended=int(answer["ended"]),
             sigkilled=int(answer["sigkilled"]),

@@ -82,6 +82,8 @@ _STACK = {"stack": _stack, "token": _matching(_TOKEN, "32 lowercase hex digits")
 VERBS: dict[str, dict[str, Callable[[Any], Any]]] = {
     "hello": {},
     "prepare": _STACK,
+    # Kept open by the client while the stack runs: its end without a stop ends the stack.
+    "hold": _STACK,
     "start_xvfb": {
         **_STACK,
         "display": _integer(0, 9999, optional=True),
@@ -97,6 +99,7 @@ VERBS: dict[str, dict[str, Callable[[Any], Any]]] = {
         "request_timeout_s": _integer(1, 86400),
         "username": _matching(_GRID_USER, "sf- and 16 hex digits"),
         "password": _matching(_GRID_PASSWORD, "32 to 64 URL-safe base64 characters"),
+        "driver": _matching(re.compile(r"grid|chromedriver"), "grid or chromedriver"),
     },
     "running": _STACK,
     "end_grid": _STACK,

@@ -14,11 +14,15 @@ does exactly this and nothing else (consumer.browser.agent_protocol checks every
   ``chromedriver_binary``, ``grid_jar``, ``stack_stop_timeout_s``), never a request's;
 - say whether they run, their PIDs, their memory (PSS), the tail of the Grid's log;
 - signal and end the processes of a stack it started, and only those;
-- make a profile's directory ready under ``<root>/profiles/<name>``.
+- make a profile's directory ready under ``<root>/profiles/<name>``;
+- end a stack whose client is gone: the client holds one connection open per started stack
+  (``hold``); when it ends before the stack was stopped (the consumer killed with SIGKILL, or
+  crashed), the agent stops that stack, so that no page keeps acting for a dead attempt.
 
-Each connection carries one request and one answer, read with a deadline. ``--client-user``
-(repeatable) admits only those users' processes (the socket peer's credentials); without it, the
-directory's permissions decide. SIGTERM ends every stack it knows, then the agent.
+Each connection but a hold carries one request and one answer, read with a deadline.
+``--client-user`` (repeatable) admits only those users' processes (the socket peer's
+credentials); without it, the directory's permissions decide. SIGTERM ends every stack it
+knows, then the agent.
 """
 
 from __future__ import annotations
@@ -143,6 +147,24 @@ class BrowserAgent:
         ours = [p for p in control.processes() if p.pid in wanted]
         return {"killed": await_exit(ours, fields["timeout_s"])}
 
+    def held(self, name: str, token: str) -> LocalStackControl:
+        """The prepared stack a client holds from now on; ProtocolError if there is none."""
+        control = self._prepared(name)
+        if control.marker.token != token:
+            raise ProtocolError(f"hold: stack {name} was prepared with another token")
+        return control
+
+    def client_gone(self, name: str, control: LocalStackControl) -> None:
+        """The client's hold on ``control`` ended: stop it unless it was stopped (or prepared
+        again, a new control) meanwhile."""
+        with self._lock:
+            if self._stacks.get(name) is not control:
+                return
+            del self._stacks[name]
+        log.warning("the client of stack %s is gone without stopping it: stopping it", name)
+        with contextlib.suppress(Exception):
+            control.stop()
+
     def stop_all(self) -> None:
         with self._lock:
             stacks = list(self._stacks.values())
@@ -167,6 +189,7 @@ def _grid_config(fields: dict[str, Any]) -> GridConfig:
         session_timeout_s=fields["session_timeout_s"],
         request_timeout_s=fields["request_timeout_s"],
         auth=GridCredentials(fields["username"], fields["password"]),
+        driver=fields["driver"],
     )
 
 
@@ -251,8 +274,32 @@ class _Handler(socketserver.BaseRequestHandler):
             line = read_request(conn)
         except OSError:
             return  # gone or too slow: nobody to answer
+        with contextlib.suppress(ProtocolError):
+            verb, fields = parse_request(line)
+            if verb == "hold":
+                self._hold(conn, fields)
+                return
         with contextlib.suppress(OSError):
             conn.sendall(encode(answer_request(self.server.agent, line)))
+
+    def _hold(self, conn: socket.socket, fields: dict[str, Any]) -> None:
+        """Answer, then wait for the client's end of the connection, however long the stack
+        runs: a client that is gone (its process ended) closes it at once."""
+        agent = self.server.agent
+        try:
+            control = agent.held(fields["stack"], fields["token"])
+        except ProtocolError as exc:
+            with contextlib.suppress(OSError):
+                conn.sendall(encode({"ok": False, "error": str(exc)}))
+            return
+        try:
+            conn.sendall(encode({"ok": True}))
+            conn.settimeout(None)
+            while conn.recv(64):
+                pass  # the client says nothing more: anything it sends is ignored
+        except OSError:
+            pass  # reset: gone too
+        agent.client_gone(fields["stack"], control)
 
 
 class AgentServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):

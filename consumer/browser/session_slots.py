@@ -58,6 +58,8 @@ class Slot:
         self.own_session = False  # an isolation="session" lease's browser: quit after the job
         self.fresh = False  # its context has had no job yet (what a "context" job needs)
         self.job_isolation: Isolation | None = None  # the level the slot's last job ran at
+        # Its context holds what "shared" jobs left: a job of another level gets a fresh one.
+        self.shared = False
         self.last_used = 0.0
         self.jobs_on_driver = 0  # jobs its session has run since it started
         # Its tab's history length after the last clearing in place (None: not cleared yet),
@@ -68,6 +70,7 @@ class Slot:
         assert self.driver is not None
         self.context = open_context(self.driver)
         self.fresh = True
+        self.shared = False
         self.history_length = None
 
     @property
@@ -91,7 +94,9 @@ class Slot:
         StackError (the stack is stopping) is raised."""
         self.job_isolation = isolation
         if self.ready and self.answers():
-            if isolation == "context" and not self.fresh:
+            if (isolation == "context" and not self.fresh) or (
+                self.shared and isolation != "shared"
+            ):
                 assert self.driver is not None and self.context is not None
                 with contextlib.suppress(Exception):  # a failed removal: the reopen says why
                     close_context(self.driver, self.context)
@@ -115,14 +120,23 @@ class Slot:
         return False
 
     def ready_for_next_job(self, open_next: bool) -> None:
-        """After a job: its "cleared" context cleared in place, else removed (and, with
-        ``open_next``, the next job's opened now). Raises what the session raised: it is lost."""
+        """After a job: its "shared" context kept as it is, its "cleared" context cleared in
+        place, else removed (and, with ``open_next``, the next job's opened now). Raises what
+        the session raised: it is lost."""
         assert self.driver is not None
         # A classic command fails at once on a dead session, where a BiDi command would wait
         # out BIDI_COMMAND_TIMEOUT_S (Selenium does not notice the closed websocket).
         # window_handles answers even if the job closed its own window.
         handles = self.driver.window_handles
         context = self.context
+        if context is not None and self.job_isolation == "shared":
+            # Nothing cleared: the tab stays on the job's page, for the next job to navigate
+            # from. Only a job that closed its tab or left another window gets a fresh context.
+            if frozenset(handles) == context.windows:
+                self.driver.switch_to.window(context.tab)
+                self.shared = True
+                return
+            log.debug("session slot %d: a fresh context: a shared job's windows", self.index)
         if context is not None and self.job_isolation == "cleared":
             cleared = clear_in_place(self.driver, context, handles, self.history_length)
             self.history_length = cleared.history_length
@@ -146,8 +160,12 @@ def pick_slot(slots: list[Slot], isolation: Isolation, leases_ahead: int) -> Slo
     prepared = [slot for slot in idle if slot.ready]
     if prepared:
         # A "context" job takes a fresh context first; a "cleared" job a cleared one first,
-        # keeping the fresh ones for the jobs that need them.
-        return min(prepared, key=lambda s: s.fresh != (isolation == "context"))
+        # keeping the fresh ones for the jobs that need them; a "shared" job a shared one
+        # first, and every other job one that is not (a shared context is replaced for it).
+        shared = isolation == "shared"
+        return min(
+            prepared, key=lambda s: (s.shared != shared, s.fresh != (isolation == "context"))
+        )
     # A slot being prepared is ready in ~0.5 s; a new browser takes ~2.5 s. Start one only
     # when every slot being prepared is already promised to a lease waiting before us.
     busy = sum(1 for slot in slots if slot.state is SlotState.BUSY)

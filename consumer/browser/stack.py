@@ -234,12 +234,15 @@ class BrowserStack:
     def health(self) -> StackHealth:
         """UP; SLOW when its processes run but the Grid did not answer its status within
         STATUS_PROBE_TIMEOUT_S (a host short of CPU: more time would fix it); DOWN when a
-        process exited, the Grid refuses the connection or says it is not ready."""
+        process exited, the Grid refuses the connection or says its node is not up. A Grid
+        whose every slot holds a session says ``ready: false`` (no capacity for one more): that
+        is a busy Grid, not a broken one, so health reads the node's availability instead."""
         with self._lock:
             if not self._started or not all(self._control.running()):
                 return StackHealth.DOWN
             try:
-                return StackHealth.UP if self._grid_answers() else StackHealth.DOWN
+                up = self._grid_answers(full_is_up=True)
+                return StackHealth.UP if up else StackHealth.DOWN
             except TimeoutError:
                 return StackHealth.SLOW
 
@@ -284,6 +287,7 @@ class BrowserStack:
                 session_timeout_s=self.settings.grid_session_timeout_s,
                 request_timeout_s=int(self.settings.session_create_timeout_s),
                 auth=self._grid_auth,
+                driver=self.settings.browser_driver,
             )
         )
 
@@ -321,11 +325,13 @@ class BrowserStack:
         except TimeoutError:
             return False
 
-    def _grid_answers(self) -> bool:
-        """Whether the Grid says it is ready; TimeoutError when it says nothing in time."""
+    def _grid_answers(self, full_is_up: bool = False) -> bool:
+        """Whether the Grid says it is ready (``full_is_up``: or that its nodes are up with every
+        slot taken); TimeoutError when it says nothing in time."""
         try:
             with self.grid_open("/status") as resp:
-                return bool(json.load(resp)["value"]["ready"])
+                status = json.load(resp)["value"]
+            return bool(status["ready"]) or (full_is_up and nodes_up(status["nodes"]))
         except urllib.error.URLError as exc:
             if isinstance(exc.reason, TimeoutError):
                 raise exc.reason from None
@@ -352,3 +358,8 @@ class BrowserStack:
             f"Grid of {self.host} not ready after {self.settings.stack_start_timeout_s:.0f} s; "
             f"log tail:\n{self._control.log_tail()}"
         )
+
+
+def nodes_up(nodes: list[dict[str, Any]]) -> bool:
+    """Whether a Grid's status lists nodes and every one of them is up (whatever its slots)."""
+    return bool(nodes) and all(node.get("availability") == "UP" for node in nodes)

@@ -52,6 +52,7 @@ from scrapefleet.consumer.browser.stack_processes import (
     find_stack_processes,
     pss_bytes,
 )
+from scrapefleet.consumer.browser.stack_watchdog import StackWatchdog
 
 XVFB_READY_TIMEOUT_S = 10.0
 SESSION_RETRY_INTERVAL_S = 1  # Grid re-offers a queued session request this often
@@ -91,6 +92,9 @@ class GridConfig:
     session_timeout_s: int
     request_timeout_s: int
     auth: GridCredentials
+    # What serves the sessions: "grid" (Selenium Grid standalone) or "chromedriver" (one
+    # chromedriver server, many sessions: the same W3C and BiDi endpoints, no JVM, no relay).
+    driver: str = "grid"
 
 
 class StackControl(Protocol):
@@ -154,6 +158,8 @@ class LocalStackControl:
         self._grid: subprocess.Popen[bytes] | None = None
         self._archive: Path | None = None  # the host's class archive for the Grid's jar
         self._archive_mapped = False  # the Grid was started from it
+        # Ends the stack if this process dies without stopping it (consumer.browser.stack_watchdog).
+        self._watchdog: StackWatchdog | None = None
 
     @property
     def tmp_dir(self) -> Path:
@@ -172,12 +178,14 @@ class LocalStackControl:
         return self._xvfb.pid if self._xvfb else None
 
     def prepare(self) -> None:
-        """The stack's HOME and TMPDIR, the browser user's own."""
+        """The stack's HOME and TMPDIR, the browser user's own, and its watchdog."""
         self._user = resolve_browser_user(self.user_name)
         for folder in (self.home_dir, self._tmp_dir):
             folder.mkdir(parents=True, exist_ok=True)
             if self._user.switches:
                 os.chown(folder, self._user.uid, self._user.gid)
+        if self._watchdog is None:
+            self._watchdog = StackWatchdog(self.marker, self.programs.stop_timeout_s)
 
     def running(self) -> tuple[bool, bool]:
         """Whether the Grid and Xvfb run."""
@@ -236,6 +244,8 @@ class LocalStackControl:
             os.close(read_fd)
         if answer.strip() == str(display).encode():
             self._xvfb = proc
+            if self._watchdog is not None:
+                self._watchdog.watch(proc.pid)
             return True
         proc.kill()
         proc.wait()
@@ -252,7 +262,11 @@ class LocalStackControl:
     # -- the Grid ----------------------------------------------------------------------------
 
     def start_grid(self, config: GridConfig) -> None:
-        """Write the Grid's config and start its JVM (not waited for: the caller polls it)."""
+        """Write the Grid's config and start its JVM (not waited for: the caller polls it); or,
+        with ``config.driver`` "chromedriver", start a chromedriver server in its place."""
+        if config.driver == "chromedriver":
+            self._start_chromedriver(config)
+            return
         jar = find_grid_jar(self.programs.grid_jar)
         self._write_grid_config(config)
         env = stack_environment(
@@ -285,6 +299,36 @@ class LocalStackControl:
             )
         except OSError as exc:
             raise StackError(f"cannot run the Grid: {exc}") from exc
+        if self._watchdog is not None:
+            self._watchdog.watch(self._grid.pid)
+
+    def _start_chromedriver(self, config: GridConfig) -> None:
+        """A chromedriver server on the Grid's port: it takes the same session requests (every
+        browser its child, with the stack's TMPDIR and marker), answers ``/status`` ready, and
+        ignores the Grid's credentials. It listens on loopback only (its default)."""
+        env = stack_environment(
+            self.home_dir,
+            self._tmp_dir,
+            DISPLAY=f":{self.display}",
+            **{TOKEN_ENV: self.marker.token, WORK_DIR_ENV: str(self.work_dir)},
+        )
+        self._archive = None
+        command = [str(self.programs.chromedriver), f"--port={config.port}"]
+        try:
+            self._grid = subprocess.Popen(
+                command,
+                env=env,
+                cwd=self.work_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=self.grid_log.open("ab"),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                **self._as_browser_user(),
+            )
+        except OSError as exc:
+            raise StackError(f"cannot run chromedriver: {exc}") from exc
+        if self._watchdog is not None:
+            self._watchdog.watch(self._grid.pid)
 
     def _write_grid_config(self, config: GridConfig) -> None:
         stereotype = json.dumps(
@@ -359,6 +403,9 @@ stereotype = '{stereotype}'
         if self.display is not None and self._xvfb is not None:
             clear_stale_display(self.display)  # Xvfb leaves its lock when SIGKILLed
         self._grid = self._xvfb = None
+        if self._watchdog is not None:
+            self._watchdog.release()
+            self._watchdog = None
         if self._archive is not None and not self._archive_mapped:
             pending = self._tmp_dir / grid_jvm.PENDING_NAME
             grid_jvm.adopt_archive(self.programs.java, pending, self._archive)

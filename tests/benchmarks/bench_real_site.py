@@ -8,19 +8,22 @@ Needs the browser stack (.ci/install-browser.sh), PostgreSQL (as bench_browser) 
 postgresql-doc-15, served on 127.0.0.1 by tests.benchmarks.doc_site. One run, the same pages,
 each job ``fetch_page`` reading every link's href:
 
-a. the consumer as configured by default (each browser retired after 20 jobs, the whole stack
-   restarted every 80), no ``isolation`` in the payload;
-a'. the seed's restarts: Grid, Xvfb and every browser restarted together every 20 jobs;
+a. the consumer as shipped: the design card's restarts (Grid, Xvfb and every browser every 20
+   browser jobs), no ``isolation`` in the payload;
+a'. the cheaper policy: each browser retired after 20 of its jobs, the whole stack every 80;
 b. one run per isolation level (common.browser.isolation.ISOLATION_VALUES, read at run time),
    default restarts; "session" (a browser per job) on the first --session-jobs pages only;
-c. the default with restarts off (no retirement, no stack restart);
+c. the default with restarts off (no retirement, no stack restart), and "shared" so;
+c'. the lighter stacks, restarts off: headless Chromium in the Grid (``browser_headless``), and
+   headless Chromium driven by a chromedriver of the host's own, no Grid (``browser_driver``);
+   the latter with the default restarts too;
 d. a plain loop: one headless ChromeDriver session of our own, the pages one by one
    (get + title + one script returning every a's href);
 e. six threads, each its own headless session like (d), sharing the pages through a queue;
-f. the same six threads, each with a session of a host's browser stack (its Xvfb, Grid and
-   Chromium, started inside the timing as a consumer's is) reusing its one tab: what the stack
-   costs a script that keeps nothing apart and needs no database (``--only`` skips it unless
-   a word matches "grid").
+f. the floor: the same six threads, each with a session of a host's browser stack (its Xvfb,
+   Grid and Chromium, started inside the timing as a consumer's is) reusing its one tab: what
+   the stack costs a script that keeps nothing apart and needs no database. Every consumer row
+   is read against it (and the lighter stacks against (e)).
 
 ``--overload`` instead runs two hosts (bench-1, bench-2: two Consumers, each its own stack and
 state directory) on the pages split between them, once alone and once beside a CPU hog
@@ -40,6 +43,7 @@ import itertools
 import logging
 import os
 import queue
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -369,33 +373,69 @@ def _read_outcome(engine: Engine, run: RealRun) -> None:
     run.no_claim_s = []  # (bench_browser's figure; not reported here)
 
 
-# What the seed this fleet comes from did: Grid, Xvfb and every browser restarted together.
-SEED_RESTART_EVERY_JOBS = 20
+# The cheaper policy one setting away from the card's: browsers retired every 20 of their own
+# jobs inside the running Grid, the whole stack every 80.
+CHEAPER_RESTART_EVERY_JOBS = 80
+LIGHT_HEADLESS = {"browser_headless": True}
+LIGHT_NO_GRID = {"browser_driver": "chromedriver", "browser_headless": True}
+
+
+def consumer_plans(
+    args: argparse.Namespace,
+) -> list[tuple[str, dict[str, Any], int, dict[str, str]]]:
+    """(label, settings over the shipped ones, pages, payload) of every consumer run."""
+    off = {"restart_every": 0, "browser_retire_every": 0}
+    cheaper = {"restart_every": CHEAPER_RESTART_EVERY_JOBS}
+    plans: list[tuple[str, dict[str, Any], int, dict[str, str]]] = [
+        (f"consumer default (the card's: whole stack every {RESTART_EVERY})", {}, args.jobs, {}),
+        (
+            f"cheaper policy: browsers every {BROWSER_RETIRE_EVERY}, stack every"
+            f" {CHEAPER_RESTART_EVERY_JOBS}",
+            cheaper,
+            args.jobs,
+            {},
+        ),
+    ]
+    for level in browser_isolation.ISOLATION_VALUES:  # whatever levels there are today
+        count = min(args.session_jobs, args.jobs) if level == "session" else args.jobs
+        plans.append((f'isolation "{level}"', {}, count, {"isolation": level}))
+    plans += [
+        ("consumer default, restarts off", off, args.jobs, {}),
+        ('isolation "shared", restarts off', off, args.jobs, {"isolation": "shared"}),
+        ("headless in the Grid, restarts off", {**off, **LIGHT_HEADLESS}, args.jobs, {}),
+        (
+            "headless, chromedriver without Grid, restarts off",
+            {**off, **LIGHT_NO_GRID},
+            args.jobs,
+            {},
+        ),
+        ("headless, chromedriver without Grid, default restarts", LIGHT_NO_GRID, args.jobs, {}),
+    ]
+    return plans
+
+
+def seed_class_archive(work: Path, host_dir: Path) -> None:
+    """Give a run's host the Grid's class archive the floor's first run dumped, as a host has
+    it after its first stack: else every run's first JVMs dump and check one again, a cost a
+    host pays once in its life."""
+    for archive in sorted(work.glob("grid-before/grid-classes-*.jsa")):
+        host_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(archive, host_dir / archive.name)
+        print(f"  the host's Grid class archive: {archive.name}, from the floor's run", flush=True)
 
 
 def consumer_runs(args: argparse.Namespace, urls: list[str], work: Path) -> list[RealRun]:
     runs = []
-    default = (
-        f"consumer default (browsers every {BROWSER_RETIRE_EVERY}, stack every {RESTART_EVERY})"
-    )
-    seed = {"restart_every": SEED_RESTART_EVERY_JOBS, "browser_retire_every": 0}
-    off = {"restart_every": 0, "browser_retire_every": 0}
-    plans: list[tuple[str, dict[str, int], int, dict[str, str]]] = [(default, {}, args.jobs, {})]
-    plans.append((f"the seed's: whole stack every {SEED_RESTART_EVERY_JOBS}", seed, args.jobs, {}))
-    for level in browser_isolation.ISOLATION_VALUES:  # whatever levels there are today
-        count = min(args.session_jobs, args.jobs) if level == "session" else args.jobs
-        plans.append((f'isolation "{level}"', {}, count, {"isolation": level}))
-    plans.append(("consumer default, restarts off", off, args.jobs, {}))
     with bench_database() as (url, engine):
-        for label, restarts, count, payload in plans:
+        for label, overrides, count, payload in consumer_plans(args):
             if args.only and not any(word in label for word in args.only):
                 continue
             print(f"{label}: {count} jobs, capacity {args.capacity}", flush=True)
-            every = restarts.get("restart_every", RESTART_EVERY)
-            retire = restarts.get("browser_retire_every", BROWSER_RETIRE_EVERY)
-            settings = settings_for(
-                url, work, args.capacity, every, label, browser_retire_every=retire
-            )
+            changed = dict(overrides)
+            every = int(changed.pop("restart_every", RESTART_EVERY))
+            changed.setdefault("browser_retire_every", BROWSER_RETIRE_EVERY)
+            settings = settings_for(url, work, args.capacity, every, label, **changed)
+            seed_class_archive(work, settings.state_dir / "stack" / "bench-1")
             runs.append(run_hosts(engine, {"bench-1": settings}, urls[:count], label, **payload))
     return runs
 
@@ -593,20 +633,31 @@ def _pss(run: RealRun) -> str:
     return f"{first / MB:.0f} MB | {last / MB:.0f} MB"
 
 
-def throughput_table(runs: list[RealRun], loop: RealRun, threads: RealRun) -> None:
+def _ratio(run: RealRun, base: RealRun | float | None) -> str:
+    rate = base.rate if isinstance(base, RealRun) else base
+    return f"{run.rate / rate:.2f}" if rate else "-"
+
+
+def throughput_table(runs: list[RealRun], loop: RealRun, threads: RealRun, floor: float) -> None:
+    """Every run against the floor of the same run (six scripted threads through a host's own
+    Grid under Xvfb: the mean of its two runs, before and after the others, so that a machine
+    whose neighbours' load changes during the run weighs on both ends alike), and against six
+    scripted headless threads (the lighter stacks' baseline) and the plain loop."""
     print(
-        f"| run | pages | pages/min | x plain loop | x {SCRIPT_THREADS} threads | not completed"
-        f" | restarts | stack faults | PSS pages 1-{FIRST_JOBS} | PSS last {FIRST_JOBS}"
-        " | load at end |"
+        f"| run | pages | pages/min | x the floor | x {SCRIPT_THREADS} headless threads"
+        " | x plain loop | not completed | restarts | stack faults"
+        f" | PSS pages 1-{FIRST_JOBS} | PSS last {FIRST_JOBS} | PSS last/first | load at end |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for run in runs:
         restarts = "-" if run.restarts is None else str(run.restarts)
         faults = "-" if run.restarts is None else str(run.faults)
+        first, last = run.pss_at(0, FIRST_JOBS), run.pss_at(run.jobs - FIRST_JOBS, run.jobs)
+        growth = f"{last / first:.2f}" if first else "-"
         print(
-            f"| {run.label} | {run.jobs} | {run.rate:.0f} | {run.rate / loop.rate:.2f}"
-            f" | {run.rate / threads.rate:.2f} | {run.incomplete} | {restarts} | {faults}"
-            f" | {_pss(run)} | {run.load:.1f} |"
+            f"| {run.label} | {run.jobs} | {run.rate:.0f} | {_ratio(run, floor)}"
+            f" | {_ratio(run, threads)} | {_ratio(run, loop)} | {run.incomplete} | {restarts}"
+            f" | {faults} | {_pss(run)} | {growth} | {run.load:.1f} |"
         )
 
 
@@ -725,18 +776,25 @@ def main() -> None:
             draw(runs, OVERLOAD_PLOT, "Two consumer hosts on PostgreSQL's manual, with a CPU hog")
             print(f"plot: {OVERLOAD_PLOT}")
             return
+        # The floor every consumer row is read against: always measured, in the same run, first
+        # and last.
+        label = (
+            f"{SCRIPT_THREADS} hand-written threads through a host's Grid under Xvfb (the floor)"
+        )
+        print(f"{label}, before", flush=True)
+        floors = [scripted(urls, SCRIPT_THREADS, f"{label}, before", Path(tmp) / "grid-before")]
         runs = consumer_runs(args, urls, Path(tmp))
         print("plain loop: one headless ChromeDriver session, one page after another", flush=True)
         loop = scripted(urls, 1, "plain loop, one session")
         print(f"{SCRIPT_THREADS} threads, each its own session", flush=True)
         threads = scripted(urls, SCRIPT_THREADS, f"{SCRIPT_THREADS} hand-written threads")
         runs += [loop, threads]
-        if not args.only or any("grid" in word for word in args.only):
-            label = f"{SCRIPT_THREADS} hand-written threads through a host's Grid under Xvfb"
-            print(label, flush=True)
-            runs.append(scripted(urls, SCRIPT_THREADS, label, grid_work=Path(tmp) / "grid"))
-    print(f"\n{machine_line(load_before)}")
-    throughput_table(runs, loop, threads)
+        print(f"{label}, after", flush=True)
+        floors.append(scripted(urls, SCRIPT_THREADS, f"{label}, after", Path(tmp) / "grid-after"))
+        runs += floors
+    floor = sum(run.rate for run in floors) / len(floors)
+    print(f"\n{machine_line(load_before)}; the floor: {floor:.0f} pages/min (mean of its two runs)")
+    throughput_table(runs, loop, threads, floor)
     cpu_table(runs)
     for run in runs:
         if run.events:

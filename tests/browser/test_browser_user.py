@@ -11,6 +11,9 @@ import contextlib
 import os
 import pwd
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -240,3 +243,47 @@ def test_a_profile_directory_is_made_by_the_agent_and_is_the_browser_users(
     assert directory.stat().st_mode & 0o777 == 0o700
     with pytest.raises(StackError, match="profile"):
         agent_profile_dir(agent_socket, "../escape")
+
+
+HELD_CLIENT = """
+import sys, time
+from pathlib import Path
+from scrapefleet.consumer.browser.stack import BrowserStack
+from tests.browser.conftest import stack_settings
+artifacts, agent_socket, work = (Path(arg) for arg in sys.argv[1:4])
+settings = stack_settings(artifacts).model_copy(
+    update={"browser_user": "nobody", "browser_agent_socket": agent_socket}
+)
+stack = BrowserStack(settings, "held", 1, work)
+stack.start()
+driver = stack.new_driver()  # a browser too, left running when this process is killed
+print(" ".join(str(p.pid) for p in stack.processes()), flush=True)
+time.sleep(600)
+"""
+
+
+def test_through_the_agent_a_stack_ends_when_its_client_is_killed(
+    world_readable_dir: Path, agent_socket: Path, tmp_path: Path
+) -> None:
+    """A consumer killed with SIGKILL cannot stop its stack: the agent sees its hold on the
+    stack end and stops it (Xvfb, the Grid, chromedriver and the browser)."""
+    client = subprocess.Popen(
+        [sys.executable, "-c", HELD_CLIENT, str(tmp_path), str(agent_socket),
+         str(world_readable_dir / "consumer" / "held")],
+        cwd=Path(__file__).resolve().parents[2],  # the checkout: tests.browser importable
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert client.stdout is not None
+        line = client.stdout.readline().decode()
+        procs = [psutil.Process(int(pid)) for pid in line.split()]
+        names = {p.name() for p in procs}
+        assert {"Xvfb", "java", "chromedriver"} <= names, names
+        os.kill(client.pid, signal.SIGKILL)
+        client.wait(scaled(10))
+        wait_for(lambda: all(is_gone(p) for p in procs), 60, "the dead client's stack to end")
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait()

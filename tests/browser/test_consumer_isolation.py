@@ -1,8 +1,9 @@
-"""Jobs on one consumer host share warm browsers, never state: at every isolation level, the
-cookies, localStorage, sessionStorage and IndexedDB records one job writes (also from its
-page's pagehide handler, as it leaves) are invisible to the next job on the same slot. What
-each level keeps differs: ``cleared`` the slot's tab and the HTTP cache, ``context`` the
-browser, ``session`` nothing."""
+"""Jobs on one consumer host share warm browsers, never state: at every isolation level but
+``shared``, the cookies, localStorage, sessionStorage and IndexedDB records one job writes (also
+from its page's pagehide handler, as it leaves) are invisible to the next job on the same slot.
+What each level keeps differs: ``cleared`` the slot's tab and the HTTP cache, ``context`` the
+browser, ``session`` nothing. ``shared`` keeps everything, as one person browsing, and a job of
+another level after it on the same slot still finds nothing."""
 
 from __future__ import annotations
 
@@ -104,7 +105,7 @@ def run_one(
     return result
 
 
-@pytest.mark.parametrize("isolation", ISOLATION_VALUES)
+@pytest.mark.parametrize("isolation", [i for i in ISOLATION_VALUES if i != "shared"])
 def test_a_job_sees_nothing_the_job_before_it_stored_on_the_same_slot(
     engine: Engine, database_url: str, tmp_path: Path, site: LocalSite, isolation: str
 ) -> None:
@@ -135,6 +136,33 @@ def test_a_job_sees_nothing_the_job_before_it_stored_on_the_same_slot(
         assert hits == 3
     else:
         assert len(sessions) == 3
+
+
+def test_shared_jobs_keep_everything_and_a_cleared_job_after_them_finds_nothing(
+    engine: Engine, database_url: str, tmp_path: Path, site: LocalSite
+) -> None:
+    settings = consumer_settings(tmp_path, database_url, capacity=1, restart_every=0)
+    url = site.url("/cached")
+    hits_before = site.cached_hits
+    with consumer_thread(settings, database_url):
+        first = run_one(engine, url, "a", "shared")
+        second = run_one(engine, url, "b", "shared")
+        cleared = run_one(engine, url, "c", "cleared")
+    hits = site.cached_hits - hits_before
+
+    assert first["before"] == NOTHING
+    # Nothing cleared: the same tab, and every trace of the job before it (sessionStorage too:
+    # the same tab), the HTTP cache kept the page.
+    assert second["tab"] == first["tab"] and second["session"] == first["session"]
+    kept = second["before"]
+    assert "cookie-a=1" in kept["cookies"] and "late-a=1" in kept["cookies"]
+    assert kept["local"] == ["late-a", "local-a"] and kept["session"] == ["session-a"]
+    assert kept["indexeddb"] == ["db-a"]
+    # A job of another level gets a fresh user context on that slot: nothing of either, an
+    # empty HTTP cache (the page fetched twice in all: once by the shared jobs, once by it).
+    assert cleared["before"] == NOTHING and cleared["tab"] != second["tab"]
+    assert hits == 2
+    assert cleared["session"] == first["session"]
 
 
 def test_a_cleared_job_on_two_origins_gets_a_fresh_context(

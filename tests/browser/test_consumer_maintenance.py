@@ -7,12 +7,15 @@ import os
 import signal
 from pathlib import Path
 
+import psutil
 import pytest
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common.errors import ProbeError
+from scrapefleet.common.settings import load_settings
 from scrapefleet.common.status.document import read_status
 from scrapefleet.common.store import NewJob
+from scrapefleet.consumer.browser.stack_processes import is_gone
 from tests.browser.consumer_helpers import (
     HOST,
     FirstStackChromium,
@@ -87,6 +90,36 @@ def test_restart_after_exactly_restart_every_jobs(
     assert details["duration_s"] > 0
     host = rows(engine, "SELECT * FROM hosts WHERE name = :h", h=HOST)[0]
     assert host.jobs_since_restart == 2
+
+
+def test_the_shipped_default_restarts_the_whole_stack_after_20_browser_jobs(
+    engine: Engine, database_url: str, tmp_path: Path, site: LocalSite
+) -> None:
+    """The design card's policy, as shipped: after 20 browser jobs a new Grid and a new Xvfb
+    (the overlapped restart's next stack), and the first stack's processes are gone."""
+    defaults = load_settings(None)
+    assert (defaults.restart_every, defaults.reboot_every) == (20, 80)
+    settings = consumer_settings(tmp_path, database_url, capacity=3)
+    assert settings.restart_every == 20 and settings.overlap_restarts
+
+    def first_pids() -> tuple[int, int] | None:
+        supervisor = consumer.supervisor
+        if supervisor is None or not supervisor.running:
+            return None
+        grid, xvfb = supervisor.stack.grid_pid, supervisor.stack.xvfb_pid
+        return (grid, xvfb) if grid is not None and xvfb is not None else None
+
+    with consumer_thread(settings, database_url) as consumer:
+        ids = queue_jobs(engine, [fetch(site.url("/item")) for _ in range(22)])
+        before = wait_for(first_pids, 240, "the first stack's Grid and Xvfb")
+        old = [psutil.Process(pid) for pid in before]
+        wait_for(lambda: finished_unreleased(engine, ids), 300, "22 browser jobs")
+        assert completed_once(engine, ids)
+        wait_for(lambda: all(is_gone(p) for p in old), 60, "the first Grid and Xvfb to end")
+        after = first_pids()
+    assert after is not None and after[0] not in before and after[1] not in before
+    [restart] = host_events(engine, "restart")
+    assert started_before(engine, restart.id) == 20
 
 
 def test_reboot_after_exactly_reboot_every_jobs_then_a_new_boot(

@@ -71,7 +71,7 @@ def kill_its_browser(driver: Any) -> None:
 
 
 def test_isolation_values_are_the_ladder_cheapest_first() -> None:
-    assert ISOLATION_VALUES == ("cleared", "context", "session")
+    assert ISOLATION_VALUES == ("shared", "cleared", "context", "session")
 
 
 @pytest.mark.parametrize("isolation", ["cleared", "context"])
@@ -204,7 +204,9 @@ def test_a_quit_returns_once_the_sessions_browser_has_exited(
 def test_an_unknown_isolation_is_refused(make_pool: MakePool) -> None:
     pool = make_pool(1)
     with (
-        pytest.raises(ValueError, match="isolation must be one of cleared, context, session"),
+        pytest.raises(
+            ValueError, match="isolation must be one of shared, cleared, context, session"
+        ),
         pool.lease(
             "profile"  # type: ignore[arg-type]
         ),

@@ -128,6 +128,51 @@ def test_restart_report_and_recovery_from_a_killed_grid(
     assert processes_mentioning(own_stack_dir, stack.tmp_dir) == []
 
 
+def test_a_grid_whose_every_slot_holds_a_session_is_healthy(
+    settings: Settings, site: LocalSite, own_stack_dir: Path
+) -> None:
+    """The Grid's status says ``ready: false`` when it has no slot left: a host holding all its
+    sessions is busy, and one lost session must not make it look down (a whole-stack restart)."""
+    with BrowserStack(settings, "full", 1, own_stack_dir) as stack:
+        driver = stack.new_driver()
+        try:
+            fetch_page(driver, FetchPageParams(url=site.url("/plain")))
+            assert stack.healthy()
+        finally:
+            driver.quit()
+        assert stack.healthy()
+
+
+def test_the_lighter_stack_chromedriver_without_a_grid_headless_runs_and_restarts(
+    settings: Settings, site: LocalSite, own_stack_dir: Path
+) -> None:
+    """``browser_driver = "chromedriver"``: no JVM, one chromedriver serves the sessions (BiDi
+    user contexts included); ``browser_headless``: Chromium headless. A restart starts a new
+    chromedriver, and the stop leaves nothing."""
+    light = settings.model_copy(update={"browser_driver": "chromedriver", "browser_headless": True})
+    with BrowserStack(light, "light", 2, own_stack_dir) as stack:
+        pool = SessionPool(stack.new_driver, 2)
+        try:
+            for isolation in ("cleared", "context", "shared"):
+                with pool.lease(isolation) as driver:
+                    page = fetch_page(driver, FetchPageParams(url=site.url("/item")))
+                    assert page["title"] == "Widget 42"
+            procs = stack.processes()
+            names = {p.name() for p in procs}
+            assert "java" not in names and {"chromedriver", "Xvfb"} <= names, names
+            browsers = [" ".join(p.cmdline()) for p in procs if p.name().startswith("chrom")]
+            assert any("--headless=new" in line for line in browsers)
+            assert stack.healthy()
+            first = stack.grid_pid
+            stack.restart()
+            assert stack.grid_pid != first and stack.healthy()
+            with pool.lease() as driver:
+                assert fetch_page(driver, FetchPageParams(url=site.url("/plain")))["status"] == 200
+        finally:
+            pool.close()
+    assert processes_mentioning(own_stack_dir, stack.tmp_dir) == []
+
+
 def test_a_session_pool_outlives_a_restart_of_its_stack(
     settings: Settings, site: LocalSite, own_stack_dir: Path
 ) -> None:

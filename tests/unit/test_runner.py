@@ -11,6 +11,7 @@ from pydantic import BaseModel
 from selenium.common.exceptions import TimeoutException as SeleniumTimeout
 
 from scrapefleet.common.actions.registry import register
+from scrapefleet.common.browser.options import BrowserOptions
 from scrapefleet.common.errors import StackError, SubmitError
 from scrapefleet.common.jobs.submit_file import validate_job
 from scrapefleet.common.store import ClaimedJob
@@ -196,13 +197,20 @@ def test_capture_that_raises_does_not_hide_the_failure() -> None:
     assert outcome.artifacts is not None and "disk full" in outcome.artifacts["notes"][0]
 
 
-def test_a_browser_jobs_isolation_reaches_the_lease_and_not_the_action() -> None:
-    asked: list[str] = []
+def recording_lease(asked: list[str]) -> Any:
+    """A lease that records the isolation it is asked for."""
 
     @contextlib.contextmanager
     def lease(isolation: str) -> Iterator[Any]:
         asked.append(isolation)
         yield _FakeDriver()
+
+    return lease
+
+
+def test_a_browser_jobs_isolation_reaches_the_lease_and_not_the_action() -> None:
+    asked: list[str] = []
+    lease = recording_lease(asked)
 
     assert run_job(_job("test_runner_browser", {"value": 1}), lease=lease).status == "completed"
     outcome = run_job(
@@ -224,6 +232,31 @@ def test_an_unknown_isolation_is_refused_at_submit_naming_the_field() -> None:
         {"kind": "fetch_page", "payload": {"url": "http://x.test/", "isolation": "session"}}
     )
     assert job.payload["isolation"] == "session"
+
+
+@pytest.mark.parametrize(
+    "browser", [{"locale": "de-DE"}, {"profile": "acct-7"}, {"profile": ["acct-7", "acct-8"]}]
+)
+def test_shared_with_browser_options_or_a_profile_is_refused_at_submit_with_the_reason(
+    browser: dict[str, Any],
+) -> None:
+    payload = {"url": "http://x.test/", "isolation": "shared", "browser": browser}
+    with pytest.raises(SubmitError, match=r"payload.isolation: isolation 'shared' cannot be"):
+        validate_job({"kind": "fetch_page", "payload": payload})
+    shared = validate_job(
+        {"kind": "fetch_page", "payload": {"url": "http://x.test/", "isolation": "shared"}}
+    )
+    assert shared.payload["isolation"] == "shared"
+
+
+def test_a_shared_job_runs_shared_unless_the_host_sets_options_for_every_job() -> None:
+    asked: list[str] = []
+    lease = recording_lease(asked)
+
+    shared = _job("test_runner_browser", {"value": 1, "isolation": "shared"})
+    assert run_job(shared, lease=lease).status == "completed"
+    run_job(shared, lease=lease, browser_defaults=BrowserOptions(locale="de-DE"))
+    assert asked == ["shared", "context"]
 
 
 @register("test_runner_page_timeout", _Params, needs_browser=True)

@@ -21,7 +21,7 @@ def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_defaults_match_the_contract() -> None:
     settings = load_settings()
-    assert (settings.capacity, settings.restart_every, settings.reboot_every) == (6, 80, 80)
+    assert (settings.capacity, settings.restart_every, settings.reboot_every) == (6, 20, 80)
     assert settings.browser_retire_every == 20
     assert settings.producer_interval_s == 2.0 and settings.rescue_after_s == 60.0
     assert settings.database_url is None
@@ -69,3 +69,14 @@ def test_file_problems_are_one_line(tmp_path: Path) -> None:
         load_settings(broken)
     with pytest.raises(SettingsError, match="No such file"):
         load_settings(tmp_path / "missing.toml")
+
+
+def test_an_unknown_browser_driver_is_refused_naming_the_setting() -> None:
+    with pytest.raises(SettingsError, match=r"browser_driver \(SCRAPEFLEET_BROWSER_DRIVER\)"):
+        load_settings(None, browser_driver="selenoid")
+    light = load_settings(None, browser_driver="chromedriver", browser_headless=True)
+    assert (light.browser_driver, light.browser_headless) == ("chromedriver", True)
+    assert (load_settings(None).browser_driver, load_settings(None).browser_headless) == (
+        "grid",
+        False,
+    )
