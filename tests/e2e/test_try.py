@@ -53,8 +53,10 @@ needs_chromium = pytest.mark.skipif(
 
 
 @pytest.fixture
-def team_env(tmp_path: Path) -> dict[str, str]:
+def team_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     (tmp_path / "team_scrapers.py").write_text(TEAM_MODULE)
+    # A failed try saves into ./scrapefleet-try by default: here, never the checkout.
+    monkeypatch.chdir(tmp_path)
     # No database anywhere: try must not need one.
     return {"PYTHONPATH": str(tmp_path), "SCRAPEFLEET_ACTIONS": "team_scrapers"}
 
