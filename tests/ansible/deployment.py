@@ -25,6 +25,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import tomllib
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -52,14 +53,15 @@ SECRETS = [
     DASHBOARD_TOKEN,
     WEBHOOK_SECRET,  # last: test_deploy reads it as SECRETS[-1]
 ]
+# What a wheel is built from: the project's files and every folder pyproject maps into the
+# package (read from it, so that a folder added there is copied here too).
 PACKAGE_SOURCES = [
     "pyproject.toml",
     "README.md",
     "LICENSE",
-    "common",
-    "producer",
-    "consumer",
-    "migrations",
+    *tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-dir"
+    ].values(),
 ]
 SERVICE_CONTROL = Path(__file__).with_name("service_control.py")
 # Wheels of the test wheelhouse that no host may need.
