@@ -286,21 +286,7 @@ class LocalStackControl:
             # Relative (the Grid runs in work_dir): the Grid splits a --config value at spaces.
             "standalone", "--config", self.config_path.name,
         ]  # fmt: skip
-        try:
-            self._grid = subprocess.Popen(
-                command,
-                env=env,
-                cwd=self.work_dir,
-                stdin=subprocess.DEVNULL,
-                stdout=self.grid_log.open("ab"),
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                **self._as_browser_user(),
-            )
-        except OSError as exc:
-            raise StackError(f"cannot run the Grid: {exc}") from exc
-        if self._watchdog is not None:
-            self._watchdog.watch(self._grid.pid)
+        self._run_driver_server(command, env, "the Grid")
 
     def _start_chromedriver(self, config: GridConfig) -> None:
         """A chromedriver server on the Grid's port: it takes the same session requests (every
@@ -314,6 +300,11 @@ class LocalStackControl:
         )
         self._archive = None
         command = [str(self.programs.chromedriver), f"--port={config.port}"]
+        self._run_driver_server(command, env, "chromedriver")
+
+    def _run_driver_server(self, command: list[str], env: dict[str, str], what: str) -> None:
+        """The process sessions are asked of (the Grid or chromedriver), in a session of its
+        own, logging to the Grid's log, watched by the stack's watchdog."""
         try:
             self._grid = subprocess.Popen(
                 command,
@@ -326,7 +317,7 @@ class LocalStackControl:
                 **self._as_browser_user(),
             )
         except OSError as exc:
-            raise StackError(f"cannot run chromedriver: {exc}") from exc
+            raise StackError(f"cannot run {what}: {exc}") from exc
         if self._watchdog is not None:
             self._watchdog.watch(self._grid.pid)
 
