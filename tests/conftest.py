@@ -76,17 +76,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.longrepr = f"skipped on CI, where it must run: {report.longrepr}"
 
 
-# The test command runs three pytest-xdist workers (pyproject's addopts), one per group below,
-# each running its group's tests one after another in their usual order. The suites spend most
-# of their time waiting (on playbooks over SSH, browsers, daemons), so the three share two cores
-# well: the Ansible suite in one, the database tests in another, the browser, fleet, end-to-end
-# and packaging tests in the third. Within a group nothing runs beside its neighbours: two
-# browser stacks, or the demo's embedded PostgreSQL and the packaging test's, never start at
-# once.
+# The test command runs two pytest-xdist workers (pyproject's addopts), one per group below, each
+# running its group's tests one after another in their usual order. The suites spend most of
+# their time waiting (on playbooks over SSH, browsers, daemons), so the two share two cores
+# well: the Ansible suite and the database tests in one, the browser, fleet, end-to-end and
+# packaging tests in the other (about ten minutes of work each). Within a group nothing runs
+# beside its neighbours: two browser stacks, or the demo's embedded PostgreSQL and the
+# packaging test's, never start at once.
 _WORKER_GROUPS = {
-    "ansible": "playbooks",
-    "unit": "database",
-    "integration": "database",
+    "ansible": "playbooks-and-database",
+    "unit": "playbooks-and-database",
+    "integration": "playbooks-and-database",
     "browser": "browsers-and-fleets",
     "e2e": "browsers-and-fleets",
     "fleet": "browsers-and-fleets",
