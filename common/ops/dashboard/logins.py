@@ -9,8 +9,8 @@ port of a host) expires with its session and dies at "lock".
 A browser that has not given the token gets no server-side session at all: its form token and
 flash messages travel in a second cookie, signed with a key this process draws at start
 (``FORM_COOKIE_NAME``). Anonymous visitors therefore cost the server no memory and cannot push
-an operator's session out of the bounded store, however many of them come (a flood of
-cookie-less ``GET /login`` used to fill it and evict the operators). The login form stays
+an operator's session out of the bounded store, however many of them come (a server-side session per
+cookie-less ``GET /login`` would let a flood fill it). The login form stays
 CSRF-safe: its token is in that signed cookie, which a page elsewhere can neither read nor
 forge, and the origin checks (``control_forms.guard``) come first anyway.
 
