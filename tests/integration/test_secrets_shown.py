@@ -102,3 +102,23 @@ def test_the_dashboards_job_page_masks_them(job_id: int, engine: Engine, databas
     text = page.get_data(as_text=True)
     _no_secret(text)
     assert "proxy.test:3128" in text
+
+
+def test_the_dashboard_masks_a_hosts_last_probe_error(engine: Engine, database_url: str) -> None:
+    # A probe's error can quote what the host's side printed: a proxy URL with its password.
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO hosts (name, probe_failures, last_probe_error)"
+                " VALUES ('leaky', 3, 'status: proxy http://scraper:hunter2@proxy.test:3128 down')"
+            )
+        )
+    settings = load_settings(None, database_url=database_url)
+    client = create_app(settings, engine).test_client()
+    for path in ("/", "/hosts/leaky"):
+        page = client.get(path)
+        assert page.status_code == 200, path
+        text = page.get_data(as_text=True)
+        _no_secret(text)
+        assert "3 failed" in text, path
+    assert "proxy.test:3128" in client.get("/hosts/leaky").get_data(as_text=True)
