@@ -760,6 +760,13 @@ def main() -> None:
     parser.add_argument("--session-jobs", type=int, default=60)
     parser.add_argument("--overload", action="store_true", help="two hosts, with and without a hog")
     parser.add_argument(
+        "--latency-ms",
+        type=float,
+        default=0.0,
+        help="the site answers each request after this long, as a real site does (default 0:"
+        " at once, every page CPU-bound)",
+    )
+    parser.add_argument(
         "--only",
         action="append",
         help="run only the consumer runs whose label holds this word (repeatable)",
@@ -767,7 +774,13 @@ def main() -> None:
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
 
-    with DocSite() as site, tempfile.TemporaryDirectory(prefix="sf-real-") as tmp:
+    if not 0 <= args.latency_ms <= 10_000:
+        parser.error(f"--latency-ms {args.latency_ms:g}: must be between 0 and 10000")
+    site_latency_s = args.latency_ms / 1000
+    with (
+        DocSite(latency_s=site_latency_s) as site,
+        tempfile.TemporaryDirectory(prefix="sf-real-") as tmp,
+    ):
         urls = site.pages(args.jobs)
         if args.overload:
             runs = overload_runs(args, urls, Path(tmp))
@@ -793,7 +806,10 @@ def main() -> None:
         floors.append(scripted(urls, SCRIPT_THREADS, f"{label}, after", Path(tmp) / "grid-after"))
         runs += floors
     floor = sum(run.rate for run in floors) / len(floors)
-    print(f"\n{machine_line(load_before)}; the floor: {floor:.0f} pages/min (mean of its two runs)")
+    print(
+        f"\n{machine_line(load_before)}; the site answers after {args.latency_ms:g} ms;"
+        f" the floor: {floor:.0f} pages/min (mean of its two runs)"
+    )
     throughput_table(runs, loop, threads, floor)
     cpu_table(runs)
     for run in runs:

@@ -3,6 +3,9 @@
     with DocSite() as site:
         urls = site.pages(300)   # the first 300 pages by name (cycled past 1,173)
 
+    with DocSite(latency_s=0.25) as site:   # every answer a quarter of a second late
+        ...
+
 The stdlib's ThreadingHTTPServer and SimpleHTTPRequestHandler on a free loopback port, in a
 thread: no framework, no network. Real pages (20-300 KB, hundreds of links, one stylesheet)
 cost a browser more than the test site's few lines, which is the point of serving them.
@@ -13,6 +16,7 @@ from __future__ import annotations
 import functools
 import itertools
 import threading
+import time
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -28,13 +32,23 @@ class DocSiteMissing(SystemExit):
 class _QuietHandler(SimpleHTTPRequestHandler):
     """Serves files without a log line per request (thousands per run)."""
 
+    latency_s = 0.0
+
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
+    def send_head(self) -> Any:
+        # A real site answers after its network's and its server's time, not at once: a page
+        # whose browser waits leaves the host CPU to spare, as a crawl of the web does.
+        if self.latency_s:
+            time.sleep(self.latency_s)
+        return super().send_head()
+
 
 class DocSite:
-    def __init__(self, root: Path = DEFAULT_ROOT) -> None:
+    def __init__(self, root: Path = DEFAULT_ROOT, latency_s: float = 0.0) -> None:
         self.root = Path(root)
+        self.latency_s = latency_s
         if not self.root.is_dir():
             raise DocSiteMissing(
                 f"no documentation site at {self.root}: run `{INSTALL_HINT}` (Debian/Ubuntu)"
@@ -60,7 +74,8 @@ class DocSite:
         return [self.url(name) for name in itertools.islice(itertools.cycle(self._names), count)]
 
     def start(self) -> None:
-        handler = functools.partial(_QuietHandler, directory=str(self.root))
+        handler_class = type("_Handler", (_QuietHandler,), {"latency_s": self.latency_s})
+        handler = functools.partial(handler_class, directory=str(self.root))
         # Port 0: a free port chosen by the kernel, so two runs never collide.
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True  # a browser's kept-alive connection never blocks exit
