@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import sys
 import threading
 import time
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -43,6 +44,14 @@ class _QuietHandler(SimpleHTTPRequestHandler):
         if self.latency_s:
             time.sleep(self.latency_s)
         return super().send_head()
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """A browser that moved on before a late answer (a favicon's 404) is not an error."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class DocSite:
@@ -77,7 +86,7 @@ class DocSite:
         handler_class = type("_Handler", (_QuietHandler,), {"latency_s": self.latency_s})
         handler = functools.partial(handler_class, directory=str(self.root))
         # Port 0: a free port chosen by the kernel, so two runs never collide.
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server = _QuietServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True  # a browser's kept-alive connection never blocks exit
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="doc-site", daemon=True
