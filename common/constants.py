@@ -60,6 +60,9 @@ WEBHOOK_BATCH: Final = 50  # deliveries taken per statement (more statements whi
 # waits behind slow ones only while WEBHOOK_WORKERS / WEBHOOK_PER_RECEIVER of them are all slow.
 WEBHOOK_WORKERS: Final = 100
 WEBHOOK_PER_RECEIVER: Final = 2
+# The bodies of the POSTs in flight together (as JSON text; a result may be 8 MiB): a hundred
+# large results never sit in the producer at once. One body larger than this still goes, alone.
+WEBHOOK_BODIES_IN_FLIGHT_BYTES: Final = 64 * 1024 * 1024
 WEBHOOK_SCAN_ROWS: Final = 500  # due rows looked at per statement for receivers with room
 WEBHOOK_WAKE_DEBOUNCE_S: Final = 0.02  # batch delivery notifications this long (producer.wakeup)
 

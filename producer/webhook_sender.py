@@ -45,6 +45,7 @@ from scrapefleet.common.clock import utcnow
 from scrapefleet.common.constants import (
     CHANNEL_WEBHOOKS_DUE,
     WEBHOOK_BATCH,
+    WEBHOOK_BODIES_IN_FLIGHT_BYTES,
     WEBHOOK_PER_RECEIVER,
     WEBHOOK_SCAN_ROWS,
     WEBHOOK_WAKE_DEBOUNCE_S,
@@ -118,6 +119,7 @@ class WebhookSender:
         self._taking = threading.Lock()  # one take at a time: the counts it reads stay true
         self._counts = threading.Lock()
         self._in_flight: Counter[str] = Counter()  # receiver -> POSTs running
+        self._bytes_in_flight = 0  # their bodies' payload_bytes together
         self._continuous = False  # a worker that ends a POST pumps again (set by listen)
         self._is_leader: Callable[[], bool] = lambda: True
         self._stopping = threading.Event()
@@ -166,8 +168,9 @@ class WebhookSender:
             while not self._stopping.is_set():
                 with self._counts:
                     in_flight = dict(self._in_flight)
+                    bytes_left = WEBHOOK_BODIES_IN_FLIGHT_BYTES - self._bytes_in_flight
                 free = WEBHOOK_WORKERS - sum(in_flight.values())
-                if free <= 0:
+                if free <= 0 or (bytes_left <= 0 and in_flight):
                     break
                 asked = min(free, WEBHOOK_BATCH)
                 with transaction(self._engine) as conn:
@@ -178,12 +181,14 @@ class WebhookSender:
                         in_flight=in_flight,
                         per_receiver=WEBHOOK_PER_RECEIVER,
                         scan=WEBHOOK_SCAN_ROWS,
+                        bytes_left=bytes_left,
                     )
                 with self._counts:
                     self._in_flight.update(d.receiver for d in due)
+                    self._bytes_in_flight += sum(d.payload_bytes for d in due)
                 started += [self._pool.submit(self._deliver, d, now) for d in due]
                 if len(due) < asked:
-                    break  # nothing more is due that has room
+                    break  # nothing more is due that has room (a receiver's, or the bytes')
         return started
 
     def deliver_due(self, now: datetime | None = None) -> DeliveryRound:
@@ -211,6 +216,7 @@ class WebhookSender:
                 outcome = self._record(conn, delivery, result, now or utcnow())
         finally:
             with self._counts:
+                self._bytes_in_flight -= delivery.payload_bytes
                 self._in_flight[delivery.receiver] -= 1
                 if self._in_flight[delivery.receiver] <= 0:
                     del self._in_flight[delivery.receiver]

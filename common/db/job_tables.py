@@ -300,6 +300,13 @@ webhook_deliveries = sa.Table(
     sa.Column("last_error", sa.Text),
     sa.Column("response_code", sa.Integer),
     sa.Column("created_at", TS, nullable=False, server_default=sa.text("now()")),
+    # Generated from the payload: the sender takes due rows while their sizes fit its budget.
+    sa.Column(
+        "payload_bytes",
+        sa.Integer,
+        sa.Computed("octet_length(CAST(payload AS text))", persisted=True),
+        comment="Bytes of the payload as JSON text: what the sender holds to POST it.",
+    ),
     sa.UniqueConstraint("job_id", "status", name="webhook_deliveries_job_status_key"),
     comment="Webhook POSTs of finished jobs: one per job and status, with delivery state",
 )

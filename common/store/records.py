@@ -183,3 +183,4 @@ class DueWebhook:
     payload: dict[str, Any]
     attempt: int  # this attempt's number, 1-based
     receiver: str = ""  # the URL's host:port, lower case: the unit of the per-receiver cap
+    payload_bytes: int = 0  # its body's size as JSON text: what the sender's budget counts

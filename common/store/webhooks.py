@@ -32,13 +32,16 @@ LAST_ERROR_CHARS = 300
 # same row meanwhile (SKIP LOCKED). Only rows of receivers with room are taken: those at their
 # cap (``:full``) are not even looked at, the others get at most ``:per_receiver`` less what
 # they have in flight (``:busy``/``:busy_counts``), so one slow receiver's backlog never holds
-# a row of another receiver back. Rows looked at and not taken are left as they were.
+# a row of another receiver back. Rows are taken in their order while their bodies fit in
+# ``:bytes_left`` (what the sender's memory budget has left after the POSTs in flight), and
+# the first one always when nothing is in flight, so that one large body is never stuck. Rows
+# looked at and not taken are left as they were.
 TAKE_DUE_WEBHOOKS_SQL = statement(
     """
 WITH candidates AS (
   -- A delivery's receiver: its URL's host and port without userinfo, lower case (the sender
   -- caps its POSTs in flight per receiver).
-  SELECT id, next_attempt_at,
+  SELECT id, next_attempt_at, payload_bytes,
     lower(substring(url from '^[A-Za-z][A-Za-z0-9+.-]*://(?:[^@/?#]*@)?([^/?#]*)')) AS receiver
   FROM webhook_deliveries
   WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= now()
@@ -50,19 +53,25 @@ WITH candidates AS (
     AS b(receiver, in_flight)
 ), ranked AS (
   -- Each candidate's place in its receiver's queue, after the POSTs it has in flight.
-  SELECT c.id, c.next_attempt_at,
+  SELECT c.id, c.next_attempt_at, c.payload_bytes,
     row_number() OVER (PARTITION BY c.receiver ORDER BY c.next_attempt_at, c.id)
       + coalesce(b.in_flight, 0) AS slot
   FROM candidates c LEFT JOIN busy b ON b.receiver = c.receiver
+), room AS (
+  SELECT id, next_attempt_at,
+    sum(payload_bytes) OVER (ORDER BY next_attempt_at, id) AS running_bytes,
+    row_number() OVER (ORDER BY next_attempt_at, id) AS place
+  FROM ranked WHERE slot <= :per_receiver
 ), chosen AS (
-  SELECT id FROM ranked WHERE slot <= :per_receiver
+  SELECT id FROM room
+  WHERE running_bytes <= :bytes_left OR (place = 1 AND :nothing_in_flight)
   ORDER BY next_attempt_at, id LIMIT :limit
 )
 UPDATE webhook_deliveries w SET attempts = w.attempts + 1,
   next_attempt_at = now() + make_interval(secs => :lease)
 FROM chosen
 WHERE w.id = chosen.id
-RETURNING w.id, w.job_id, w.status, w.url, w.payload, w.attempts,
+RETURNING w.id, w.job_id, w.status, w.url, w.payload, w.attempts, w.payload_bytes,
   lower(substring(w.url from '^[A-Za-z][A-Za-z0-9+.-]*://(?:[^@/?#]*@)?([^/?#]*)')) AS receiver
 """
 )
@@ -92,10 +101,12 @@ def take_due_webhooks(
     in_flight: Mapping[str, int] | None = None,
     per_receiver: int = 1_000_000,
     scan: int = 500,
+    bytes_left: int = 2**62,
 ) -> list[DueWebhook]:
     """Up to ``limit`` deliveries whose time has come, at most ``per_receiver`` in flight per
-    receiver counting ``in_flight`` (receiver -> POSTs running), their attempt counted and their
-    next attempt pushed ``lease_s`` ahead."""
+    receiver counting ``in_flight`` (receiver -> POSTs running), whose bodies together fit in
+    ``bytes_left`` (the first always, when nothing is in flight), their attempt counted and
+    their next attempt pushed ``lease_s`` ahead."""
     busy = {r: n for r, n in (in_flight or {}).items() if n > 0}
     rows = conn.execute(
         TAKE_DUE_WEBHOOKS_SQL,
@@ -107,10 +118,14 @@ def take_due_webhooks(
             "full": [r for r, n in busy.items() if n >= per_receiver],
             "busy": list(busy),
             "busy_counts": list(busy.values()),
+            "bytes_left": max(bytes_left, 0),
+            "nothing_in_flight": not busy,
         },
     )
     return [
-        DueWebhook(r.id, r.job_id, r.status, r.url, r.payload, r.attempts, r.receiver)
+        DueWebhook(
+            r.id, r.job_id, r.status, r.url, r.payload, r.attempts, r.receiver, r.payload_bytes
+        )
         for r in sorted(rows, key=lambda r: r.id)
     ]
 
