@@ -176,10 +176,16 @@ def run_job(
     result_max_bytes: int = RESULT_MAX_BYTES,
 ) -> Outcome:
     """Run ``job`` in the calling thread and return how it ended. Never raises.
-    ``block_rules``: how a built-in browser action knows a block page (the host's settings).
+    ``block_rules``: how a built-in browser action knows a block page (the host's settings;
+    for an attempt through a pool's proxy, the pool's block statuses too).
     ``host_starved``: why the host is starved of CPU or memory now, else None: a browser
     action that times out meanwhile is released (the host's fault), not failed.
     ``result_max_bytes``: a larger result fails the job (the database would refuse it)."""
+    if job.proxy_id is not None and job.proxy_block_statuses:
+        # A pool names the statuses that mean its exit address was refused: a browser page
+        # answered with one is the proxy's block, whatever the host's own rules say.
+        pool_statuses = block_rules.statuses | frozenset(job.proxy_block_statuses)
+        block_rules = replace(block_rules, statuses=pool_statuses)
     with blocking_rules(block_rules):
         outcome = _run_job(
             job, lease, driver_factory, capture_failure, browser_defaults, host_starved

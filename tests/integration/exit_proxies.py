@@ -91,6 +91,13 @@ class BlockingSite:
                 pass
 
             def do_GET(self) -> None:
+                if self.path == "/favicon.ico":
+                    # A browser asks for it after the page, from its own timing: not a visit
+                    # (it would overlap the next job's through the same exit).
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 address = self.client_address[0]
                 name = (self.headers.get("Host") or "").rpartition(":")[0]
                 refused = site._arrive(address, name)
