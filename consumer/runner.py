@@ -45,6 +45,7 @@ from scrapefleet.common.browser.isolation import Isolation, with_options
 from scrapefleet.common.browser.options import NO_OPTIONS, BrowserOptions
 from scrapefleet.common.constants import RESULT_MAX_BYTES
 from scrapefleet.common.errors import StackError, SubmitError, UnknownAction, timed_out
+from scrapefleet.common.identities.proxy_pools import PROXY_POOL_KEY, SESSION_KEY
 from scrapefleet.common.store import ClaimedJob
 from scrapefleet.consumer.browser import (  # noqa: F401  (they register the browser actions)
     crawl_browser,
@@ -261,7 +262,7 @@ def _run_job(
             return Outcome.released(f"released: {exc}", exc)
         except BaseException as exc:  # a worker thread must survive anything an action raises
             return _raised(job, exc, traceback.format_exc(), None)
-        return _checked_result(job.kind, returned)
+        return _checked_result(job.kind, returned, _identity(job, action), job.proxy_url)
 
     if lease is None:
         return Outcome.failed(
@@ -326,7 +327,7 @@ def _run_browser_job(
         finally:
             with contextlib.suppress(Exception):
                 held.close()  # the lease's own cleanup must never turn into the job's error
-    return _checked_result(job.kind, returned)
+    return _checked_result(job.kind, returned, _identity(job, action), job.proxy_url)
 
 
 def _raised(
@@ -359,14 +360,27 @@ def _late_for_the_host(exc: BaseException) -> bool:
     return not isinstance(exc, selenium_actions.ActionError) and timed_out(exc)
 
 
-def _checked_result(kind: str, returned: Any) -> Outcome:
+def _identity(job: ClaimedJob, action: Action) -> dict[str, Any]:
+    """What the job's children inherit: the pool it asked for (not a tier it escalated to)
+    and its sticky session, as payload keys."""
+    payload = job.payload if isinstance(job.payload, dict) else {}
+    try:
+        pool = action.proxy_pool_of(payload)
+    except SubmitError:
+        return {}
+    return {PROXY_POOL_KEY: pool, SESSION_KEY: payload.get(SESSION_KEY)} if pool else {}
+
+
+def _checked_result(
+    kind: str, returned: Any, inherited: dict[str, Any], leased_proxy: str | None = None
+) -> Outcome:
     """A result the database can store, or a failure saying why not (a bug in the action:
     running it again returns the same thing, so it is not retried). A ``Spawned`` carries
     follow-up jobs: every entry is checked here, and one bad entry fails the attempt."""
     spawn: tuple[Child, ...] = ()
     if isinstance(returned, Spawned):
         try:
-            spawn = validate_spawn(returned.spawn)
+            spawn = validate_spawn(returned.spawn, inherited, leased_proxy)
             allowed = {kind, *get_action(kind).spawns}
             other = sorted({c.kind for c in spawn} - allowed)
             if other:

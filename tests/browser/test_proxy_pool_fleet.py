@@ -31,7 +31,7 @@ from scrapefleet.common.identities.proxy_pools import parse_proxy
 from scrapefleet.common.ops.dashboard.app import create_app
 from scrapefleet.common.settings import load_settings
 from scrapefleet.producer.assigner import Producer
-from tests.browser.consumer_helpers import HOST, consumer_settings, consumer_thread
+from tests.browser.consumer_helpers import consumer_settings, consumer_thread
 from tests.cli_helpers import run_cli
 from tests.integration.exit_proxies import BlockingSite, ExitProxy
 from tests.integration.producer_helpers import producer_settings, submit
@@ -175,3 +175,12 @@ def test_a_pool_serves_browser_and_http_jobs_rotating_away_from_a_blocked_exit(
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert not [p for p in written if SECRET.encode() in p.read_bytes()]
     print(f"\n{BROWSER_JOBS} browser + {HTTP_JOBS} HTTP jobs through the pool: {ran_s:.1f} s")
+    for kind in sorted(kinds):
+        of_kind = [r for r in rows if r["kind"] == kind]
+        runs = sorted((r["finished_at"] - r["started_at"]).total_seconds() for r in of_kind)
+        first = min(r["started_at"] for r in of_kind)
+        last = max(r["finished_at"] for r in of_kind)
+        print(
+            f"{kind}: median run {runs[len(runs) // 2]:.2f} s, slowest {runs[-1]:.2f} s,"
+            f" first start to last finish {(last - first).total_seconds():.1f} s"
+        )

@@ -10,7 +10,7 @@ import pytest
 
 from scrapefleet.consumer.browser.bidi import WEBSOCKET_LOGGER
 
-SECRET = "s3cret-\\\"pw"
+SECRET = 's3cret-\\"pw'
 
 
 @pytest.mark.parametrize("cut_inside", [False, True])
