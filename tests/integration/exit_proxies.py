@@ -104,7 +104,12 @@ class BlockingSite:
                 try:
                     time.sleep(site.pause_s)
                     status, title = (403, "Access denied") if refused else (200, "Welcome")
-                    body = f"<html><head><title>{title}</title></head></html>".encode()
+                    links = ""
+                    if self.path == "/hub" and not refused:  # a page for a crawl to follow
+                        links = "".join(f'<a href="/leaf/{n}">{n}</a>' for n in range(3))
+                    body = (
+                        f"<html><head><title>{title}</title></head><body>{links}</body></html>"
+                    ).encode()
                     self.send_response(status)
                     self.send_header("Content-Type", "text/html")
                     self.send_header("Content-Length", str(len(body)))

@@ -231,3 +231,45 @@ def _two_sites_in_sessions(engine: Engine, site: BlockingSite) -> None:
     seen = {name: set(site.log.by_site[f"{name}.test"]) for name in ("shop-a", "shop-b")}
     assert all(len(addresses) == 1 for addresses in seen.values()), seen  # one visitor each
     assert seen["shop-a"] != seen["shop-b"]  # and the two sessions on different exits
+
+
+def test_a_crawls_children_inherit_its_pool_and_session_never_its_leased_url(
+    engine: Engine, proxies: list[ExitProxy], fleet: Any
+) -> None:
+    with engine.begin() as conn:
+        store.add_proxies(conn, "res", [parse_proxy(p.url) for p in proxies])
+    with BlockingSite({}) as site:
+        seed = validate_job(
+            {
+                "kind": "crawl",
+                "payload": {"url": site.url("/hub"), "proxy_pool": "res", "session": "site"},
+            }
+        )
+        (seed_id,) = submit(engine, [seed])
+
+        def crawled() -> bool:
+            with engine.connect() as conn:
+                ids = list(
+                    conn.execute(
+                        sa.text("SELECT id FROM jobs WHERE id = :id OR parent_id = :id"),
+                        {"id": seed_id},
+                    ).scalars()
+                )
+            return len(ids) == 4 and _finished(engine, ids)
+
+        wait_for(crawled, scaled(60), "the crawl's seed and its three children")
+
+    with engine.connect() as conn:
+        rows = [
+            dict(r._mapping)
+            for r in conn.execute(
+                sa.text("SELECT * FROM jobs WHERE parent_id = :id ORDER BY id"), {"id": seed_id}
+            )
+        ]
+    assert len(rows) == 3 and {r["status"] for r in rows} == {"completed"}
+    assert {(r["proxy_pool"], r["proxy_session"]) for r in rows} == {("res", "site.test")}
+    assert all(r["payload"]["proxy_pool"] == "res" and "proxy" not in r["payload"] for r in rows)
+    assert not [r for r in rows if SECRET in str(r)]  # the leased URL was not carried on
+    # Every page, the children's too, through the pool and, in one session, one exit.
+    assert "127.0.0.1" not in site.log.requests
+    assert len(site.log.by_site["site.test"]) == 1, site.log.by_site
