@@ -294,6 +294,7 @@ class OutcomeRecorder:
             reason,
             max_blocks=self.settings.max_blocks_per_job,
             profile_cooldown_s=self.settings.profile_block_cooldown_s,
+            profile_max_cooldown_s=self.settings.profile_block_max_cooldown_s,
             error=outcome.error,
             artifacts=outcome.artifacts,
         )
@@ -313,6 +314,8 @@ def _charge(conn: Connection, job: ClaimedJob, outcome: LeaseOutcome) -> None:
     store.release_blocked itself.)"""
     if job.proxy_id is not None or job.profile is not None:
         store.charge_identity(conn, job.id, job.claim, outcome)
+    if job.profile is not None and outcome is LeaseOutcome.OK:
+        store.profile_succeeded(conn, job.id)
 
 
 def _spawn_entries(outcome: Outcome) -> list[dict[str, Any]]:

@@ -189,6 +189,7 @@ if TYPE_CHECKING:
         list_profiles,
         move_profile,
         profile_rows,
+        profile_succeeded,
         reset_profile,
     )
     from scrapefleet.common.store.proxies import (
