@@ -34,7 +34,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from scrapefleet.common import tracing
@@ -45,6 +45,7 @@ from scrapefleet.common.browser.isolation import Isolation, with_options
 from scrapefleet.common.browser.options import NO_OPTIONS, BrowserOptions
 from scrapefleet.common.constants import RESULT_MAX_BYTES
 from scrapefleet.common.errors import StackError, SubmitError, UnknownAction, timed_out
+from scrapefleet.common.http.sessions import HttpSession, in_session, stored_jar
 from scrapefleet.common.identities.proxy_pools import PROXY_POOL_KEY, SESSION_KEY
 from scrapefleet.common.store import ClaimedJob
 from scrapefleet.consumer.browser import (  # noqa: F401  (they register the browser actions)
@@ -89,6 +90,8 @@ class Outcome:
     # Failed because the attempt's leased proxy could not be reached (consumer.proxy_use):
     # the proxy is charged an error as the failure is written.
     proxy_error: bool = False
+    # Completed in a sticky session: its jar (a JSON list) and user agent, kept with it.
+    session_kept: tuple[list[dict[str, Any]], str | None] | None = field(default=None, repr=False)
 
     @classmethod
     def completed(cls, result: dict[str, Any], spawn: tuple[Child, ...] = ()) -> Outcome:
@@ -256,13 +259,20 @@ def _run_job(
         return Outcome.failed(f"invalid browser options for {job.kind!r}: {exc}", retryable=False)
 
     if not action.needs_browser:
+        # A sticky session's jobs share its cookie jar and user agent (common.http.sessions).
+        stored = job.session
+        session = None if stored is None else HttpSession.from_stored(*stored_jar(stored))
         try:
-            returned = action.func(params)
+            with in_session(session) if session else contextlib.nullcontext():
+                returned = action.func(params)
         except StackError as exc:
             return Outcome.released(f"released: {exc}", exc)
         except BaseException as exc:  # a worker thread must survive anything an action raises
             return _raised(job, exc, traceback.format_exc(), None)
-        return _checked_result(job.kind, returned, _identity(job, action), job.proxy_url)
+        done = _checked_result(job.kind, returned, _identity(job, action), job.proxy_url)
+        if session is not None and done.status == "completed":
+            return replace(done, session_kept=session.stored())
+        return done
 
     if lease is None:
         return Outcome.failed(

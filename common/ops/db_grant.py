@@ -197,6 +197,10 @@ def base_plan(names: RoleNames, cluster: Cluster) -> list[str]:
         # (the dashboard's), whatever the line above granted.
         "DO $$ BEGIN IF to_regclass('proxy_credentials') IS NOT NULL THEN"
         f" EXECUTE 'REVOKE ALL ON proxy_credentials FROM ' || {literal(reporting)}; END IF; END $$",
+        # Sticky sessions' cookies (migration 0040): the same.
+        "DO $$ BEGIN IF to_regclass('proxy_session_jars') IS NOT NULL THEN"
+        f" EXECUTE 'REVOKE ALL ON proxy_session_jars FROM ' || {literal(reporting)}; END IF;"
+        " END $$",
         # Tables a later migration creates (as the owner) get the same grants.
         f"ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA {schema}"
         f" GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO {producer}",

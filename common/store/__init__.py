@@ -198,12 +198,15 @@ if TYPE_CHECKING:
         LeasedProxy,
         ProxyRow,
         SessionRow,
+        StoredSession,
         charge_identity,
+        keep_session,
         known_pools,
         lease_identities,
         proxy_for_attempt,
         proxy_rows,
         prune_identity_leases,
+        session_for_attempt,
         session_rows,
     )
     from scrapefleet.common.store.proxy_admin import (
