@@ -45,7 +45,7 @@ from scrapefleet.common.browser.isolation import Isolation, with_options
 from scrapefleet.common.browser.options import NO_OPTIONS, BrowserOptions
 from scrapefleet.common.constants import RESULT_MAX_BYTES
 from scrapefleet.common.errors import StackError, SubmitError, UnknownAction, timed_out
-from scrapefleet.common.http.sessions import HttpSession, in_session, stored_jar
+from scrapefleet.common.http.session_jar import HttpSession, in_session, stored_jar
 from scrapefleet.common.identities.proxy_pools import PROXY_POOL_KEY, SESSION_KEY
 from scrapefleet.common.store import ClaimedJob
 from scrapefleet.consumer.browser import (  # noqa: F401  (they register the browser actions)
@@ -259,7 +259,7 @@ def _run_job(
         return Outcome.failed(f"invalid browser options for {job.kind!r}: {exc}", retryable=False)
 
     if not action.needs_browser:
-        # A sticky session's jobs share its cookie jar and user agent (common.http.sessions).
+        # A sticky session's jobs share its cookie jar and user agent (common.http.session_jar).
         stored = job.session
         session = None if stored is None else HttpSession.from_stored(*stored_jar(stored))
         try:

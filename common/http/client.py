@@ -41,7 +41,7 @@ from scrapefleet.common.http.pooling_transport import (
     PoolingTransport,
 )
 from scrapefleet.common.http.response_body import read_body
-from scrapefleet.common.http.sessions import current_session
+from scrapefleet.common.http.session_jar import current_session
 
 MAX_REDIRECTS = 10
 

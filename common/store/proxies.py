@@ -258,7 +258,7 @@ def known_pools(conn: Connection, pools: Iterable[str]) -> set[str]:
 
 @dataclass(frozen=True)
 class StoredSession:
-    """A sticky session's jar as stored (common.http.sessions: a JSON list of cookies, None
+    """A sticky session's jar as stored (common.http.session_jar: a JSON list of cookies, None
     before its first job kept one) and its user agent. Secrets: not in repr."""
 
     cookies: Any = field(default=None, repr=False)

@@ -27,8 +27,8 @@ branch_labels = None
 depends_on = None
 
 TS = sa.DateTime(timezone=True)
-MAX_JAR_BYTES = 65536  # common.http.sessions.MAX_JAR_BYTES
-MAX_USER_AGENT_CHARS = 1024  # common.http.sessions.MAX_USER_AGENT_CHARS
+MAX_JAR_BYTES = 65536  # common.http.session_jar.MAX_JAR_BYTES
+MAX_USER_AGENT_CHARS = 1024  # common.http.session_jar.MAX_USER_AGENT_CHARS
 JARS_COMMENT = (
     "A sticky session's cookie jar and user agent (its `http_get` jobs send them and keep what "
     "the site sets), for the session started at `session_started_at` only; no reporting or "
