@@ -52,8 +52,16 @@ class Finished:
 
 
 def _one_statement(items: list[Finished]) -> bool:
-    """Completions alone, none spawning children: one statement writes them all."""
-    return all(i.outcome.status == "completed" and not i.outcome.spawn for i in items)
+    """Completions alone, none spawning children nor under a proxy or a profile (whose
+    success is recorded for it: its back-off forgotten, its session's jar kept): one
+    statement writes them all."""
+    return all(
+        i.outcome.status == "completed"
+        and not i.outcome.spawn
+        and i.job.proxy_id is None
+        and i.job.profile is None
+        for i in items
+    )
 
 
 class OutcomeRecorder:
@@ -194,6 +202,7 @@ class OutcomeRecorder:
         completed = [i for i in batch if i.outcome.status == "completed"]
         for item in completed:
             _charge(conn, item.job, LeaseOutcome.OK)
+            _keep_session(conn, item.job, item.outcome)
         self._write_completions(conn, completed)
         for item in batch:
             if item.outcome.status != "completed":
@@ -221,6 +230,7 @@ class OutcomeRecorder:
         if outcome.status == "completed":
             assert outcome.result is not None
             _charge(conn, job, LeaseOutcome.OK)
+            _keep_session(conn, job, outcome)
             spawn = _spawn_entries(outcome)
             if not store.complete_job(conn, self.host, job.id, job.claim, outcome.result, spawn):
                 log.warning("job %d claim %d is no longer ours: result dropped", *_key(job))
@@ -294,6 +304,7 @@ class OutcomeRecorder:
             reason,
             max_blocks=self.settings.max_blocks_per_job,
             profile_cooldown_s=self.settings.profile_block_cooldown_s,
+            profile_max_cooldown_s=self.settings.profile_block_max_cooldown_s,
             error=outcome.error,
             artifacts=outcome.artifacts,
         )
@@ -313,6 +324,14 @@ def _charge(conn: Connection, job: ClaimedJob, outcome: LeaseOutcome) -> None:
     store.release_blocked itself.)"""
     if job.proxy_id is not None or job.profile is not None:
         store.charge_identity(conn, job.id, job.claim, outcome)
+    if job.profile is not None and outcome is LeaseOutcome.OK:
+        store.profile_succeeded(conn, job.id)
+
+
+def _keep_session(conn: Connection, job: ClaimedJob, outcome: Outcome) -> None:
+    """A completed job of a sticky session leaves its jar with the session, for the next."""
+    if outcome.session_kept is not None:
+        store.keep_session(conn, job.id, job.claim, *outcome.session_kept)
 
 
 def _spawn_entries(outcome: Outcome) -> list[dict[str, Any]]:

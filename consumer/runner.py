@@ -34,7 +34,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from scrapefleet.common import tracing
@@ -45,6 +45,8 @@ from scrapefleet.common.browser.isolation import Isolation, with_options
 from scrapefleet.common.browser.options import NO_OPTIONS, BrowserOptions
 from scrapefleet.common.constants import RESULT_MAX_BYTES
 from scrapefleet.common.errors import StackError, SubmitError, UnknownAction, timed_out
+from scrapefleet.common.http.session_jar import HttpSession, in_session, stored_jar
+from scrapefleet.common.identities.proxy_pools import PROXY_POOL_KEY, SESSION_KEY
 from scrapefleet.common.store import ClaimedJob
 from scrapefleet.consumer.browser import (  # noqa: F401  (they register the browser actions)
     crawl_browser,
@@ -88,6 +90,8 @@ class Outcome:
     # Failed because the attempt's leased proxy could not be reached (consumer.proxy_use):
     # the proxy is charged an error as the failure is written.
     proxy_error: bool = False
+    # Completed in a sticky session: its jar (a JSON list) and user agent, kept with it.
+    session_kept: tuple[list[dict[str, Any]], str | None] | None = field(default=None, repr=False)
 
     @classmethod
     def completed(cls, result: dict[str, Any], spawn: tuple[Child, ...] = ()) -> Outcome:
@@ -176,10 +180,16 @@ def run_job(
     result_max_bytes: int = RESULT_MAX_BYTES,
 ) -> Outcome:
     """Run ``job`` in the calling thread and return how it ended. Never raises.
-    ``block_rules``: how a built-in browser action knows a block page (the host's settings).
+    ``block_rules``: how a built-in browser action knows a block page (the host's settings;
+    for an attempt through a pool's proxy, the pool's block statuses too).
     ``host_starved``: why the host is starved of CPU or memory now, else None: a browser
     action that times out meanwhile is released (the host's fault), not failed.
     ``result_max_bytes``: a larger result fails the job (the database would refuse it)."""
+    if job.proxy_id is not None and job.proxy_block_statuses:
+        # A pool names the statuses that mean its exit address was refused: a browser page
+        # answered with one is the proxy's block, whatever the host's own rules say.
+        pool_statuses = block_rules.statuses | frozenset(job.proxy_block_statuses)
+        block_rules = replace(block_rules, statuses=pool_statuses)
     with blocking_rules(block_rules):
         outcome = _run_job(
             job, lease, driver_factory, capture_failure, browser_defaults, host_starved
@@ -249,13 +259,20 @@ def _run_job(
         return Outcome.failed(f"invalid browser options for {job.kind!r}: {exc}", retryable=False)
 
     if not action.needs_browser:
+        # A sticky session's jobs share its cookie jar and user agent (common.http.session_jar).
+        stored = job.session
+        session = None if stored is None else HttpSession.from_stored(*stored_jar(stored))
         try:
-            returned = action.func(params)
+            with in_session(session) if session else contextlib.nullcontext():
+                returned = action.func(params)
         except StackError as exc:
             return Outcome.released(f"released: {exc}", exc)
         except BaseException as exc:  # a worker thread must survive anything an action raises
             return _raised(job, exc, traceback.format_exc(), None)
-        return _checked_result(job.kind, returned)
+        done = _checked_result(job.kind, returned, _identity(job, action), job.proxy_url)
+        if session is not None and done.status == "completed":
+            return replace(done, session_kept=session.stored())
+        return done
 
     if lease is None:
         return Outcome.failed(
@@ -320,7 +337,7 @@ def _run_browser_job(
         finally:
             with contextlib.suppress(Exception):
                 held.close()  # the lease's own cleanup must never turn into the job's error
-    return _checked_result(job.kind, returned)
+    return _checked_result(job.kind, returned, _identity(job, action), job.proxy_url)
 
 
 def _raised(
@@ -353,14 +370,27 @@ def _late_for_the_host(exc: BaseException) -> bool:
     return not isinstance(exc, selenium_actions.ActionError) and timed_out(exc)
 
 
-def _checked_result(kind: str, returned: Any) -> Outcome:
+def _identity(job: ClaimedJob, action: Action) -> dict[str, Any]:
+    """What the job's children inherit: the pool it asked for (not a tier it escalated to)
+    and its sticky session, as payload keys."""
+    payload = job.payload if isinstance(job.payload, dict) else {}
+    try:
+        pool = action.proxy_pool_of(payload)
+    except SubmitError:
+        return {}
+    return {PROXY_POOL_KEY: pool, SESSION_KEY: payload.get(SESSION_KEY)} if pool else {}
+
+
+def _checked_result(
+    kind: str, returned: Any, inherited: dict[str, Any], leased_proxy: str | None = None
+) -> Outcome:
     """A result the database can store, or a failure saying why not (a bug in the action:
     running it again returns the same thing, so it is not retried). A ``Spawned`` carries
     follow-up jobs: every entry is checked here, and one bad entry fails the attempt."""
     spawn: tuple[Child, ...] = ()
     if isinstance(returned, Spawned):
         try:
-            spawn = validate_spawn(returned.spawn)
+            spawn = validate_spawn(returned.spawn, inherited, leased_proxy)
             allowed = {kind, *get_action(kind).spawns}
             other = sorted({c.kind for c in spawn} - allowed)
             if other:

@@ -50,7 +50,7 @@ def engine(session_engine: Engine) -> Engine:
                 " fleet_control, producers, profiles, crawl_runs, crawl_seen, rate_keys,"
                 " live_controls, control_changes,"
                 " schedule_defs, schedule_runs, proxy_pools, proxies, proxy_credentials,"
-                " identity_leases, proxy_sessions"
+                " identity_leases, proxy_sessions, proxy_session_jars"
                 " RESTART IDENTITY"
             )
         )

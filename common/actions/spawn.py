@@ -21,6 +21,11 @@ or ``max_jobs``, or when the crawl has already seen their dedupe key.
 ``validate_spawn`` checks every entry before anything is written: one bad entry fails the
 attempt (not retried: the action returns the same thing next time) with its index and field,
 and none of its siblings is inserted.
+
+A child goes out through the proxy pool it names, else its action's default pool, else (unless
+it names a proxy of its own) its parent's pool and sticky session (``inherited``): a crawl
+through a pool stays in it. The pool is written into the child's payload, from which the
+database sets the row's pool and session (migration 0038) as submit does.
 """
 
 from __future__ import annotations
@@ -29,8 +34,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from scrapefleet.common.browser.options import BROWSER_KEY
 from scrapefleet.common.browser.profile_names import PROFILE_KEY, payload_profile_pool
 from scrapefleet.common.errors import ScrapefleetError, SubmitError, UnknownAction
+from scrapefleet.common.identities.proxy_pools import PROXY_POOL_KEY, SESSION_KEY
 
 MAX_SPAWN_PER_ATTEMPT = 1000  # children one attempt may return (the database refuses more too)
 MAX_DEDUPE_KEY_CHARS = 2048
@@ -74,9 +81,15 @@ class Spawned:
     spawn: Iterable[Mapping[str, Any] | Child] = field(default_factory=tuple)
 
 
-def validate_spawn(entries: Any) -> tuple[Child, ...]:
+def validate_spawn(
+    entries: Any, inherited: Mapping[str, Any] | None = None, leased_proxy: str | None = None
+) -> tuple[Child, ...]:
     """Every entry checked against the action registry and the bounds; SpawnError names the
-    first bad entry's index and field."""
+    first bad entry's index and field. ``inherited``: the parent's ``proxy_pool`` and
+    ``session`` (payload keys), for children that name no pool and no proxy of their own.
+    ``leased_proxy``: the URL (credentials included) of the proxy the parent's attempt leased,
+    which the action was given as its own: taken out of any child that carries it on (a
+    crawl's children copy their parent's params), never written into a row."""
     if isinstance(entries, str | bytes | Mapping) or not isinstance(entries, Iterable):
         raise SpawnError(f"spawn must be a list of entries, not {type(entries).__name__}")
     entries = list(entries)
@@ -84,10 +97,12 @@ def validate_spawn(entries: Any) -> tuple[Child, ...]:
         raise SpawnError(
             f"spawn: {len(entries)} entries, at most {MAX_SPAWN_PER_ATTEMPT} per attempt"
         )
-    return tuple(_child(index, entry) for index, entry in enumerate(entries))
+    return tuple(
+        _child(index, entry, inherited or {}, leased_proxy) for index, entry in enumerate(entries)
+    )
 
 
-def _child(index: int, entry: Any) -> Child:
+def _child(index: int, entry: Any, inherited: Mapping[str, Any], leased_proxy: str | None) -> Child:
     where = f"spawn[{index}]"
     if isinstance(entry, Child):  # checked again: it may have been built by hand
         entry = {k: v for k, v in entry.as_json().items() if k in ENTRY_KEYS}
@@ -108,6 +123,7 @@ def _child(index: int, entry: Any) -> Child:
 
     try:
         action = get_action(kind)
+        payload = _with_pool(action, _without(payload, leased_proxy), inherited)
         action.validate(payload)
     except UnknownAction as exc:
         raise SpawnError(f"{where}.kind: {exc}") from None
@@ -136,3 +152,46 @@ def _child(index: int, entry: Any) -> Child:
         if not low <= priority <= high:
             raise SpawnError(f"{where}.priority: must be between {low} and {high}")
     return Child(kind, payload, dedupe_key, priority, action.needs_browser)
+
+
+def _with_pool(
+    action: Any, payload: dict[str, Any], inherited: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``payload`` with the pool it goes out through named in it: its own, its action's
+    default, else its parent's (with the parent's session when that fits it: a ``"site"``
+    session is the child's own site's). SubmitError as submit's."""
+    pool = action.proxy_pool_of(payload)
+    if pool is not None:
+        return payload if payload.get(PROXY_POOL_KEY) else {**payload, PROXY_POOL_KEY: pool}
+    options = payload.get(BROWSER_KEY)
+    own_proxy = payload.get("proxy") is not None or (
+        isinstance(options, dict) and options.get("proxy") is not None
+    )
+    if own_proxy or inherited.get(PROXY_POOL_KEY) is None:
+        return payload
+    with_pool = {**payload, PROXY_POOL_KEY: inherited[PROXY_POOL_KEY]}
+    if payload.get(SESSION_KEY) is not None or inherited.get(SESSION_KEY) is None:
+        return with_pool
+    with_session = {**with_pool, SESSION_KEY: inherited[SESSION_KEY]}
+    try:
+        action.proxy_session_of(with_session)
+    except SubmitError:
+        return with_pool  # the parent's session does not fit it (a "site" without a url)
+    return with_session
+
+
+def _without(payload: dict[str, Any], leased_proxy: str | None) -> dict[str, Any]:
+    """``payload`` without the parent's leased proxy where it carries it as its own."""
+    if leased_proxy is None:
+        return payload
+    if payload.get("proxy") == leased_proxy:
+        payload = {k: v for k, v in payload.items() if k != "proxy"}
+    options = payload.get(BROWSER_KEY)
+    if isinstance(options, dict) and options.get("proxy") == leased_proxy:
+        kept = {k: v for k, v in options.items() if k != "proxy"}
+        payload = (
+            {**payload, BROWSER_KEY: kept}
+            if kept
+            else {k: v for k, v in payload.items() if k != BROWSER_KEY}
+        )
+    return payload

@@ -150,6 +150,8 @@ profiles = sa.Table(
     sa.Column("jobs", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("blocks", sa.Integer, nullable=False, server_default="0"),
     sa.Column("created_at", TS, nullable=False, server_default=sa.text("now()")),
+    # Blocks since its last completed job: its next cool-down doubles with each (0039).
+    sa.Column("consecutive_blocks", sa.Integer, nullable=False, server_default="0"),
     sa.CheckConstraint("state IN ('ready', 'cooling')", name="profiles_state_valid"),
     sa.CheckConstraint(f"name ~ '{PROFILE_NAME_SQL}'", name="profiles_name_valid"),
     sane_time("profiles", "cooldown_until"),  # migration 0031

@@ -9,6 +9,7 @@ Alembic migrations create them; tests/integration/test_schema.py checks they agr
 from __future__ import annotations
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
 
 from scrapefleet.common.db.schema_base import TS, metadata
 from scrapefleet.common.identities.proxy_pools import POOL_NAME_SQL, LeaseOutcome, ProxyState
@@ -127,6 +128,28 @@ proxy_sessions = sa.Table(
         "the `proxy_id` its jobs go out through, `uses`, `started_at`, `last_used_at`, "
         "`retired_at` (a block or `session_max_uses` ends it: the next job starts a new "
         "session on another proxy)"
+    ),
+)
+
+proxy_session_jars = sa.Table(
+    "proxy_session_jars",
+    metadata,
+    sa.Column("pool", sa.Text, primary_key=True),
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("session_started_at", TS, nullable=False),
+    sa.Column("cookies", JSONB, nullable=False),
+    sa.Column("user_agent", sa.Text),
+    sa.ForeignKeyConstraint(
+        ["pool", "key"],
+        ["proxy_sessions.pool", "proxy_sessions.key"],
+        name="proxy_session_jars_session_fkey",
+        ondelete="CASCADE",
+    ),
+    comment=(
+        "A sticky session's cookie jar and user agent (its `http_get` jobs send them and keep "
+        "what the site sets), for the session started at `session_started_at` only; no "
+        "reporting or consumer role may read it (a consumer reaches its own attempt's session "
+        "through session_for_attempt and session_keep)"
     ),
 )
 

@@ -41,6 +41,7 @@ from scrapefleet.common.http.pooling_transport import (
     PoolingTransport,
 )
 from scrapefleet.common.http.response_body import read_body
+from scrapefleet.common.http.session_jar import current_session
 
 MAX_REDIRECTS = 10
 
@@ -126,7 +127,14 @@ def _fetch(
     egress: Egress,
 ) -> Fetched:
     client = shared_client()
-    jar = job_cookie_jar(url, cookies)
+    session = current_session()
+    if session is None:
+        jar = job_cookie_jar(url, cookies)
+    else:
+        # A sticky session's jobs are one visitor: its jar (the job's own cookies added), and
+        # the User-Agent its first request went out with.
+        jar = job_cookie_jar(url, cookies, httpx.Cookies(session.jar))
+        user_agent = session.user_agent = session.user_agent or user_agent
     request = client.build_request(
         "GET",
         url,
@@ -203,13 +211,16 @@ def _left_timeout(deadline: float) -> dict[str, float | None]:
     return httpx.Timeout(left).as_dict()
 
 
-def job_cookie_jar(url: str, cookies: Mapping[str, str]) -> httpx.Cookies:
+def job_cookie_jar(
+    url: str, cookies: Mapping[str, str], jar: httpx.Cookies | None = None
+) -> httpx.Cookies:
     """The request's own jar: the job's cookies for the URL's host only (not its subdomains;
     Secure when the URL is https, so never sent in clear), and whatever the redirect chain sets
     (a cookie without a Domain attribute host-only too, as browsers keep it). Shared by no
     other request."""
-    policy = DefaultCookiePolicy(strict_ns_domain=DefaultCookiePolicy.DomainStrictNonDomain)
-    jar = httpx.Cookies(CookieJar(policy=policy))
+    if jar is None:
+        policy = DefaultCookiePolicy(strict_ns_domain=DefaultCookiePolicy.DomainStrictNonDomain)
+        jar = httpx.Cookies(CookieJar(policy=policy))
     parts = urlsplit(url)
     host = (parts.hostname or "").lower()
     # The stdlib cookie jar names a dotless host "<host>.local" (its effective host name).

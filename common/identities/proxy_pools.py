@@ -144,6 +144,24 @@ def parse_proxy_lines(lines: list[str]) -> list[ProxyEntry]:
     return entries
 
 
+MAX_BLOCK_STATUSES = 20
+
+
+def parse_block_statuses(text: str) -> tuple[int, ...]:
+    """``"403,429"`` -> (403, 429): HTTP statuses 400-599 that mean a pool's proxy was
+    refused; ValueError says what is wrong."""
+    statuses: list[int] = []
+    for part in text.split(","):
+        word = part.strip()
+        if not word.isdigit() or not 400 <= int(word) <= 599:
+            raise ValueError(f"{word!r} is not an HTTP status 400-599 (give them as 403,429)")
+        if int(word) not in statuses:
+            statuses.append(int(word))
+    if len(statuses) > MAX_BLOCK_STATUSES:
+        raise ValueError(f"at most {MAX_BLOCK_STATUSES} statuses")
+    return tuple(statuses)
+
+
 def block_cooldown_s(base_s: float, max_s: float, consecutive_blocks: int) -> float:
     """How long a proxy cools down after its ``consecutive_blocks``-th block in a row (1 for
     the first): ``base_s`` doubled per block before it, at most ``max_s``."""

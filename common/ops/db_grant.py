@@ -68,8 +68,9 @@ CONSUMER_JOB_COLUMNS = (
     "lingering_claim",
     "lingering_until",
 )
-# What a consumer writes in its own host's profiles: the cool-down after a blocked job.
-CONSUMER_PROFILE_COLUMNS = ("state", "cooldown_until", "blocks")
+# What a consumer writes in its own host's profiles: the cool-down after a blocked job, and
+# the blocks in a row that make it grow (cleared by a success).
+CONSUMER_PROFILE_COLUMNS = ("state", "cooldown_until", "blocks", "consecutive_blocks")
 # PostgreSQL lets every role call these: a consumer's role that took the producer's leader key
 # (common.constants.PRODUCER_ADVISORY_LOCK_KEY, or the live controls' keys) and held its session
 # kept every producer from leading after the next restart. In this database only the producer
@@ -196,6 +197,10 @@ def base_plan(names: RoleNames, cluster: Cluster) -> list[str]:
         # (the dashboard's), whatever the line above granted.
         "DO $$ BEGIN IF to_regclass('proxy_credentials') IS NOT NULL THEN"
         f" EXECUTE 'REVOKE ALL ON proxy_credentials FROM ' || {literal(reporting)}; END IF; END $$",
+        # Sticky sessions' cookies (migration 0040): the same.
+        "DO $$ BEGIN IF to_regclass('proxy_session_jars') IS NOT NULL THEN"
+        f" EXECUTE 'REVOKE ALL ON proxy_session_jars FROM ' || {literal(reporting)}; END IF;"
+        " END $$",
         # Tables a later migration creates (as the owner) get the same grants.
         f"ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA {schema}"
         f" GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO {producer}",

@@ -216,6 +216,7 @@ def _seconds(text: str | None, option: str) -> float | None:
     "--escalate-after", type=click.IntRange(1, 100), help="blocks of one job before it goes"
 )
 @click.option("--session-max-uses", type=click.IntRange(1, 100_000), help="a sticky session's jobs")
+@click.option("--block-statuses", help="HTTP statuses that mean a block (403,429)")
 @click.pass_obj
 def proxies_pool(obj: Any, pool: str, **options: Any) -> None:
     """Change POOL's settings."""
@@ -239,7 +240,16 @@ def proxies_pool(obj: Any, pool: str, **options: Any) -> None:
             "escalate_after_blocks": options["escalate_after"],
             "session_max_uses": options["session_max_uses"],
         }
-        if all(v is None for v in settings.values()) and next_pool is store.NO_CHANGE:
+        from scrapefleet.common.identities.proxy_pools import parse_block_statuses
+
+        statuses = None
+        if options["block_statuses"] is not None:
+            try:
+                statuses = parse_block_statuses(options["block_statuses"])
+            except ValueError as exc:
+                raise SubmitError(f"--block-statuses: {exc}") from None
+        unchanged = all(v is None for v in settings.values()) and statuses is None
+        if unchanged and next_pool is store.NO_CHANGE:
             raise SubmitError("give at least one setting to change (see --help)")
     with _transaction(obj) as conn:
         row = next((r for r in store.list_pools(conn) if r["name"] == name), None)
@@ -247,7 +257,8 @@ def proxies_pool(obj: Any, pool: str, **options: Any) -> None:
             merged = {**row, **{k: v for k, v in settings.items() if v is not None}}
             if merged["max_cooldown_s"] < merged["cooldown_s"]:
                 raise SubmitError("--max-cooldown: must not be below --cooldown")
-        store.set_pool(conn, name, settings, next_pool)  # NotFound names an unknown pool
+        # NotFound names an unknown pool
+        store.set_pool(conn, name, settings, next_pool, block_statuses=statuses)
     echo(f"pool {name} updated")
 
 

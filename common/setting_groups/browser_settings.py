@@ -70,7 +70,19 @@ class BrowserSettings(BaseModel):
         default=1800.0,
         ge=0,
         le=30 * 86400,
-        description="a profile whose job was blocked gets no job for this long (0-30 days)",
+        description=(
+            "a profile whose job was blocked gets no job for this long (0-30 days), doubled"
+            " with each further block in a row, up to profile_block_max_cooldown_s"
+        ),
+    )
+    profile_block_max_cooldown_s: float = Field(
+        default=86400.0,
+        ge=0,
+        le=30 * 86400,
+        description=(
+            "the longest a profile's growing cool-down gets (0-30 days; a success starts it"
+            " over at profile_block_cooldown_s)"
+        ),
     )
 
     # Browser stack: consumer/browser/stack.py, selenium_actions.py, artifacts.py.

@@ -189,6 +189,7 @@ if TYPE_CHECKING:
         list_profiles,
         move_profile,
         profile_rows,
+        profile_succeeded,
         reset_profile,
     )
     from scrapefleet.common.store.proxies import (
@@ -197,12 +198,15 @@ if TYPE_CHECKING:
         LeasedProxy,
         ProxyRow,
         SessionRow,
+        StoredSession,
         charge_identity,
+        keep_session,
         known_pools,
         lease_identities,
         proxy_for_attempt,
         proxy_rows,
         prune_identity_leases,
+        session_for_attempt,
         session_rows,
     )
     from scrapefleet.common.store.proxy_admin import (

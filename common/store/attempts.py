@@ -22,8 +22,9 @@ from sqlalchemy.engine import Connection
 
 from scrapefleet.common.db.executes import Executes
 from scrapefleet.common.errors import NotFound
+from scrapefleet.common.identities.proxy_pools import SESSION_KEY
 from scrapefleet.common.store.crawls import spawn_children
-from scrapefleet.common.store.proxies import LeasedProxy, proxy_for_attempt
+from scrapefleet.common.store.proxies import LeasedProxy, proxy_for_attempt, session_for_attempt
 from scrapefleet.common.store.records import Claim, ClaimedJob, Heartbeat, bounded_error
 from scrapefleet.common.store.sql_text import statement
 
@@ -227,6 +228,12 @@ def claim_jobs(
         for r in rows
         if r.id is not None and r.proxy_id is not None
     }
+    # A sticky session's jar, for the jobs that asked for a session.
+    sessions = {
+        r.id: session_for_attempt(conn, r.id, r.claims)
+        for r in rows
+        if r.id in leased and isinstance(r.payload, dict) and r.payload.get(SESSION_KEY)
+    }
     claimed = [
         ClaimedJob(
             r.id,
@@ -242,6 +249,7 @@ def claim_jobs(
             proxy_pool=r.proxy_pool,
             proxy_url=_url(leased.get(r.id)),
             proxy_block_statuses=_statuses(leased.get(r.id)),
+            session=sessions.get(r.id),
             traceparent=r.traceparent,
             trace_link=r.trace_link,
         )

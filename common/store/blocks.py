@@ -59,12 +59,14 @@ def release_blocked(
     *,
     max_blocks: int,
     profile_cooldown_s: float,
+    profile_max_cooldown_s: float | None = None,
     error: str | None = None,
     artifacts: dict[str, Any] | None = None,
 ) -> str | None:
     """processing -> pending, the attempt given back, ``blocks`` + 1 and the host remembered;
     failed once the job was blocked ``max_blocks`` times. ``error`` (the traceback; else the
-    reason) becomes ``last_error``. The job's profile cools down for ``profile_cooldown_s``.
+    reason) becomes ``last_error``. The job's profile cools down for ``profile_cooldown_s``,
+    doubled per block in a row up to ``profile_max_cooldown_s``.
     Returns the new status, or None if the attempt (its ``claim``) was no longer ours."""
     reason = reason[:REASON_MAX_CHARS]
     # The proxy the attempt leased, if any, takes the block (a cool-down that grows, a ban past
@@ -86,5 +88,5 @@ def release_blocked(
     set_audit_message(conn, "")  # the next change in this transaction says its own
     if status is None:
         return None
-    cool_profile_after_block(conn, job_id, profile_cooldown_s)
+    cool_profile_after_block(conn, job_id, profile_cooldown_s, profile_max_cooldown_s)
     return str(status)

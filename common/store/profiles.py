@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from scrapefleet.common.errors import NotFound, ScrapefleetError
+from scrapefleet.common.identities.proxy_pools import block_cooldown_s
 from scrapefleet.common.store.hosts import require_host
 from scrapefleet.common.store.sql_text import statement
 
@@ -31,6 +32,7 @@ __all__ = [
     "list_profiles",
     "move_profile",
     "profile_rows",
+    "profile_succeeded",
     "reset_profile",
 ]
 
@@ -68,20 +70,38 @@ ON CONFLICT (name) DO UPDATE SET
   state = CASE WHEN p.cooldown_until > now() THEN p.state ELSE {profile.ready} END
 """
 )
-# A later cool-down already set is kept.
+# Counted first; the cool-down, which grows with the blocks in a row, is set by _COOL_FOR_SQL
+# in the same transaction (the row stays locked between them). A later cool-down already set
+# is kept.
 COOL_AFTER_BLOCK_SQL = statement(
     """
 UPDATE profiles AS p SET state = {profile.cooling}, blocks = p.blocks + 1,
-  cooldown_until = greatest(p.cooldown_until, now() + make_interval(secs => :seconds))
+  consecutive_blocks = p.consecutive_blocks + 1
 FROM jobs
 WHERE jobs.id = :job_id AND p.name = jobs.profile
-RETURNING p.name
+RETURNING p.name, p.consecutive_blocks
+"""
+)
+_COOL_FOR_SQL = statement(
+    """
+UPDATE profiles
+SET cooldown_until = greatest(cooldown_until, now() + make_interval(secs => :seconds))
+WHERE name = :name
+"""
+)
+# A completed job's profile starts its back-off over.
+_SUCCEEDED_SQL = statement(
+    """
+UPDATE profiles AS p SET consecutive_blocks = 0
+FROM jobs
+WHERE jobs.id = :job_id AND p.name = jobs.profile AND p.consecutive_blocks > 0
 """
 )
 # An operator's commands.
 _RESET_SQL = statement(
     """
-UPDATE profiles SET state = {profile.ready}, cooldown_until = NULL, blocks = 0
+UPDATE profiles SET state = {profile.ready}, cooldown_until = NULL, blocks = 0,
+  consecutive_blocks = 0
 WHERE name = :name
 RETURNING name
 """
@@ -167,12 +187,27 @@ def bind_profiles(conn: Connection, chosen: Sequence[tuple[int, str, str]]) -> N
     )
 
 
-def cool_profile_after_block(conn: Connection, job_id: int, cooldown_s: float) -> str | None:
-    """The job's profile was blocked: it cools down for ``cooldown_s`` (a later cool-down
-    already set is kept) and its blocks count grows. Returns its name; None when the job ran
-    under no profile. Runs under a consumer's role too: its own host's profiles only."""
-    row = conn.execute(COOL_AFTER_BLOCK_SQL, {"job_id": job_id, "seconds": cooldown_s}).first()
-    return None if row is None else str(row.name)
+def cool_profile_after_block(
+    conn: Connection, job_id: int, cooldown_s: float, max_cooldown_s: float | None = None
+) -> str | None:
+    """The job's profile was blocked: its blocks count grows, and it cools down for
+    ``cooldown_s`` doubled per block in a row before this one, at most ``max_cooldown_s``
+    (None: no growth), as a proxy does (proxy_pools.block_cooldown_s); a later cool-down
+    already set is kept. Returns its name; None when the job ran under no profile. Runs under
+    a consumer's role too: its own host's profiles only."""
+    row = conn.execute(COOL_AFTER_BLOCK_SQL, {"job_id": job_id}).first()
+    if row is None:
+        return None
+    longest = cooldown_s if max_cooldown_s is None else max(cooldown_s, max_cooldown_s)
+    seconds = block_cooldown_s(cooldown_s, longest, max(1, row.consecutive_blocks))
+    conn.execute(_COOL_FOR_SQL, {"name": row.name, "seconds": seconds})
+    return str(row.name)
+
+
+def profile_succeeded(conn: Connection, job_id: int) -> None:
+    """The job completed: its profile's back-off starts over (its next block cools it for the
+    base time). Nothing when it ran under no profile."""
+    conn.execute(_SUCCEEDED_SQL, {"job_id": job_id})
 
 
 def list_profiles(conn: Connection) -> list[dict[str, Any]]:

@@ -12,9 +12,11 @@ by the next lease or a reset.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 from urllib.parse import quote
 
 from sqlalchemy.engine import Connection
@@ -29,12 +31,15 @@ __all__ = [
     "LeasedProxy",
     "ProxyRow",
     "SessionRow",
+    "StoredSession",
     "charge_identity",
+    "keep_session",
     "known_pools",
     "lease_identities",
     "proxy_for_attempt",
     "proxy_rows",
     "prune_identity_leases",
+    "session_for_attempt",
     "session_rows",
 ]
 
@@ -146,6 +151,12 @@ _FOR_ATTEMPT_SQL = statement(
     "SELECT url, username, password, block_statuses FROM proxy_for_attempt(:job_id, :claim)"
 )
 _CHARGE_SQL = statement("SELECT identity_charge(:job_id, :claim, :outcome)")
+_SESSION_FOR_ATTEMPT_SQL = statement(
+    "SELECT cookies, user_agent FROM session_for_attempt(:job_id, :claim)"
+)
+_KEEP_SESSION_SQL = statement(
+    "SELECT session_keep(:job_id, :claim, CAST(:cookies AS jsonb), :user_agent)"
+)
 
 _KNOWN_SQL = statement("SELECT name FROM proxy_pools WHERE name = ANY(CAST(:pools AS text[]))")
 
@@ -243,3 +254,38 @@ def prune_identity_leases(conn: Connection, cutoff: datetime, batch_rows: int) -
 
 def known_pools(conn: Connection, pools: Iterable[str]) -> set[str]:
     return set(conn.execute(_KNOWN_SQL, {"pools": sorted(set(pools))}).scalars())
+
+
+@dataclass(frozen=True)
+class StoredSession:
+    """A sticky session's jar as stored (common.http.session_jar: a JSON list of cookies, None
+    before its first job kept one) and its user agent. Secrets: not in repr."""
+
+    cookies: Any = field(default=None, repr=False)
+    user_agent: str | None = field(default=None, repr=False)
+
+
+def session_for_attempt(conn: Executes, job_id: int, claim: int) -> StoredSession | None:
+    """The jar of the live sticky session this attempt goes out in; None when it is in none
+    (or is not this caller's host's, processing under ``claim``)."""
+    rows = conn.execute(_SESSION_FOR_ATTEMPT_SQL, {"job_id": job_id, "claim": claim}).all()
+    if not rows:
+        return None
+    return StoredSession(rows[0].cookies, rows[0].user_agent)
+
+
+def keep_session(
+    conn: Connection, job_id: int, claim: int, cookies: list[Any], user_agent: str | None
+) -> bool:
+    """Store the jar this attempt leaves with its session (while the session is still the one
+    it went out in: False otherwise). Call it before the statement that moves the job on."""
+    kept = conn.execute(
+        _KEEP_SESSION_SQL,
+        {
+            "job_id": job_id,
+            "claim": claim,
+            "cookies": json.dumps(cookies),
+            "user_agent": user_agent,
+        },
+    ).scalar()
+    return bool(kept)

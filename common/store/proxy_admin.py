@@ -83,6 +83,7 @@ UPDATE proxy_pools SET
   error_cooldown_s = coalesce(:error_cooldown_s, error_cooldown_s),
   escalate_after_blocks = coalesce(:escalate_after_blocks, escalate_after_blocks),
   session_max_uses = coalesce(:session_max_uses, session_max_uses),
+  block_statuses = coalesce(CAST(:block_statuses AS integer[]), block_statuses),
   next_pool = CASE WHEN :set_next_pool THEN CAST(:next_pool AS text) ELSE next_pool END
 WHERE name = :pool
 RETURNING name
@@ -182,10 +183,13 @@ def set_pool(
     pool: str,
     settings: dict[str, float | int | None],
     next_pool: str | object | None = NO_CHANGE,
+    block_statuses: Sequence[int] | None = None,
 ) -> None:
-    """Change a pool's settings (None: unchanged) and its next pool (None: no tier above it);
-    NotFound if there is no such pool, or no such next pool."""
+    """Change a pool's settings (None: unchanged), its next pool (None: no tier above it) and
+    the HTTP statuses that mean its proxy was blocked (None: unchanged); NotFound if there is
+    no such pool, or no such next pool."""
     params: dict[str, Any] = {name: settings.get(name) for name in POOL_SETTINGS}
+    params["block_statuses"] = None if block_statuses is None else list(block_statuses)
     params["set_next_pool"] = next_pool is not NO_CHANGE
     params["next_pool"] = None if next_pool is NO_CHANGE else next_pool
     if isinstance(next_pool, str) and next_pool not in known_pools(conn, [next_pool]):

@@ -105,6 +105,9 @@ class ClaimedJob:
     # Its URL with its credentials, read for this attempt only: never shown (not in repr).
     proxy_url: str | None = field(default=None, repr=False)
     proxy_block_statuses: tuple[int, ...] = ()  # HTTP statuses its pool takes for a block
+    # Its sticky session's cookie jar and user agent (store.proxies.StoredSession), read for
+    # this attempt only: never shown (not in repr). None: the job is in no session.
+    session: Any = field(default=None, repr=False)
     # Its trace (common.tracing): the spans of the attempt are children of it.
     traceparent: str | None = None
     trace_link: str | None = None  # a spawned job's parent's traceparent

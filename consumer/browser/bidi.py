@@ -4,17 +4,46 @@ Selenium's typed BiDi modules lag behind Chromium: they cannot name ``userContex
 ``emulation.*`` or ``network.setExtraHeaders``, nor a proxy for ``browser.createUserContext``.
 So commands go out as plain JSON on the session's own websocket (the one Selenium opens for
 ``driver.browser``), which also keeps them off Selenium's one-thread-per-callback wrappers.
+
+Selenium logs every message of that websocket at DEBUG, ``network.continueWithAuth`` with a
+proxy's password in it: a filter on its logger masks any ``"password"`` value first.
 """
 
 from __future__ import annotations
 
+import logging
+import re
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from scrapefleet.common.errors import ScrapefleetError, StackError
+from scrapefleet.common.masking import MASK
 
 EventCallback = Callable[[dict[str, Any]], None]
+
+WEBSOCKET_LOGGER = "selenium.webdriver.remote.websocket_connection"
+# A JSON string's value, up to its closing quote or the end of a message Selenium cut short.
+_PASSWORD_VALUE = re.compile(r'("password"\s*:\s*")(?:[^"\\]|\\.)*("?)')
+
+
+class CredentialsMasked(logging.Filter):
+    """Masks the value of every ``"password"`` key in a record's message."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if '"password"' in text:
+            record.msg, record.args = _PASSWORD_VALUE.sub(rf"\g<1>{MASK}\g<2>", text), ()
+        return True
+
+
+def _mask_websocket_log() -> None:
+    logger = logging.getLogger(WEBSOCKET_LOGGER)
+    if not any(isinstance(f, CredentialsMasked) for f in logger.filters):
+        logger.addFilter(CredentialsMasked())
+
+
+_mask_websocket_log()
 
 
 class BidiCommandError(ScrapefleetError):

@@ -38,7 +38,7 @@ from tests.throwaway_db import throwaway_database
 HOST_CAPACITY = 64  # a host's most (hosts_capacity_valid): as many hosts as the jobs need
 RESET_SQL = sa.text(
     "TRUNCATE jobs, hosts, job_events, proxy_pools, proxies, proxy_credentials,"
-    " identity_leases, proxy_sessions, producers RESTART IDENTITY"
+    " identity_leases, proxy_sessions, proxy_session_jars, producers RESTART IDENTITY"
 )
 
 

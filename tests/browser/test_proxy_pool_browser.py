@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from scrapefleet.common.store import ClaimedJob
-from scrapefleet.consumer.browser.block_detection import BlockRules
+from scrapefleet.consumer.browser.block_detection import NO_RULES
 from scrapefleet.consumer.browser.sessions import SessionPool
 from scrapefleet.consumer.runner import Outcome, run_job
 from tests.browser.job_browser_helpers import job_pool  # noqa: F401
@@ -47,8 +47,8 @@ def _run(pool: SessionPool, url: str, proxy: ExitProxy, proxy_id: int) -> Outcom
         proxy_url=proxy.url,  # what the claim reads for the attempt (store.proxy_for_attempt)
         proxy_block_statuses=(403, 429),
     )
-    rules = BlockRules(statuses=frozenset({403}))
-    return run_job(job, lease=pool.lease, block_rules=rules)
+    # The host has no block rules: the pool's own statuses make the 403 the proxy's block.
+    return run_job(job, lease=pool.lease, block_rules=NO_RULES)
 
 
 def test_a_browser_job_goes_out_through_its_leased_proxy_and_a_burnt_exit_is_its_block(

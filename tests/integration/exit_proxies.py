@@ -8,7 +8,9 @@ otherwise) and forward plain ``GET http://<name>.test:<port>/...`` to 127.0.0.1 
 
 The site answers every page after a short pause, counts requests and requests at once per
 client address, and refuses (403) an address once it has made its quota of requests: the
-block a proxy pool must rotate away from.
+block a proxy pool must rotate away from. It gives each visitor that comes without its cookie
+one (``visitor=vN``) and logs which cookie and User-Agent each page came with: what a site
+that ties a visitor to its cookies sees of a sticky session.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ class SiteLog:
     most_at_once: Counter[str] = field(default_factory=Counter)
     times: dict[str, list[float]] = field(default_factory=dict)  # each request's arrival
     by_site: dict[str, Counter[str]] = field(default_factory=dict)  # Host name -> addresses
+    # Each page answered, in order: (Host name, address, the visitor cookie it came with or
+    # None, the visitor cookie it was given or None, User-Agent).
+    visits: list[tuple[str, str, str | None, str | None, str]] = field(default_factory=list)
 
 
 class BlockingSite:
@@ -77,6 +82,14 @@ class BlockingSite:
                 log.blocked[address] += 1
             return refused
 
+    @staticmethod
+    def _visitor(cookie_header: str) -> str | None:
+        for part in cookie_header.split(";"):
+            name, _, value = part.strip().partition("=")
+            if name == "visitor":
+                return value
+        return None
+
     def _leave(self, address: str) -> None:
         with self._lock:
             self.log.now[address] -= 1
@@ -91,14 +104,33 @@ class BlockingSite:
                 pass
 
             def do_GET(self) -> None:
+                if self.path == "/favicon.ico":
+                    # A browser asks for it after the page, from its own timing: not a visit
+                    # (it would overlap the next job's through the same exit).
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 address = self.client_address[0]
                 name = (self.headers.get("Host") or "").rpartition(":")[0]
                 refused = site._arrive(address, name)
                 try:
                     time.sleep(site.pause_s)
                     status, title = (403, "Access denied") if refused else (200, "Welcome")
-                    body = f"<html><head><title>{title}</title></head></html>".encode()
+                    links = ""
+                    if self.path == "/hub" and not refused:  # a page for a crawl to follow
+                        links = "".join(f'<a href="/leaf/{n}">{n}</a>' for n in range(3))
+                    body = (
+                        f"<html><head><title>{title}</title></head><body>{links}</body></html>"
+                    ).encode()
+                    came_with = site._visitor(self.headers.get("Cookie") or "")
+                    given = None if came_with else f"v{len(site.log.visits)}"
+                    site.log.visits.append(
+                        (name, address, came_with, given, self.headers.get("User-Agent") or "")
+                    )
                     self.send_response(status)
+                    if given:  # a visitor the site has not seen: it gives it a cookie
+                        self.send_header("Set-Cookie", f"visitor={given}; Path=/")
                     self.send_header("Content-Type", "text/html")
                     self.send_header("Content-Length", str(len(body)))
                     self.end_headers()
@@ -175,7 +207,9 @@ class ExitProxy:
                 )
                 try:
                     path = target.path + (f"?{target.query}" if target.query else "")
-                    upstream.request("GET", path or "/", headers={"Host": target.netloc})
+                    hop = {"proxy-authorization", "proxy-connection", "connection", "host"}
+                    sent = {k: v for k, v in self.headers.items() if k.lower() not in hop}
+                    upstream.request("GET", path or "/", headers={**sent, "Host": target.netloc})
                     answer = upstream.getresponse()
                     body = answer.read()
                 finally:
@@ -183,7 +217,7 @@ class ExitProxy:
                 with proxy._lock:
                     proxy.forwarded += 1
                 self.send_response(answer.status)
-                for name in ("Content-Type",):
+                for name in ("Content-Type", "Set-Cookie"):
                     if answer.getheader(name):
                         self.send_header(name, answer.getheader(name) or "")
                 self.send_header("Content-Length", str(len(body)))

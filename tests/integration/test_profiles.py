@@ -127,6 +127,32 @@ def test_a_blocked_pool_job_cools_its_profile_and_runs_under_another(
     assert cooled["cooldown_until"] > datetime.now(UTC) + timedelta(seconds=500)
 
 
+def test_a_profiles_cool_down_doubles_per_block_in_a_row_until_a_success(
+    engine: Engine, producer: Producer
+) -> None:
+    (job_id,) = submit(engine, [_page("acct-9")])
+    producer.run_cycle()
+    lengths = []
+    with engine.begin() as conn:
+        for _ in range(3):
+            assert store.cool_profile_after_block(conn, job_id, 100, 300) == "acct-9"
+            row = conn.execute(
+                sa.text(
+                    "SELECT consecutive_blocks, extract(epoch FROM cooldown_until - now()) AS s"
+                    " FROM profiles WHERE name = 'acct-9'"
+                )
+            ).one()
+            lengths.append((row.consecutive_blocks, round(float(row.s))))
+    assert lengths == [(1, 100), (2, 200), (3, 300)]  # doubled, then held at the longest
+    with engine.begin() as conn:
+        store.profile_succeeded(conn, job_id)  # its job completed: the back-off starts over
+        store.cool_profile_after_block(conn, job_id, 100, 300)
+        again = conn.execute(
+            sa.text("SELECT consecutive_blocks FROM profiles WHERE name = 'acct-9'")
+        ).scalar()
+    assert again == 1
+
+
 def test_a_job_without_a_profile_cools_nothing(engine: Engine, producer: Producer) -> None:
     (job_id,) = submit(engine, [NewJob("noop")])
     with engine.begin() as conn:

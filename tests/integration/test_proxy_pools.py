@@ -94,6 +94,8 @@ def test_the_commands_never_show_a_password_and_refuse_bad_input_whole(
         ["proxies", "pool", "res", "--cooldown", "1h", "--max-cooldown", "1m"], database_url
     )
     assert refused.returncode == 2 and "--max-cooldown" in refused.stderr
+    refused = run_cli(["proxies", "pool", "res", "--block-statuses", "403,200"], database_url)
+    assert refused.returncode == 2 and "--block-statuses: '200'" in refused.stderr
 
     listed = run_cli(["proxies", "list", "res"], database_url)
     assert listed.returncode == 0, listed.stderr
@@ -109,10 +111,12 @@ def test_the_commands_never_show_a_password_and_refuse_bad_input_whole(
             ["proxies", "pool", "res", "--max-jobs-per-proxy", "2", "--cooldown", "30s"],
             database_url,
         ),
+        run_cli(["proxies", "pool", "res", "--block-statuses", "403, 503"], database_url),
         run_cli(["proxies", "pools"], database_url),
     ]
     assert all(r.returncode == 0 for r in switched), [r.stderr for r in switched]
-    assert "2 job(s) at once per proxy" in switched[2].stdout
+    assert "2 job(s) at once per proxy" in switched[3].stdout
+    assert "block statuses 403,503;" in switched[3].stdout
     states = {r["url"]: r["state"] for r in _proxies(engine).values()}
     assert states == {"http://***@127.0.0.2:8080": "ready", "http://127.0.0.3:8080": "disabled"}
     gone = run_cli(["proxies", "remove", "res", "http://127.0.0.7:8080"], database_url)

@@ -29,14 +29,20 @@ def _leased_jobs(admin: Engine) -> dict[str, tuple[int, int]]:
     with admin.begin() as conn:
         conn.execute(
             sa.text(
-                "TRUNCATE proxy_pools, proxies, proxy_credentials, identity_leases, proxy_sessions"
+                "TRUNCATE proxy_pools, proxies, proxy_credentials, identity_leases,"
+                " proxy_sessions, proxy_session_jars"
             )
         )
         entries = [parse_proxy(f"http://u{n}:{SECRET}@127.0.0.{n}:8080") for n in (2, 3)]
         store.add_proxies(conn, "res", entries)
         ids = dict(conn.execute(sa.text("SELECT url, id FROM proxies")).all())
         for host, entry in zip((OWN, OTHER), entries, strict=True):
-            job = NewJob("http_get", {"url": "http://a.test/"}, proxy_pool="res")
+            job = NewJob(
+                "http_get",
+                {"url": "http://a.test/", "session": f"s-{host}"},
+                proxy_pool="res",
+                proxy_session=f"s-{host}",
+            )
             (job_id,) = store.insert_jobs(conn, [job], default_max_attempts=3).ids
             store.assign_jobs(conn, [(job_id, host)])
             store.lease_identities(conn, [(job_id, ids[entry.url], None)])
@@ -73,5 +79,25 @@ def test_the_reporting_role_sees_the_pools_but_no_password(fleet: Fleet, admin: 
             assert sorted(shown) == ["http://***@127.0.0.2:8080", "http://***@127.0.0.3:8080"]
             assert store.proxy_for_attempt(conn, 1, 1) is None  # not a host's, nor the producer
         assert "permission denied" in refused(engine, "SELECT * FROM proxy_credentials")
+        assert "permission denied" in refused(engine, "SELECT * FROM proxy_session_jars")
     finally:
         engine.dispose()
+
+
+def test_a_consumer_keeps_and_reads_only_its_own_attempts_session_jar(
+    admin: Engine, own: Engine
+) -> None:
+    jobs = _leased_jobs(admin)
+    jar = [{"name": "visitor", "value": "v1", "domain": "a.test", "path": "/"}]
+    with own.begin() as conn:
+        fresh = store.session_for_attempt(conn, *jobs[OWN])
+        assert fresh is not None and fresh.cookies is None  # a session with no jar yet
+        assert store.keep_session(conn, *jobs[OWN], jar, "agent/1")
+        assert not store.keep_session(conn, *jobs[OTHER], jar, "agent/1")
+        assert store.session_for_attempt(conn, *jobs[OTHER]) is None
+        again = store.session_for_attempt(conn, *jobs[OWN])
+        assert again is not None and again.cookies == jar and again.user_agent == "agent/1"
+    assert "permission denied" in refused(own, "SELECT * FROM proxy_session_jars")
+    with admin.connect() as conn:
+        kept = conn.execute(sa.text("SELECT key FROM proxy_session_jars")).scalars().all()
+    assert kept == [f"s-{OWN}"]

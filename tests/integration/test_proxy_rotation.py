@@ -176,6 +176,11 @@ def test_a_pool_rotates_away_from_a_blocked_exit_and_bans_it(
             dumped = conn.execute(sa.text(f"SELECT string_agg(t::text, ' ') FROM {table} t"))
             assert SECRET not in (dumped.scalar() or ""), table
     assert not [r.getMessage() for r in caplog.records if SECRET in r.getMessage()]
+    with engine.connect() as conn:
+        outcomes = dict(
+            conn.execute(sa.text("SELECT outcome, count(*) FROM identity_leases GROUP BY 1")).all()
+        )
+    assert outcomes == {"ok": JOBS, "blocked": 2}  # every success recorded for its proxy
 
 
 def test_a_job_pinned_to_the_blocked_proxy_meets_the_block_again(
@@ -231,3 +236,89 @@ def _two_sites_in_sessions(engine: Engine, site: BlockingSite) -> None:
     seen = {name: set(site.log.by_site[f"{name}.test"]) for name in ("shop-a", "shop-b")}
     assert all(len(addresses) == 1 for addresses in seen.values()), seen  # one visitor each
     assert seen["shop-a"] != seen["shop-b"]  # and the two sessions on different exits
+    # One cookie jar per session: the cookie the site gave the session's first job comes back
+    # with every later one, and never in the other session.
+    for name in ("shop-a", "shop-b"):
+        visits = [v for v in site.log.visits if v[0] == f"{name}.test"]
+        given = [v[3] for v in visits if v[3]]
+        assert len(given) == 1 and visits[0][3] == given[0], visits
+        assert all(v[2] == given[0] for v in visits[1:]), visits
+        assert len({v[4] for v in visits}) == 1  # and one User-Agent
+    cookies = {v[2] or v[3] for v in site.log.visits}
+    assert len(cookies) == 2  # the two sessions' visitors
+
+
+def test_a_crawls_children_inherit_its_pool_and_session_never_its_leased_url(
+    engine: Engine, proxies: list[ExitProxy], fleet: Any
+) -> None:
+    with engine.begin() as conn:
+        store.add_proxies(conn, "res", [parse_proxy(p.url) for p in proxies])
+    with BlockingSite({}) as site:
+        seed = validate_job(
+            {
+                "kind": "crawl",
+                "payload": {"url": site.url("/hub"), "proxy_pool": "res", "session": "site"},
+            }
+        )
+        (seed_id,) = submit(engine, [seed])
+
+        def crawled() -> bool:
+            with engine.connect() as conn:
+                ids = list(
+                    conn.execute(
+                        sa.text("SELECT id FROM jobs WHERE id = :id OR parent_id = :id"),
+                        {"id": seed_id},
+                    ).scalars()
+                )
+            return len(ids) == 4 and _finished(engine, ids)
+
+        wait_for(crawled, scaled(60), "the crawl's seed and its three children")
+
+    with engine.connect() as conn:
+        rows = [
+            dict(r._mapping)
+            for r in conn.execute(
+                sa.text("SELECT * FROM jobs WHERE parent_id = :id ORDER BY id"), {"id": seed_id}
+            )
+        ]
+    assert len(rows) == 3 and {r["status"] for r in rows} == {"completed"}
+    assert {(r["proxy_pool"], r["proxy_session"]) for r in rows} == {("res", "site.test")}
+    assert all(r["payload"]["proxy_pool"] == "res" and "proxy" not in r["payload"] for r in rows)
+    assert not [r for r in rows if SECRET in str(r)]  # the leased URL was not carried on
+    # Every page, the children's too, through the pool and, in one session, one exit.
+    assert "127.0.0.1" not in site.log.requests
+    assert len(site.log.by_site["site.test"]) == 1, site.log.by_site
+
+
+def test_a_session_used_up_starts_again_with_an_empty_jar(
+    engine: Engine, proxies: list[ExitProxy], fleet: Any
+) -> None:
+    with engine.begin() as conn:
+        store.add_proxies(conn, "res", [parse_proxy(p.url) for p in proxies])
+        store.set_pool(conn, "res", {"session_max_uses": 4})
+    with BlockingSite({}) as site:
+        jobs = [
+            validate_job(
+                {
+                    "kind": "http_get",
+                    "payload": {"url": site.url(f"/p/{i}"), "proxy_pool": "res", "session": "s1"},
+                }
+            )
+            for i in range(8)
+        ]
+        ids = submit(engine, jobs)
+        wait_for(lambda: _finished(engine, ids), scaled(60), "two sessions' jobs")
+
+    assert {r["status"] for r in _jobs(engine, ids)} == {"completed"}
+    visits = site.log.visits
+    assert len(visits) == 8
+    # Two sessions of four jobs each: each the site's one visitor (one cookie, one address),
+    # the second starting with no cookie at all.
+    for session in (visits[:4], visits[4:]):
+        assert session[0][2] is None and session[0][3] is not None, visits
+        assert all(v[2] == session[0][3] for v in session[1:]), visits
+        assert len({v[1] for v in session}) == 1, visits
+    assert visits[0][3] != visits[4][3]
+    with engine.connect() as conn:
+        stored = conn.execute(sa.text("SELECT cookies::text FROM proxy_session_jars")).scalars()
+        assert [visits[4][3] in text for text in stored] == [True]
