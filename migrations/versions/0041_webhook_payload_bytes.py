@@ -10,15 +10,15 @@ what its memory budget has left (common.store.webhooks).
 Adding a stored generated column rewrites the table once: the deliveries' rows, which the
 retention sweep keeps few.
 
-Revision ID: 0038
-Revises: 0037
+Revision ID: 0041
+Revises: 0040
 Create Date: 2026-11-28
 """
 
 from alembic import op
 
-revision = "0038"
-down_revision = "0037"
+revision = "0041"
+down_revision = "0040"
 branch_labels = None
 depends_on = None
 
