@@ -44,6 +44,7 @@ from scrapefleet.common.actions.spawn import Child, Spawned, SpawnError, validat
 from scrapefleet.common.browser.isolation import Isolation, with_options
 from scrapefleet.common.browser.options import NO_OPTIONS, BrowserOptions
 from scrapefleet.common.constants import RESULT_MAX_BYTES
+from scrapefleet.common.error_lines import first_line
 from scrapefleet.common.errors import StackError, SubmitError, UnknownAction, timed_out
 from scrapefleet.common.store import ClaimedJob
 from scrapefleet.consumer.browser import (  # noqa: F401  (they register the browser actions)
@@ -332,15 +333,10 @@ def _raised(
     if job.proxy_id is not None:
         verdict = proxy_verdict(exc, job.proxy_block_statuses)
         if verdict == "blocked":
-            return Outcome.blocked(f"proxy refused: {_first_line(exc)}", error, artifacts)
+            return Outcome.blocked(f"proxy refused: {first_line(exc)}", error, artifacts)
         if verdict == "error":
             return replace(Outcome.raised(exc, error, artifacts), proxy_error=True)
     return Outcome.raised(exc, error, artifacts)
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
 
 
 def _late_for_the_host(exc: BaseException) -> bool:

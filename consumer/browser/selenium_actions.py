@@ -53,6 +53,7 @@ from scrapefleet.common.actions.page_fields import read_fields, refine
 from scrapefleet.common.actions.registry import register
 from scrapefleet.common.clock import utcnow
 from scrapefleet.common.constants import RETRY_AFTER_LIMIT_S
+from scrapefleet.common.error_lines import first_line
 from scrapefleet.common.errors import ScrapefleetError, StackError
 from scrapefleet.consumer.browser.artifacts import full_page_png
 from scrapefleet.consumer.browser.block_detection import (
@@ -122,29 +123,24 @@ def translated_errors(what: str) -> Iterator[None]:
     except ScrapefleetError:
         raise
     except TimeoutException as exc:
-        raise PageLoadTimeout(f"{what}: timed out ({_first_line(exc)})") from exc
+        raise PageLoadTimeout(f"{what}: timed out ({first_line(exc)})") from exc
     except InvalidSelectorException as exc:
-        raise ActionError(f"{what}: invalid CSS selector ({_first_line(exc)})") from exc
+        raise ActionError(f"{what}: invalid CSS selector ({first_line(exc)})") from exc
     except InvalidArgumentException as exc:
-        raise InvalidArgument(f"{what}: invalid argument ({_first_line(exc)})") from exc
+        raise InvalidArgument(f"{what}: invalid argument ({first_line(exc)})") from exc
     except WebDriverException as exc:
         message = (exc.msg or str(exc)).lower()
         if any(hint in message for hint in _CRASH_HINTS):
             raise RendererCrashed(f"{what}: the page crashed the renderer", what) from exc
         if any(hint in message for hint in _LOST_SESSION_HINTS):
-            raise StackError(f"{what}: browser session lost ({_first_line(exc)})") from exc
-        raise ActionError(f"{what}: {_first_line(exc)}") from exc
+            raise StackError(f"{what}: browser session lost ({first_line(exc)})") from exc
+        raise ActionError(f"{what}: {first_line(exc)}") from exc
     except (OSError, ConnectionError) as exc:
         raise GridUnreachable(f"{what}: Grid unreachable ({exc!r})") from exc
     except Exception as exc:
         if type(exc).__module__.startswith("urllib3"):  # MaxRetryError, ProtocolError, ...
             raise GridUnreachable(f"{what}: Grid unreachable ({exc!r})") from exc
         raise
-
-
-def _first_line(exc: WebDriverException) -> str:
-    text = (exc.msg or str(exc) or type(exc).__name__).strip()
-    return text.splitlines()[0]
 
 
 def navigate(driver: Any, url: str, *, allow_http_errors: bool = False) -> int | None:

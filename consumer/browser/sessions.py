@@ -39,12 +39,12 @@ from scrapefleet.common.browser.isolation import (
     Isolation,
     validate_isolation,
 )
+from scrapefleet.common.error_lines import first_line
 from scrapefleet.common.errors import StackError
 from scrapefleet.consumer.browser.driver_sessions import (
     BIDI_COMMAND_TIMEOUT_S,
     BrowserLaunch,
     DriverMaker,
-    first_line,
     quit_driver,
     tune_bidi,
 )
@@ -357,7 +357,7 @@ class SessionPool(SessionPoolViews):
                 log.info(
                     "session slot %d: lost after a job (%s); replacing it",
                     slot.index,
-                    first_line(exc),
+                    first_line(exc, named=True),
                 )
                 self._discard(slot)
                 self._count_replaced()
@@ -379,7 +379,9 @@ class SessionPool(SessionPoolViews):
             if not self._closed:
                 self._warm(slot, wait=False)  # no permit free: the lease will start it
         except Exception as exc:
-            log.info("session slot %d: no session to warm: %s", slot.index, first_line(exc))
+            log.info(
+                "session slot %d: no session to warm: %s", slot.index, first_line(exc, named=True)
+            )
         finally:
             self._settle(slot)
 
@@ -389,7 +391,11 @@ class SessionPool(SessionPoolViews):
         try:
             self._warm(slot, wait=False)
         except Exception as exc:  # the stack is down: the next lease says so, as StackError
-            log.warning("session slot %d: no replacement session: %s", slot.index, first_line(exc))
+            log.warning(
+                "session slot %d: no replacement session: %s",
+                slot.index,
+                first_line(exc, named=True),
+            )
 
     def _settle(self, slot: Slot) -> None:
         """Back to idle; or quit, when the pool closed meanwhile or owes a session."""
@@ -437,7 +443,9 @@ class SessionPool(SessionPoolViews):
             slot.last_used = self._clock()
         except Exception as exc:
             log.info(
-                "session slot %d: idle session lost (%s); replacing it", slot.index, first_line(exc)
+                "session slot %d: idle session lost (%s); replacing it",
+                slot.index,
+                first_line(exc, named=True),
             )
             self._discard(slot)
             self._count_replaced()
