@@ -35,6 +35,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Literal
 
 from scrapefleet.common import tracing
@@ -54,6 +55,7 @@ from scrapefleet.consumer.browser import (  # noqa: F401  (they register the bro
 )
 from scrapefleet.consumer.browser.block_detection import NO_RULES, BlockRules, blocking_rules
 from scrapefleet.consumer.browser.job_setup import job_browser
+from scrapefleet.consumer.browser.selenium_actions import screenshots_into
 from scrapefleet.consumer.proxy_use import proxy_verdict, scrub, with_leased_proxy
 
 DriverFactory = Callable[[], Any]
@@ -175,13 +177,16 @@ def run_job(
     block_rules: BlockRules = NO_RULES,
     host_starved: HostStarved = lambda: None,
     result_max_bytes: int = RESULT_MAX_BYTES,
+    artifacts_dir: Path | None = None,
 ) -> Outcome:
     """Run ``job`` in the calling thread and return how it ended. Never raises.
     ``block_rules``: how a built-in browser action knows a block page (the host's settings).
     ``host_starved``: why the host is starved of CPU or memory now, else None: a browser
     action that times out meanwhile is released (the host's fault), not failed.
-    ``result_max_bytes``: a larger result fails the job (the database would refuse it)."""
-    with blocking_rules(block_rules):
+    ``result_max_bytes``: a larger result fails the job (the database would refuse it).
+    ``artifacts_dir``: the host's (settings.artifacts_dir), where a screenshot that names no
+    folder goes; None refuses such a screenshot."""
+    with blocking_rules(block_rules), screenshots_into(artifacts_dir):
         outcome = _run_job(
             job, lease, driver_factory, capture_failure, browser_defaults, host_starved
         )
