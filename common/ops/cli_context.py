@@ -10,21 +10,13 @@ import click
 
 from scrapefleet.common import masking
 from scrapefleet.common.errors import SettingsError
-from scrapefleet.common.ops.lazy_import import lazy_module
 from scrapefleet.common.runtime.logging_setup import configure_logging
 
-# Loaded on first use: `scrapefleet --help` needs none of them (common.ops.lazy_import).
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
-    from scrapefleet.common import api, settings
     from scrapefleet.common.api import Client
-    from scrapefleet.common.db import engines as database
     from scrapefleet.common.settings import Settings
-else:
-    api = lazy_module("scrapefleet.common.api")
-    database = lazy_module("scrapefleet.common.db.engines")
-    settings = lazy_module("scrapefleet.common.settings")
 
 
 class CliContext:
@@ -39,6 +31,8 @@ class CliContext:
 
     @property
     def settings(self) -> Settings:
+        from scrapefleet.common import settings
+
         if self._settings is None:
             self._settings = settings.load_settings(self.config)
             configure_logging(self._settings.log_level, self._settings.log_format)
@@ -58,6 +52,8 @@ class CliContext:
     def read_engine(self) -> Engine:
         """An engine for a command that only reads: the client's when it exists, else one
         without the client's user actions to load (status starts in a third less CPU)."""
+        from scrapefleet.common.db import engines as database
+
         if self._client is not None:
             return self._client.engine
         if self._read_engine is None:
@@ -71,6 +67,8 @@ class CliContext:
 
     @property
     def client(self) -> Client:
+        from scrapefleet.common import api
+
         if self._client is None:
             self._client = api.Client(self.database_url(), self.settings)
         return self._client

@@ -357,7 +357,7 @@ class SessionPool(SessionPoolViews):
                 log.info(
                     "session slot %d: lost after a job (%s); replacing it",
                     slot.index,
-                    first_line(exc, named=True),
+                    first_line(exc),
                 )
                 self._discard(slot)
                 self._count_replaced()
@@ -379,9 +379,7 @@ class SessionPool(SessionPoolViews):
             if not self._closed:
                 self._warm(slot, wait=False)  # no permit free: the lease will start it
         except Exception as exc:
-            log.info(
-                "session slot %d: no session to warm: %s", slot.index, first_line(exc, named=True)
-            )
+            log.info("session slot %d: no session to warm: %s", slot.index, first_line(exc))
         finally:
             self._settle(slot)
 
@@ -391,11 +389,7 @@ class SessionPool(SessionPoolViews):
         try:
             self._warm(slot, wait=False)
         except Exception as exc:  # the stack is down: the next lease says so, as StackError
-            log.warning(
-                "session slot %d: no replacement session: %s",
-                slot.index,
-                first_line(exc, named=True),
-            )
+            log.warning("session slot %d: no replacement session: %s", slot.index, first_line(exc))
 
     def _settle(self, slot: Slot) -> None:
         """Back to idle; or quit, when the pool closed meanwhile or owes a session."""
@@ -443,9 +437,7 @@ class SessionPool(SessionPoolViews):
             slot.last_used = self._clock()
         except Exception as exc:
             log.info(
-                "session slot %d: idle session lost (%s); replacing it",
-                slot.index,
-                first_line(exc, named=True),
+                "session slot %d: idle session lost (%s); replacing it", slot.index, first_line(exc)
             )
             self._discard(slot)
             self._count_replaced()
