@@ -31,10 +31,10 @@ class CliContext:
 
     @property
     def settings(self) -> Settings:
-        from scrapefleet.common import settings
+        from scrapefleet.common.settings import load_settings
 
         if self._settings is None:
-            self._settings = settings.load_settings(self.config)
+            self._settings = load_settings(self.config)
             configure_logging(self._settings.log_level, self._settings.log_format)
         return self._settings
 
