@@ -39,6 +39,9 @@ from scrapefleet.common.ops.results_out import (
 from scrapefleet.common.ops.schedules_command import schedules
 from scrapefleet.common.ops.try_command import try_command
 
+# The database layer, pydantic and the settings are imported inside the commands that use them:
+# `scrapefleet --help` needs none of them (tests/unit/test_store_statuses.py checks it).
+
 
 @click.group()
 @click.option("--config", type=click.Path(path_type=Path), help="TOML settings file")

@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from scrapefleet.common.api import Client
     from scrapefleet.common.settings import Settings
 
+# The database layer, pydantic and the settings are imported inside the commands that use them:
+# `scrapefleet --help` needs none of them (tests/unit/test_store_statuses.py checks it).
+
 
 class CliContext:
     """What every command of the admin CLI shares: its settings, loaded on first use, and the

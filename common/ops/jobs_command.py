@@ -34,6 +34,9 @@ if TYPE_CHECKING:
     from scrapefleet.common.reads.results import ResultFilter
     from scrapefleet.common.store import JobFilter
 
+# The database layer, pydantic and the settings are imported inside the commands that use them:
+# `scrapefleet --help` needs none of them (tests/unit/test_store_statuses.py checks it).
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
