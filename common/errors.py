@@ -1,6 +1,7 @@
 """One base exception; driver errors (psycopg, paramiko, selenium) are wrapped where they enter."""
 
 from scrapefleet.common import masking
+from scrapefleet.common.error_lines import last_line
 
 
 class ScrapefleetError(Exception):
@@ -77,8 +78,8 @@ class JobFailed(ScrapefleetError):
 
     def __init__(self, job_id: int, status: str, error: str | None) -> None:
         # A consumer wrote the error: a cookie or a credential it quotes is not shown back.
-        last = masking.mask_text(error or "").strip().splitlines()
-        super().__init__(f"job {job_id} {status}: {last[-1] if last else 'no error recorded'}")
+        last = last_line(masking.mask_text(error or ""))
+        super().__init__(f"job {job_id} {status}: {last or 'no error recorded'}")
         self.job_id = job_id
         self.status = status
         self.error = error

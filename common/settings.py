@@ -1,19 +1,21 @@
 """Settings from environment variables (SCRAPEFLEET_*) and an optional TOML file.
 
-Precedence: keyword arguments > environment > TOML file (SCRAPEFLEET_CONFIG or --config) >
-defaults from common.constants. An invalid value raises SettingsError naming the setting.
+Precedence: keyword arguments > environment > TOML file (``--config``, else SCRAPEFLEET_CONFIG)
+> each field's default. Whatever is wrong (a value out of its bounds, a key of the file or a
+SCRAPEFLEET_* variable that is no setting) raises one SettingsError line naming the setting.
 
 Each setting, its default, its bounds and its own checks are written once, on its field, in the
 group it belongs to (common.setting_groups: database, fleet, producer, consumer, http, browser,
-operator). This module puts the groups together into Settings, holds the checks that span
-groups (list settings given comma-separated, networks, secrets' length), and loads it: the file,
+operator; a default that code elsewhere needs too comes from common.constants, and
+``setting_default`` reads any default without a Settings). This module puts the groups together
+into Settings, holds the checks written once for fields of several groups (list settings given
+comma-separated or as JSON, allow-lists of networks, secrets' length), and loads it: the file,
 the environment, and one line for whatever is wrong.
 """
 
 from __future__ import annotations
 
 import difflib
-import ipaddress
 import json
 import os
 import tomllib
@@ -26,6 +28,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from pydantic_settings import SettingsError as EnvParseError
 
 from scrapefleet.common.errors import SettingsError
+from scrapefleet.common.http.address_policy import parse_networks
 from scrapefleet.common.setting_groups.browser_settings import BrowserSettings
 from scrapefleet.common.setting_groups.consumer_settings import ConsumerSettings
 from scrapefleet.common.setting_groups.database_settings import DatabaseSettings
@@ -106,11 +109,7 @@ class Settings(
     @field_validator("webhook_allow_networks", "http_allow_networks")
     @classmethod
     def _networks(cls, value: list[str]) -> list[str]:
-        for item in value:
-            try:
-                ipaddress.ip_network(item.strip(), strict=False)
-            except ValueError:
-                raise ValueError(f"{item!r} is not an IP address or CIDR network") from None
+        parse_networks(value)  # the egress rule's own reading: what passes here, it can use
         return value
 
 

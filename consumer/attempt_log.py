@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 
+from scrapefleet.common.error_lines import last_line
 from scrapefleet.common.runtime.logging_setup import fields
 from scrapefleet.common.store import ClaimedJob
 
@@ -37,9 +38,9 @@ def attempt_outcome(status: str, retried: bool) -> str:
 
 def attempt_reason(error: str | None) -> str | None:
     """The error's last non-blank line, bounded: what went wrong, in one line."""
-    if not error or not error.strip():
+    line = last_line(error)
+    if not line:
         return None
-    line = error.strip().splitlines()[-1].strip()
     return line if len(line) <= REASON_MAX_CHARS else line[: REASON_MAX_CHARS - 3] + "..."
 
 

@@ -207,6 +207,7 @@ class Claiming(RunningBase):
             block_rules=self._block_rules,
             host_starved=self._host_starved,
             result_max_bytes=self.config.settings.result_max_bytes,
+            artifacts_dir=self.config.settings.artifacts_dir,
         )
         # Duration by kind and outcome; a retryable failure with attempts left is a retry (the
         # recorder schedules it).

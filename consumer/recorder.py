@@ -29,8 +29,9 @@ from scrapefleet.common import store, tracing_jobs
 from scrapefleet.common.actions.error_classes import ErrorClass, next_try_at
 from scrapefleet.common.actions.retry import retry_at
 from scrapefleet.common.clock import utcnow
-from scrapefleet.common.db.engines import describe, transaction
+from scrapefleet.common.db.engines import transaction
 from scrapefleet.common.db.executes import Executes
+from scrapefleet.common.error_lines import first_line, last_line
 from scrapefleet.common.errors import DatabaseUnavailable
 from scrapefleet.common.identities.proxy_pools import LeaseOutcome
 from scrapefleet.common.runtime.side_threads import SideThreads
@@ -185,7 +186,7 @@ class OutcomeRecorder:
                 wait_s = min(wait_s * 2, RETRY_MAX_S)
             except Exception as exc:
                 # Not the connection: something in one row. Isolate it so the others are kept.
-                log.warning("recording a batch failed (%s); writing one by one", describe(exc))
+                log.warning("recording a batch failed (%s); writing one by one", first_line(exc))
                 self._write_one_by_one(batch)
                 return
 
@@ -281,14 +282,13 @@ class OutcomeRecorder:
             error_class=error_class,
             linger_s=self.settings.lock_linger_s if outcome.still_running else None,
         )
-        last_line = error.strip().splitlines()[-1] if error.strip() else error
         # The attempt's line (attempt_log) says it at INFO or WARNING; this one adds the retry time.
         log.debug(
             "job %d attempt %d/%d failed (%s): %s",
             job.id,
             job.attempt,
             job.max_attempts,
-            last_line,
+            last_line(error) or error,
             f"retry at {when:%H:%M:%S.%f}" if status == "pending" and when else status,
         )
 

@@ -35,6 +35,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Literal
 
 from scrapefleet.common import tracing
@@ -44,6 +45,7 @@ from scrapefleet.common.actions.spawn import Child, Spawned, SpawnError, validat
 from scrapefleet.common.browser.isolation import Isolation, with_options
 from scrapefleet.common.browser.options import NO_OPTIONS, BrowserOptions
 from scrapefleet.common.constants import RESULT_MAX_BYTES
+from scrapefleet.common.error_lines import first_line
 from scrapefleet.common.errors import StackError, SubmitError, UnknownAction, timed_out
 from scrapefleet.common.http.session_jar import HttpSession, in_session, stored_jar
 from scrapefleet.common.identities.proxy_pools import PROXY_POOL_KEY, SESSION_KEY
@@ -55,6 +57,7 @@ from scrapefleet.consumer.browser import (  # noqa: F401  (they register the bro
 )
 from scrapefleet.consumer.browser.block_detection import NO_RULES, BlockRules, blocking_rules
 from scrapefleet.consumer.browser.job_setup import job_browser
+from scrapefleet.consumer.browser.selenium_actions import screenshots_into
 from scrapefleet.consumer.proxy_use import proxy_verdict, scrub, with_leased_proxy
 
 DriverFactory = Callable[[], Any]
@@ -178,19 +181,22 @@ def run_job(
     block_rules: BlockRules = NO_RULES,
     host_starved: HostStarved = lambda: None,
     result_max_bytes: int = RESULT_MAX_BYTES,
+    artifacts_dir: Path | None = None,
 ) -> Outcome:
     """Run ``job`` in the calling thread and return how it ended. Never raises.
     ``block_rules``: how a built-in browser action knows a block page (the host's settings;
     for an attempt through a pool's proxy, the pool's block statuses too).
     ``host_starved``: why the host is starved of CPU or memory now, else None: a browser
     action that times out meanwhile is released (the host's fault), not failed.
-    ``result_max_bytes``: a larger result fails the job (the database would refuse it)."""
+    ``result_max_bytes``: a larger result fails the job (the database would refuse it).
+    ``artifacts_dir``: the host's (settings.artifacts_dir), where a screenshot that names no
+    folder goes; None refuses such a screenshot."""
     if job.proxy_id is not None and job.proxy_block_statuses:
         # A pool names the statuses that mean its exit address was refused: a browser page
         # answered with one is the proxy's block, whatever the host's own rules say.
         pool_statuses = block_rules.statuses | frozenset(job.proxy_block_statuses)
         block_rules = replace(block_rules, statuses=pool_statuses)
-    with blocking_rules(block_rules):
+    with blocking_rules(block_rules), screenshots_into(artifacts_dir):
         outcome = _run_job(
             job, lease, driver_factory, capture_failure, browser_defaults, host_starved
         )
@@ -349,15 +355,10 @@ def _raised(
     if job.proxy_id is not None:
         verdict = proxy_verdict(exc, job.proxy_block_statuses)
         if verdict == "blocked":
-            return Outcome.blocked(f"proxy refused: {_first_line(exc)}", error, artifacts)
+            return Outcome.blocked(f"proxy refused: {first_line(exc)}", error, artifacts)
         if verdict == "error":
             return replace(Outcome.raised(exc, error, artifacts), proxy_error=True)
     return Outcome.raised(exc, error, artifacts)
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
 
 
 def _late_for_the_host(exc: BaseException) -> bool:

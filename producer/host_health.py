@@ -20,7 +20,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from scrapefleet.common import store
-from scrapefleet.common.db.engines import describe, is_connection_error
+from scrapefleet.common.db.engines import is_connection_error
+from scrapefleet.common.error_lines import first_line
 from scrapefleet.common.errors import ProbeError
 from scrapefleet.common.runtime import metrics
 from scrapefleet.common.runtime.logging_setup import fields
@@ -77,7 +78,7 @@ def _store_reports(conn: Connection, reports: Mapping[str, HostStatus]) -> set[s
     except sa.exc.DBAPIError as exc:
         if is_connection_error(exc):
             raise
-        log.info("batched host reports refused (%s): writing host by host", describe(exc))
+        log.info("batched host reports refused (%s): writing host by host", first_line(exc))
         return None
 
 
@@ -98,7 +99,7 @@ def record_host_health(
         except sa.exc.DBAPIError as exc:
             if is_connection_error(exc):
                 raise
-            result = ProbeError(f"status refused by the database: {describe(exc)}")
+            result = ProbeError(f"status refused by the database: {first_line(exc)}")
     with conn.begin_nested():
         return _apply(conn, name, state, result, threshold)
 

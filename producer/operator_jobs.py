@@ -18,7 +18,8 @@ from typing import Any
 from apscheduler.schedulers.base import BaseScheduler
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common.db.engines import describe, wrapped_errors
+from scrapefleet.common.db.engines import wrapped_errors
+from scrapefleet.common.error_lines import first_line
 from scrapefleet.common.reads import producer_status
 from scrapefleet.common.runtime.metrics import PRODUCER_REGISTRY, MetricsServer, serve_metrics
 from scrapefleet.common.settings import Settings
@@ -77,7 +78,7 @@ class OperatorJobs:
                 deliveries = producer_status.unsent_webhooks(conn)
                 callbacks = producer_status.unfinished_callback_jobs(conn)
         except Exception as exc:
-            log.warning("webhook_secret is not set: webhooks are not sent (%s)", describe(exc))
+            log.warning("webhook_secret is not set: webhooks are not sent (%s)", first_line(exc))
             return
         if deliveries or callbacks:
             log.warning(
@@ -125,7 +126,7 @@ class OperatorJobs:
         try:
             run()
         except Exception as exc:
-            log.warning("%s failed, retrying next time: %s", what, describe(exc))
+            log.warning("%s failed, retrying next time: %s", what, first_line(exc))
 
     @staticmethod
     def _every(

@@ -17,7 +17,8 @@ from datetime import datetime
 from sqlalchemy.engine import Connection, Engine
 
 from scrapefleet.common import store
-from scrapefleet.common.db.engines import describe, transaction
+from scrapefleet.common.db.engines import transaction
+from scrapefleet.common.error_lines import first_line
 from scrapefleet.common.jobs.recurrence import CatchUp, Overlap, RunOutcome, plan_fire, slots_of
 from scrapefleet.common.store.schedules import DueSchedule
 
@@ -47,7 +48,7 @@ def fire_due(
                 run = fire_one(conn, schedule, now, fired_by, default_max_attempts)
         except Exception as exc:
             log.warning(
-                "schedule %r: not fired, next round retries: %s", schedule.name, describe(exc)
+                "schedule %r: not fired, next round retries: %s", schedule.name, first_line(exc)
             )
             continue
         if run is not None:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 import paramiko
 
+from scrapefleet.common.error_lines import first_line
 from scrapefleet.common.errors import ProbeError
 from scrapefleet.common.status.answer import MAX_ANSWER_BYTES
 from scrapefleet.producer.probe import HostTarget
@@ -162,7 +163,7 @@ def _connect_reason(target: HostTarget, exc: Exception, deadline: RoundDeadline)
         return f"host key for {target.name} changed: no key of the type in known_hosts offered"
     if isinstance(exc, EOFError | ConnectionResetError) or "banner" in lowered:
         return f"connection closed by {target.name} during ssh handshake"
-    return f"ssh handshake with {target.name} failed: {text.splitlines()[0] if text else exc!r}"
+    return f"ssh handshake with {target.name} failed: {first_line(text) or repr(exc)}"
 
 
 def run_command(

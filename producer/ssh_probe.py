@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import paramiko
 
+from scrapefleet.common.error_lines import last_line
 from scrapefleet.common.errors import ProbeError
 from scrapefleet.common.settings import Settings, setting_default
 from scrapefleet.common.status.answer import parse_status_answer, stale_reason
@@ -244,9 +245,9 @@ class SSHProbe:
         command = f"{self.command} --host {shlex.quote(target.name)}"
         out, err, code = run_command(transport, command, deadline)
         if code != 0:
-            detail = err.decode(errors="replace").strip().splitlines()
+            detail = last_line(err.decode(errors="replace"))
             raise ProbeError(
-                f"status command exited with {code}" + (f": {_clip(detail[-1])}" if detail else "")
+                f"status command exited with {code}" + (f": {_clip(detail)}" if detail else "")
             )
         answer = parse_status_answer(out)
         status = answer.status

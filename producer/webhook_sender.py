@@ -51,7 +51,8 @@ from scrapefleet.common.constants import (
     WEBHOOK_WAKE_DEBOUNCE_S,
     WEBHOOK_WORKERS,
 )
-from scrapefleet.common.db.engines import describe, transaction
+from scrapefleet.common.db.engines import transaction
+from scrapefleet.common.error_lines import first_line
 from scrapefleet.common.jobs.webhook_signing import DELIVERY_HEADER, sign
 from scrapefleet.common.runtime import metrics
 from scrapefleet.common.runtime.logging_setup import fields
@@ -205,7 +206,7 @@ class WebhookSender:
         try:
             self.pump()
         except Exception as exc:  # the next NOTIFY, POST's end or interval tries again
-            log.warning("taking due webhooks failed, retrying next time: %s", describe(exc))
+            log.warning("taking due webhooks failed, retrying next time: %s", first_line(exc))
 
     @tracing_jobs.delivery_traced
     def _deliver(self, delivery: DueWebhook, now: datetime | None) -> str:

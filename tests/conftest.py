@@ -79,15 +79,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 # The test command runs two pytest-xdist workers (pyproject's addopts) over the groups below:
 # a worker runs one group's tests one after another in their usual order, and takes the next
 # group when it is nearly done, in the order the groups are collected (--no-loadscope-reorder):
-# the two long ones first (the Ansible suite and the browsers), then the database and unit
-# tests on whichever worker is free. The suites spend most of their time waiting (on playbooks
-# over SSH, browsers, daemons), so two workers share two cores well. Within the browser group
-# nothing runs beside its neighbours: two browser stacks, or the demo's embedded PostgreSQL
-# and the packaging test's, never start at once.
+# the two long ones first (the Ansible suite and the browsers), then the checks (ruff, mypy, the
+# documentation) with the database tests, and the unit tests, on whichever worker is free. The
+# suites spend most of their time waiting (on playbooks over SSH, browsers, daemons), so two
+# workers share two cores well. Within the browser group nothing runs beside its neighbours:
+# two browser stacks, or the demo's embedded PostgreSQL and the packaging test's, never start
+# at once.
 _WORKER_GROUPS = {
     "ansible": "playbooks",
     "benchmarks": "browsers-and-fleets",
     "browser": "browsers-and-fleets",
+    "checks": "database",
     "e2e": "browsers-and-fleets",
     "fleet": "browsers-and-fleets",
     "packaging": "browsers-and-fleets",

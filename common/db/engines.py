@@ -30,6 +30,7 @@ from sqlalchemy.engine import URL, Connection, Engine, make_url
 
 from scrapefleet.common.db.ping import ping_after_idle
 from scrapefleet.common.db.pooler import pooled_connect_args, uses_pooler
+from scrapefleet.common.error_lines import first_line
 from scrapefleet.common.errors import DatabaseUnavailable, SchemaOutOfDate, SettingsError
 from scrapefleet.common.settings import Settings, load_settings
 
@@ -271,20 +272,19 @@ def is_connection_error(exc: BaseException) -> bool:
 
 
 def describe(exc: BaseException) -> str:
-    cause = getattr(exc, "orig", None) or exc
-    text = str(cause).strip().splitlines()
-    return text[0] if text else type(cause).__name__
+    """The database's error in one line (common.error_lines.first_line)."""
+    return first_line(exc)
 
 
 def unavailable(exc: BaseException) -> DatabaseUnavailable:
     """The error to raise (from ``exc``) for a lost or refused connection."""
-    return DatabaseUnavailable(f"database unavailable: {describe(exc)}")
+    return DatabaseUnavailable(f"database unavailable: {first_line(exc)}")
 
 
 def out_of_date(exc: BaseException) -> SchemaOutOfDate:
     """The error to raise (from ``exc``) for a statement naming what the schema lacks."""
     return SchemaOutOfDate(
-        f"{describe(exc)}: the database's schema is older than this scrapefleet"
+        f"{first_line(exc)}: the database's schema is older than this scrapefleet"
         " (or was never created); run `scrapefleet db upgrade`"
     )
 
@@ -361,9 +361,9 @@ class Listener:
             payloads += [n.payload for n in self._conn.notifies(timeout=0)]
             return payloads
         except psycopg.Error as exc:
-            log.warning("listen connection lost (%s); will reconnect", describe(exc))
+            log.warning("listen connection lost (%s); will reconnect", first_line(exc))
             self.close()
-            raise DatabaseUnavailable(f"database unavailable: {describe(exc)}") from exc
+            raise DatabaseUnavailable(f"database unavailable: {first_line(exc)}") from exc
 
     def close(self) -> None:
         if self._conn is not None:

@@ -14,7 +14,7 @@ import sys
 from collections import Counter
 from contextlib import suppress
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
@@ -29,7 +29,6 @@ from scrapefleet.common.ops.controls_command import controls
 from scrapefleet.common.ops.crawl_command import crawl, crawls
 from scrapefleet.common.ops.db_grant_command import db_grant
 from scrapefleet.common.ops.jobs_command import jobs, results
-from scrapefleet.common.ops.lazy_import import lazy_module
 from scrapefleet.common.ops.one_line_errors import one_line_errors
 from scrapefleet.common.ops.profiles_command import profiles
 from scrapefleet.common.ops.proxies_command import proxies
@@ -40,22 +39,8 @@ from scrapefleet.common.ops.results_out import (
 from scrapefleet.common.ops.schedules_command import schedules
 from scrapefleet.common.ops.try_command import try_command
 
-# Loaded on first use: `scrapefleet --help` needs none of them (common.ops.lazy_import).
-if TYPE_CHECKING:
-    from scrapefleet.common import settings
-    from scrapefleet.common.db import engines as database
-    from scrapefleet.common.jobs import submit_file
-    from scrapefleet.common.ops import fleet_status as status_report
-    from scrapefleet.common.ops import render
-    from scrapefleet.common.reads import progress, queries
-else:
-    database = lazy_module("scrapefleet.common.db.engines")
-    submit_file = lazy_module("scrapefleet.common.jobs.submit_file")
-    render = lazy_module("scrapefleet.common.ops.render")
-    status_report = lazy_module("scrapefleet.common.ops.fleet_status")
-    progress = lazy_module("scrapefleet.common.reads.progress")
-    queries = lazy_module("scrapefleet.common.reads.queries")
-    settings = lazy_module("scrapefleet.common.settings")
+# The database layer, pydantic and the settings are imported inside the commands that use them:
+# `scrapefleet --help` needs none of them (tests/unit/test_store_statuses.py checks it).
 
 
 @click.group()
@@ -139,6 +124,8 @@ def submit(
     A bad line stops everything: its number and field are printed, exit 2, nothing inserted.
     With --host the job ids are printed too (`jobs show ID` follows one).
     """
+    from scrapefleet.common.jobs import submit_file
+
     with one_line_errors():
         client = ctx.client  # settings and user actions first: they validate the lines
         name = getattr(file, "name", None)
@@ -173,6 +160,9 @@ def status(ctx: CliContext, as_json: bool) -> None:
     Exits 0 when the fleet can finish its work, 3 when the producer is down, 4 when work is
     pending and no host is active (or no active host runs its kind), 5 when an operator holds
     work (a paused key, kind or crawl, or assignment paused)."""
+    from scrapefleet.common.db import engines as database
+    from scrapefleet.common.ops import fleet_status as status_report
+
     with one_line_errors(), database.wrapped_errors(), ctx.read_engine().connect() as conn:
         fleet_status = status_report.read_fleet_status(conn)
     echo(fleet_status.json() if as_json else fleet_status.text())
@@ -188,6 +178,10 @@ def status(ctx: CliContext, as_json: bool) -> None:
 def failures(ctx: CliContext, limit: int, as_json: bool) -> None:
     """Failed jobs of 7 days grouped by cause (kind, error class, error with URLs and numbers
     masked, status codes kept), largest first, each with an example job. None is exit 1."""
+    from scrapefleet.common.db import engines as database
+    from scrapefleet.common.ops import render
+    from scrapefleet.common.reads import progress
+
     with one_line_errors(), database.wrapped_errors(), ctx.read_engine().connect() as conn:
         groups = progress.read_rows(conn, "failure_groups", limit)
     # The example is the error's last line as raised: a proxy URL's password may be in it.
@@ -223,6 +217,8 @@ def hosts_add(
     ctx: CliContext, name: str, capacity: int | None, ssh_user: str | None, **ssh: Any
 ) -> None:
     """Add a host (or update its settings)."""
+    from scrapefleet.common.db import engines as database
+
     with one_line_errors():
         _check_host_name(name)
         user = ssh_user or ctx.settings.ssh_user
@@ -253,6 +249,8 @@ def _check_host_name(name: str) -> None:
 def hosts_check(ctx: CliContext, name: str) -> None:
     """Probe NAME once, as the producer does, and print its status document or why the probe
     failed (exit 1). Changes nothing in the database."""
+    from scrapefleet.common.db import engines as database
+    from scrapefleet.common.reads import queries
     from scrapefleet.producer.probing import RoutingProbe, probe_target
 
     # The probe logs a failure as a warning; here the reason is printed once, below.
@@ -277,6 +275,10 @@ def hosts_check(ctx: CliContext, name: str) -> None:
 @pass_ctx
 def hosts_list(ctx: CliContext) -> None:
     """Every host with its state and load."""
+    from scrapefleet.common.db import engines as database
+    from scrapefleet.common.ops import render
+    from scrapefleet.common.reads import queries
+
     with one_line_errors(), database.wrapped_errors(), ctx.client.engine.connect() as conn:
         rows = queries.host_load(conn)
     echo(render.render_status({}, rows).split("\n", 1)[1])
@@ -287,6 +289,8 @@ def hosts_list(ctx: CliContext) -> None:
 @pass_ctx
 def hosts_drain(ctx: CliContext, name: str) -> None:
     """Stop giving NAME work; its queued jobs go to other hosts, running ones finish."""
+    from scrapefleet.common.db import engines as database
+
     with one_line_errors(), database.transaction(ctx.client.engine) as conn:
         requeued = store.drain_host(conn, name)
     echo(f"host {name} draining; {len(requeued)} queued job(s) handed back")
@@ -298,6 +302,8 @@ def hosts_drain(ctx: CliContext, name: str) -> None:
 def hosts_enable(ctx: CliContext, name: str) -> None:
     """Let NAME take work again (drained or disabled; an offline host is refused: it comes
     back when its consumer answers the producer's probes)."""
+    from scrapefleet.common.db import engines as database
+
     with one_line_errors(), database.transaction(ctx.client.engine) as conn:
         changed = store.enable_host(conn, name)
     if not changed:
@@ -310,6 +316,8 @@ def hosts_enable(ctx: CliContext, name: str) -> None:
 @pass_ctx
 def hosts_remove(ctx: CliContext, name: str) -> None:
     """Remove NAME (it must run nothing: drain it first)."""
+    from scrapefleet.common.db import engines as database
+
     with one_line_errors(), database.transaction(ctx.client.engine) as conn:
         store.remove_host(conn, name)
     echo(f"host {name} removed")
@@ -375,6 +383,8 @@ def fleet() -> None:
 @pass_ctx
 def fleet_pause(ctx: CliContext, reason: str | None) -> None:
     """Stop assigning new jobs anywhere (running ones finish); the producer sees it next cycle."""
+    from scrapefleet.common.db import engines as database
+
     with one_line_errors(), database.transaction(ctx.client.engine) as conn:
         changed = store.set_assignment_paused(conn, True, "cli", reason)
     if not changed:
@@ -389,6 +399,8 @@ def fleet_pause(ctx: CliContext, reason: str | None) -> None:
 @pass_ctx
 def fleet_resume(ctx: CliContext) -> None:
     """Assign jobs again."""
+    from scrapefleet.common.db import engines as database
+
     with one_line_errors(), database.transaction(ctx.client.engine) as conn:
         changed = store.set_assignment_paused(conn, False, "cli", None)
     if not changed:

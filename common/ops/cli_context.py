@@ -10,21 +10,16 @@ import click
 
 from scrapefleet.common import masking
 from scrapefleet.common.errors import SettingsError
-from scrapefleet.common.ops.lazy_import import lazy_module
 from scrapefleet.common.runtime.logging_setup import configure_logging
 
-# Loaded on first use: `scrapefleet --help` needs none of them (common.ops.lazy_import).
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
-    from scrapefleet.common import api, settings
     from scrapefleet.common.api import Client
-    from scrapefleet.common.db import engines as database
     from scrapefleet.common.settings import Settings
-else:
-    api = lazy_module("scrapefleet.common.api")
-    database = lazy_module("scrapefleet.common.db.engines")
-    settings = lazy_module("scrapefleet.common.settings")
+
+# The database layer, pydantic and the settings are imported inside the commands that use them:
+# `scrapefleet --help` needs none of them (tests/unit/test_store_statuses.py checks it).
 
 
 class CliContext:
@@ -39,8 +34,10 @@ class CliContext:
 
     @property
     def settings(self) -> Settings:
+        from scrapefleet.common.settings import load_settings
+
         if self._settings is None:
-            self._settings = settings.load_settings(self.config)
+            self._settings = load_settings(self.config)
             configure_logging(self._settings.log_level, self._settings.log_format)
         return self._settings
 
@@ -58,6 +55,8 @@ class CliContext:
     def read_engine(self) -> Engine:
         """An engine for a command that only reads: the client's when it exists, else one
         without the client's user actions to load (status starts in a third less CPU)."""
+        from scrapefleet.common.db import engines as database
+
         if self._client is not None:
             return self._client.engine
         if self._read_engine is None:
@@ -71,6 +70,8 @@ class CliContext:
 
     @property
     def client(self) -> Client:
+        from scrapefleet.common import api
+
         if self._client is None:
             self._client = api.Client(self.database_url(), self.settings)
         return self._client

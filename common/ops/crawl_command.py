@@ -87,7 +87,7 @@ class CrawlRequest:
                     compile_patterns([spec], f"--field {name}")
             TypeAdapter(PageFields).validate_python(self.fields)
         except ValueError as exc:  # pydantic's ValidationError is one
-            raise SubmitError(f"{_first_line(exc)}") from None
+            raise SubmitError(f"{_field_error(exc)}") from None
         # The seed may redirect to another host (python.org -> www.python.org): its job then
         # moves the crawl's site there (common.crawl.action.seed_redirect).
         payload: dict[str, Any] = {"url": seed, "site": site_of(seed), "seed": True}
@@ -112,7 +112,7 @@ class CrawlRequest:
         return payload
 
 
-def _first_line(exc: ValueError) -> str:
+def _field_error(exc: ValueError) -> str:
     from pydantic import ValidationError
 
     if isinstance(exc, ValidationError):

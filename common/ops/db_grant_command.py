@@ -21,6 +21,7 @@ from typing import Any
 import click
 
 from scrapefleet.common.constants import CONSUMER_CONNECTION_LIMIT
+from scrapefleet.common.error_lines import first_line
 from scrapefleet.common.errors import DatabaseUnavailable, ScrapefleetError, SettingsError
 
 
@@ -106,9 +107,7 @@ def db_grant(
         click.echo(f"error: {exc}", err=True)
         sys.exit(1 if isinstance(exc, DatabaseUnavailable) else 2)
     except Exception as exc:  # a refused statement (not a superuser, a role in use elsewhere)
-        cause = getattr(exc, "orig", exc)
-        first = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
-        click.echo(f"error: db grant changed nothing: {first}", err=True)
+        click.echo(f"error: db grant changed nothing: {first_line(exc)}", err=True)
         sys.exit(1)
     if not quiet:
         for statement in result.statements:

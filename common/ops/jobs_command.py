@@ -15,7 +15,6 @@ import click
 from scrapefleet.common import masking, store
 from scrapefleet.common.constants import BULK_CONFIRM_OVER_JOBS
 from scrapefleet.common.ops.cli_context import CliContext, echo, fail, pass_ctx
-from scrapefleet.common.ops.lazy_import import lazy_module
 from scrapefleet.common.ops.one_line_errors import one_line_errors
 from scrapefleet.common.ops.results_out import (
     FORMATS,
@@ -29,26 +28,14 @@ from scrapefleet.common.ops.results_out import (
     write_jsonl,
 )
 
-# Loaded on first use: `scrapefleet --help` needs none of them (common.ops.lazy_import).
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
 
-    from scrapefleet.common.db import engines as database
-    from scrapefleet.common.ops import bulk, render
-    from scrapefleet.common.ops.dashboard import page_reads as dashboard_reads
-    from scrapefleet.common.reads import kind_waits, producer_status, queries
-    from scrapefleet.common.reads import results as job_results
     from scrapefleet.common.reads.results import ResultFilter
     from scrapefleet.common.store import JobFilter
-else:
-    database = lazy_module("scrapefleet.common.db.engines")
-    producer_status = lazy_module("scrapefleet.common.reads.producer_status")
-    kind_waits = lazy_module("scrapefleet.common.reads.kind_waits")
-    queries = lazy_module("scrapefleet.common.reads.queries")
-    job_results = lazy_module("scrapefleet.common.reads.results")
-    bulk = lazy_module("scrapefleet.common.ops.bulk")
-    render = lazy_module("scrapefleet.common.ops.render")
-    dashboard_reads = lazy_module("scrapefleet.common.ops.dashboard.page_reads")
+
+# The database layer, pydantic and the settings are imported inside the commands that use them:
+# `scrapefleet --help` needs none of them (tests/unit/test_store_statuses.py checks it).
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -66,6 +53,11 @@ def jobs() -> None:
 @pass_ctx
 def jobs_show(ctx: CliContext, job_id: int) -> None:
     """A job's row, its audit trail and its failure artifacts."""
+    from scrapefleet.common.db import engines as database
+    from scrapefleet.common.ops import render
+    from scrapefleet.common.ops.dashboard import page_reads as dashboard_reads
+    from scrapefleet.common.reads import kind_waits, producer_status, queries
+
     with one_line_errors(), database.wrapped_errors(), ctx.client.engine.connect() as conn:
         row = queries.job(conn, job_id)
         events = queries.job_events(conn, job_id)
@@ -126,6 +118,9 @@ def _why_nothing(
     by_status: dict[str, int],
     include_cancelled: bool,
 ) -> str:
+    from scrapefleet.common.ops import bulk
+    from scrapefleet.common.reads import queries
+
     if which.ids and not (which.kind or which.host):
         found = queries.job_statuses(conn, which.ids)
         why = bulk.unmoved_ids(action, which.ids, [], found, include_cancelled=include_cancelled)
@@ -146,6 +141,10 @@ def _bulk(
     include_cancelled: bool = False,
 ) -> None:
     """Count, confirm when many, act, and say why whatever did not move did not (exit 1)."""
+    from scrapefleet.common.db import engines as database
+    from scrapefleet.common.ops import bulk
+    from scrapefleet.common.reads import queries
+
     past = bulk.PAST[action]
     with one_line_errors():
         which.params()  # no filter at all is refused before anything is read
@@ -206,6 +205,8 @@ def jobs_retry(
     """Failed jobs -> pending again, with fresh attempts (cancelled ones with
     --include-cancelled). Over 100 jobs asks first (--yes: don't). Matching nothing, or a named
     job that cannot be retried, is an error (exit 1)."""
+    from scrapefleet.common.ops import bulk
+
     which = store.JobFilter(ids, kind, host)
     _bulk(ctx, bulk.RETRY, which, yes=yes, dry_run=dry_run, include_cancelled=include_cancelled)
 
@@ -224,6 +225,8 @@ def jobs_cancel(
     """Pending or queued jobs -> cancelled (running ones finish). Over 100 jobs asks first
     (--yes: don't). Matching nothing, or a named job that cannot be cancelled, is an error
     (exit 1)."""
+    from scrapefleet.common.ops import bulk
+
     _bulk(ctx, bulk.CANCEL, store.JobFilter(ids, kind, host), yes=yes, dry_run=dry_run)
 
 
@@ -233,6 +236,10 @@ def jobs_cancel(
 def jobs_stop(ctx: CliContext, ids: tuple[int, ...]) -> None:
     """Running jobs -> cancelled: each host ends its attempt at its next heartbeat (its browser
     session ended, its result dropped). A named job that is not running is an error (exit 1)."""
+    from scrapefleet.common.db import engines as database
+    from scrapefleet.common.ops import bulk
+    from scrapefleet.common.reads import queries
+
     with one_line_errors(), database.transaction(ctx.client.engine) as conn:
         stopped = store.stop_jobs(conn, list(ids))
         left = [i for i in ids if i not in set(stopped)]
@@ -273,6 +280,8 @@ def _result_filter_options(func: F) -> F:
 def _result_filter(
     statuses: tuple[str, ...], since: str | None, limit: int | None = None, **others: Any
 ) -> ResultFilter:
+    from scrapefleet.common.reads import results as job_results
+
     when = parse_since(since) if since else None
     return job_results.ResultFilter(tuple(statuses), since=when, limit=limit, **others)
 
@@ -285,6 +294,9 @@ def _result_filter(
 def jobs_list(ctx: CliContext, limit: int, as_json: bool, **filters: Any) -> None:
     """The newest jobs matching the filters: a table, or JSON lines with --json. Matching
     nothing is an error (exit 1)."""
+    from scrapefleet.common.db import engines as database
+    from scrapefleet.common.reads import results as job_results
+
     with one_line_errors(), database.wrapped_errors():
         which = _result_filter(limit=limit, **filters)
         rows = [masking.mask_job_row(r) for r in job_results.iter_results(ctx.client.engine, which)]
@@ -327,6 +339,9 @@ def results_export(
     (payload and result as JSON, or with --flatten a column per result key), the format taken
     from the file's extension (.jsonl, .json, .csv) unless --format says; secrets masked unless
     --show-secrets. A progress bar on a terminal. Matching nothing is an error (exit 1)."""
+    from scrapefleet.common.db import engines as database
+    from scrapefleet.common.reads import results as job_results
+
     with one_line_errors(), database.wrapped_errors():
         fmt = export_format(str(output) if output else None, fmt)
         if flatten and fmt != "csv":

@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import PurePath
 from typing import IO, Any
 
+from scrapefleet.common.error_lines import last_line
 from scrapefleet.common.errors import SubmitError
 
 FORMATS = ("jsonl", "json", "csv")
@@ -158,11 +159,8 @@ def _json_cell(column: str, value: Any) -> Any:
     return value
 
 
-def _first_line(text: str | None) -> str:
-    if not text:
-        return ""
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    last = lines[-1] if lines else ""  # a traceback's last line says what went wrong
+def _error_line(text: str | None) -> str:
+    last = last_line(text)  # a traceback's last line says what went wrong
     return last if len(last) <= TABLE_ERROR_CHARS else last[: TABLE_ERROR_CHARS - 1] + "…"
 
 
@@ -174,5 +172,5 @@ def table_lines(rows: Iterable[dict[str, Any]]) -> Iterator[str]:
         yield (
             f"{row['id']:>9}  {row['status']:<10} {row['kind'][:16]:<16}"
             f" {(row['host'] or '-')[:14]:<14} {row['attempts']:>3}"
-            f"  {when:%Y-%m-%d %H:%M:%S}  {_first_line(row['last_error'])}"
+            f"  {when:%Y-%m-%d %H:%M:%S}  {_error_line(row['last_error'])}"
         )

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from scrapefleet.common.error_lines import last_line
 from scrapefleet.common.errors import SubmitError
 from scrapefleet.common.ops.cli_context import echo
 from scrapefleet.common.ops.one_line_errors import one_line_errors
@@ -82,8 +83,7 @@ def _why(outcome: Outcome) -> str:
     what: str = outcome.status
     if outcome.error_class is not None:
         what += f" ({outcome.error_class.value})"
-    lines = (outcome.error or "").strip().splitlines()
-    detail = outcome.reason or (lines[-1] if lines else "")
+    detail = outcome.reason or last_line(outcome.error)
     return f"{what}: {detail}" if detail else what
 
 

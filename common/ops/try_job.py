@@ -75,6 +75,7 @@ def try_job(job: NewJob, settings: Settings, out_dir: Path) -> TryReport:
                     lease=lease,
                     browser_defaults=host_defaults(settings),
                     block_rules=BlockRules.from_settings(settings),
+                    artifacts_dir=settings.artifacts_dir,
                 ),
                 on_timeout=driver.quit,  # its calls fail, so its thread returns
             )

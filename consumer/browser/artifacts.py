@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from scrapefleet.common.constants import ARTIFACT_HTML_MAX_BYTES
+from scrapefleet.common.error_lines import first_line
 from scrapefleet.common.masking import mask_text
 from scrapefleet.consumer.browser.network_log import NetworkLog, network_log_of
 
@@ -86,11 +87,6 @@ def capped_html(source: str, max_bytes: int) -> tuple[bytes, str | None]:
     return kept, f"html truncated to {len(kept):,} of {len(data):,} bytes (artifact_html_max_bytes)"
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"
-
-
 def capture_failure(
     driver: Any | None,
     artifacts_dir: Path,
@@ -140,7 +136,7 @@ def capture_page(
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        notes.append(f"artifacts directory {folder}: {_one_line(exc)}")
+        notes.append(f"artifacts directory {folder}: {first_line(exc, named=True)}")
         return result
 
     def save(key: str, suffix: str, produce: Callable[[], bytes]) -> None:
@@ -149,7 +145,7 @@ def capture_page(
             path.write_bytes(produce())
             result[key] = str(path)
         except Exception as exc:
-            notes.append(f"{key} not captured: {_one_line(exc)}")
+            notes.append(f"{key} not captured: {first_line(exc, named=True)}")
 
     # The traceback first: it needs no browser and is the one part always worth having.
     if traceback_text is not None:

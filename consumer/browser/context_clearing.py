@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from scrapefleet.common.error_lines import first_line
 from scrapefleet.consumer.browser import bidi
 from scrapefleet.consumer.browser.driver_sessions import JobContext
 
@@ -174,8 +175,7 @@ def clear_in_place(
             driver.execute_cdp_cmd("Page.resetNavigationHistory", {})
             return Clearing(None, 1)
     except Exception as exc:
-        lines = str(exc).strip().splitlines()
-        return Clearing(f"clearing failed: {type(exc).__name__}: {lines[0] if lines else ''}")
+        return Clearing(f"clearing failed: {first_line(exc, named=True)}")
     return Clearing(None, blank.history_length)
 
 

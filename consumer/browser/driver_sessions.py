@@ -92,12 +92,6 @@ def close_context(driver: Any, context: JobContext) -> None:
     driver.browser.remove_user_context(context.user_context)
 
 
-def first_line(exc: BaseException) -> str:
-    """An error in one line for the log (chromedriver appends its native stack trace)."""
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
-
-
 def quit_driver(driver: Any) -> None:
     """End a session without waiting on its BiDi websocket; never raises.
 

@@ -17,6 +17,7 @@ from selenium import webdriver
 from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 
+from scrapefleet.common.error_lines import first_line
 from scrapefleet.common.errors import StackError
 from scrapefleet.consumer.browser.run_as import needs_no_sandbox
 from scrapefleet.consumer.browser.stack_driver import CHROME_ARGS
@@ -52,7 +53,6 @@ def start_local_chrome(settings: Any, user_data_dir: Path) -> webdriver.Chrome:
             service=Service(str(settings.chromedriver_binary)),
         )
     except WebDriverException as exc:
-        first = (exc.msg or str(exc)).strip().splitlines()
-        raise StackError(f"could not start Chromium: {first[0] if first else exc!r}") from exc
+        raise StackError(f"could not start Chromium: {first_line(exc)}") from exc
     driver.set_page_load_timeout(settings.page_load_timeout_s)
     return driver

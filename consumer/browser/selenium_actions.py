@@ -8,11 +8,15 @@ Selenium's exceptions are translated here, where they enter:
   a job failure that uses an attempt; its class (common.actions.error_classes) comes from the HTTP
   status (404/410 permanent, 429/503 rate limited with the document's Retry-After) or, for an
   argument the browser refused (an invalid URL), is permanent;
-- a block page (the host's block rules: consumer.browser.block_detection) -> Blocked, which sends
-the
-  job back to pending without using an attempt;
+- a block page (the host's block rules: consumer.browser.block_detection) -> Blocked, which
+  sends the job back to pending without using an attempt;
 - the stack's fault (Grid gone, session lost) -> StackError, which sends the job back to
   pending without using an attempt and gets the stack restarted.
+
+A screenshot without an ``output_dir`` goes into the consumer's own folder (its
+``artifacts_dir``/screenshots), which the runner sets for the job's thread (``screenshots_into``)
+as it sets the block rules: an action's signature stays ``(driver, params)``, and no action reads
+the settings of the environment it happens to run in.
 
 Importing this module needs only the selenium package, never a browser. Their params models
 live in scrapefleet.common.actions.browser_params, so that submitting needs no Selenium.
@@ -26,6 +30,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +58,7 @@ from scrapefleet.common.actions.page_fields import read_fields, refine
 from scrapefleet.common.actions.registry import register
 from scrapefleet.common.clock import utcnow
 from scrapefleet.common.constants import RETRY_AFTER_LIMIT_S
+from scrapefleet.common.error_lines import first_line
 from scrapefleet.common.errors import ScrapefleetError, StackError
 from scrapefleet.consumer.browser.artifacts import full_page_png
 from scrapefleet.consumer.browser.block_detection import (
@@ -122,29 +128,24 @@ def translated_errors(what: str) -> Iterator[None]:
     except ScrapefleetError:
         raise
     except TimeoutException as exc:
-        raise PageLoadTimeout(f"{what}: timed out ({_first_line(exc)})") from exc
+        raise PageLoadTimeout(f"{what}: timed out ({first_line(exc)})") from exc
     except InvalidSelectorException as exc:
-        raise ActionError(f"{what}: invalid CSS selector ({_first_line(exc)})") from exc
+        raise ActionError(f"{what}: invalid CSS selector ({first_line(exc)})") from exc
     except InvalidArgumentException as exc:
-        raise InvalidArgument(f"{what}: invalid argument ({_first_line(exc)})") from exc
+        raise InvalidArgument(f"{what}: invalid argument ({first_line(exc)})") from exc
     except WebDriverException as exc:
         message = (exc.msg or str(exc)).lower()
         if any(hint in message for hint in _CRASH_HINTS):
             raise RendererCrashed(f"{what}: the page crashed the renderer", what) from exc
         if any(hint in message for hint in _LOST_SESSION_HINTS):
-            raise StackError(f"{what}: browser session lost ({_first_line(exc)})") from exc
-        raise ActionError(f"{what}: {_first_line(exc)}") from exc
+            raise StackError(f"{what}: browser session lost ({first_line(exc)})") from exc
+        raise ActionError(f"{what}: {first_line(exc)}") from exc
     except (OSError, ConnectionError) as exc:
         raise GridUnreachable(f"{what}: Grid unreachable ({exc!r})") from exc
     except Exception as exc:
         if type(exc).__module__.startswith("urllib3"):  # MaxRetryError, ProtocolError, ...
             raise GridUnreachable(f"{what}: Grid unreachable ({exc!r})") from exc
         raise
-
-
-def _first_line(exc: WebDriverException) -> str:
-    text = (exc.msg or str(exc) or type(exc).__name__).strip()
-    return text.splitlines()[0]
 
 
 def navigate(driver: Any, url: str, *, allow_http_errors: bool = False) -> int | None:
@@ -351,12 +352,28 @@ def _png_size(png: bytes) -> tuple[int, int]:
     return int(width), int(height)
 
 
-def _default_screenshot_dir() -> Path:
-    from scrapefleet.common.settings import (
-        load_settings,  # read at run time: the consumer's settings
-    )
+_SCREENSHOTS: ContextVar[Path | None] = ContextVar("scrapefleet_screenshots", default=None)
 
-    return load_settings().artifacts_dir / "screenshots"
+
+@contextmanager
+def screenshots_into(artifacts_dir: Path | None) -> Iterator[None]:
+    """``artifacts_dir``/screenshots for the screenshots that name no folder, in what runs
+    inside (the runner wraps a job's action in it, with its consumer's artifacts_dir)."""
+    token = _SCREENSHOTS.set(artifacts_dir / "screenshots" if artifacts_dir else None)
+    try:
+        yield
+    finally:
+        _SCREENSHOTS.reset(token)
+
+
+def _screenshot_folder(params: ScreenshotParams) -> Path:
+    folder = params.output_dir or _SCREENSHOTS.get()
+    if folder is None:
+        raise InvalidArgument(
+            f"screenshot of {params.url}: no output_dir, and no consumer's artifacts_dir to"
+            " put it in (outside a consumer's job, name an output_dir)"
+        )
+    return folder
 
 
 def _raise_if_blocked(driver: Any, url: str, rules: BlockRules) -> None:
@@ -379,6 +396,7 @@ def screenshot(driver: Any, params: ScreenshotParams) -> dict[str, Any]:
     """A picture of the page, unless it is a block page (the same rules as ``fetch_page``: a
     captcha's picture is no result) or an HTTP error."""
     rules = block_rules_in_effect()
+    folder = _screenshot_folder(params)
     status = navigate(driver, params.url, allow_http_errors=True)
     if status is not None and status >= 400:
         _raise_if_blocked(driver, params.url, rules)
@@ -393,7 +411,6 @@ def screenshot(driver: Any, params: ScreenshotParams) -> dict[str, Any]:
     with translated_errors(f"screenshot of {params.url}"):
         png = full_page_png(driver) if params.full_page else driver.get_screenshot_as_png()
         title, final_url = driver.title, driver.current_url
-    folder = params.output_dir or _default_screenshot_dir()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}.png"
     path.write_bytes(png)

@@ -31,12 +31,12 @@ from enum import Enum
 from typing import Any
 
 from scrapefleet.common.browser.isolation import Isolation
+from scrapefleet.common.error_lines import first_line
 from scrapefleet.common.errors import StackError
 from scrapefleet.consumer.browser.context_clearing import clear_in_place
 from scrapefleet.consumer.browser.driver_sessions import (
     JobContext,
     close_context,
-    first_line,
     open_context,
 )
 
@@ -115,7 +115,7 @@ class Slot:
                 log.info(
                     "session slot %d: no new context (%s); replacing it",
                     self.index,
-                    first_line(exc),
+                    first_line(exc, named=True),
                 )
         return False
 

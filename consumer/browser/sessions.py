@@ -39,12 +39,12 @@ from scrapefleet.common.browser.isolation import (
     Isolation,
     validate_isolation,
 )
+from scrapefleet.common.error_lines import first_line
 from scrapefleet.common.errors import StackError
 from scrapefleet.consumer.browser.driver_sessions import (
     BIDI_COMMAND_TIMEOUT_S,
     BrowserLaunch,
     DriverMaker,
-    first_line,
     quit_driver,
     tune_bidi,
 )

@@ -37,10 +37,11 @@ from typing import Any
 import psutil
 from selenium.webdriver import ChromeOptions
 
+from scrapefleet.common.error_lines import first_line
 from scrapefleet.common.errors import StackError
 from scrapefleet.common.settings import Settings
 from scrapefleet.consumer.browser.agent_client import control_for
-from scrapefleet.consumer.browser.driver_sessions import BrowserLaunch, first_line, quit_driver
+from scrapefleet.consumer.browser.driver_sessions import BrowserLaunch, quit_driver
 from scrapefleet.consumer.browser.grid_auth import GridCredentials
 from scrapefleet.consumer.browser.stack_control import GridConfig
 from scrapefleet.consumer.browser.stack_driver import (
@@ -177,7 +178,9 @@ class BrowserStack:
             try:
                 self._start_grid_until_ready(revive=True)
             except StackError as exc:
-                log.warning("the Grid of %s did not come back: %s", self.host, first_line(exc))
+                log.warning(
+                    "the Grid of %s did not come back: %s", self.host, first_line(exc, named=True)
+                )
                 return False
             return True
 
@@ -310,7 +313,7 @@ class BrowserStack:
                 log.warning(
                     "the Grid of %s exited while it started (%s); starting it again (%d more)",
                     self.host,
-                    first_line(exc),
+                    first_line(exc, named=True),
                     tries_left,
                 )
 

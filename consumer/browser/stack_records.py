@@ -13,7 +13,8 @@ from typing import Protocol
 from sqlalchemy.engine import Connection, Engine
 
 from scrapefleet.common import store
-from scrapefleet.common.db.engines import describe, transaction
+from scrapefleet.common.db.engines import transaction
+from scrapefleet.common.error_lines import first_line
 from scrapefleet.consumer.browser.stack_events import (
     Record,
     RecordHostEvent,
@@ -46,7 +47,7 @@ class StoreRecords:
                 return self._apply(conn, record)
         except Exception as exc:
             log.warning(
-                "could not record %s for %s: %s", type(record).__name__, self.host, describe(exc)
+                "could not record %s for %s: %s", type(record).__name__, self.host, first_line(exc)
             )
             return None
 

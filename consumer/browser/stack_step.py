@@ -13,6 +13,7 @@ import logging
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+from scrapefleet.common.error_lines import first_line
 from scrapefleet.common.status.document import MAX_REASON_CHARS
 from scrapefleet.consumer.browser.maintenance import retry_delay_s
 from scrapefleet.consumer.browser.stack_events import (
@@ -234,8 +235,7 @@ def _start_failed(
 
 
 def _first_line(text: str) -> str:
-    lines = text.strip().splitlines()
-    return (lines[0] if lines else "no error message")[:MAX_REASON_CHARS]
+    return (first_line(text) or "no error message")[:MAX_REASON_CHARS]
 
 
 def _seconds_since(since: datetime | None, now: datetime, default: float) -> float:

@@ -33,8 +33,9 @@ from scrapefleet.common import masking
 from scrapefleet.common.actions.error_classes import ERROR_CLASSES
 from scrapefleet.common.clock import utcnow
 from scrapefleet.common.constants import DASHBOARD_PAGE_ROWS
-from scrapefleet.common.db.engines import describe, wrapped_errors
+from scrapefleet.common.db.engines import wrapped_errors
 from scrapefleet.common.db.schema_base import JOB_STATUSES
+from scrapefleet.common.error_lines import first_line
 from scrapefleet.common.errors import DatabaseUnavailable, NotFound, SettingsError
 from scrapefleet.common.ops.dashboard import charts
 from scrapefleet.common.ops.dashboard import page_reads as reads
@@ -225,7 +226,7 @@ def _install_pages(
             with engine.connect() as conn:
                 conn.execute(sa.text("SELECT 1"))
         except Exception as exc:
-            log.warning("healthz: database unreachable: %s", describe(exc))
+            log.warning("healthz: database unreachable: %s", first_line(exc))
             return Response("database unreachable\n", 503, mimetype="text/plain")
         return Response("ok\n", 200, mimetype="text/plain")
 

@@ -14,7 +14,7 @@ Within the library, the setting groups (scrapefleet.common.setting_groups) are p
 scrapefleet.common.settings alone: everything else reads Settings, so a setting has one model
 (the tools for people aside, which may read a group's rule), and no group imports another.
 
-Read from the source with ast, so it needs no import and runs in the fast tier.
+Read from the source with ast: it imports none of the modules it checks.
 """
 
 from __future__ import annotations
