@@ -20,11 +20,11 @@ __all__ = ["TIGHT_KEYS_SQL", "TIGHT_KINDS_SQL", "lock_pending_within_limits"]
 # the pending index by key (kind). The main pending read leaves them out, so a backlog of
 # thousands on one key costs this read a handful of rows and the others nothing. The pending
 # jobs are those of the view ready_jobs (migration 0038), with what an operator paused left
-# out as common.store.assignment.HELD_NOW says (a test checks), and when no host can take a
-# browser job now, browser jobs are left out by the statement itself, as by the main read.
-# Four statements: by key or by kind, with or without browser jobs. Read by key, the kinds at
-# their limit are left out (:skip); read by kind, the rate keys at their limit and those read
-# by key (an empty array: none).
+# out as common.store.assignment.HELD_NOW says (a test checks). When no host can take a
+# browser job now (:browser_ok false), browser jobs are left out too: a filter on the index
+# by key (kind), which has no browser-less twin, so one statement serves both. Read by key,
+# the kinds at their limit are left out (:skip); read by kind, the rate keys at their limit
+# and those read by key (an empty array: none).
 TIGHT_KEYS_SQL = statement(
     """
 SELECT j.*
@@ -34,24 +34,7 @@ SELECT id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, prof
   blocked_on_host, lingering_on_host, pinned_host, proxy_pool, proxy_id, proxy_session
 FROM ready_jobs
 WHERE rate_key = t.name
-  AND kind <> ALL(CAST(:skip AS text[]))
-  AND (rate_key IS NULL OR rate_key <> ALL(CAST(:held_keys AS text[])))
-  AND kind <> ALL(CAST(:held_kinds AS text[]))
-  AND (crawl_id IS NULL OR crawl_id <> ALL(CAST(:held_crawls AS bigint[])))
-  AND (CAST(:only_kinds AS text[]) IS NULL OR kind = ANY(CAST(:only_kinds AS text[])))
-ORDER BY priority DESC, id LIMIT t.budget FOR UPDATE SKIP LOCKED
-) AS j
-"""
-)
-TIGHT_KEYS_NO_BROWSER_SQL = statement(
-    """
-SELECT j.*
-FROM unnest(CAST(:names AS text[]), CAST(:budgets AS int[])) AS t(name, budget)
-CROSS JOIN LATERAL (
-SELECT id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile,
-  blocked_on_host, lingering_on_host, pinned_host, proxy_pool, proxy_id, proxy_session
-FROM ready_jobs
-WHERE NOT needs_browser AND rate_key = t.name
+  AND (CAST(:browser_ok AS boolean) OR NOT needs_browser)
   AND kind <> ALL(CAST(:skip AS text[]))
   AND (rate_key IS NULL OR rate_key <> ALL(CAST(:held_keys AS text[])))
   AND kind <> ALL(CAST(:held_kinds AS text[]))
@@ -70,6 +53,7 @@ SELECT id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, prof
   blocked_on_host, lingering_on_host, pinned_host, proxy_pool, proxy_id, proxy_session
 FROM ready_jobs
 WHERE kind = t.name
+  AND (CAST(:browser_ok AS boolean) OR NOT needs_browser)
   AND (rate_key IS NULL OR rate_key <> ALL(CAST(:skip AS text[])))
   AND (rate_key IS NULL OR rate_key <> ALL(CAST(:held_keys AS text[])))
   AND kind <> ALL(CAST(:held_kinds AS text[]))
@@ -79,30 +63,7 @@ ORDER BY priority DESC, id LIMIT t.budget FOR UPDATE SKIP LOCKED
 ) AS j
 """
 )
-TIGHT_KINDS_NO_BROWSER_SQL = statement(
-    """
-SELECT j.*
-FROM unnest(CAST(:names AS text[]), CAST(:budgets AS int[])) AS t(name, budget)
-CROSS JOIN LATERAL (
-SELECT id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile,
-  blocked_on_host, lingering_on_host, pinned_host, proxy_pool, proxy_id, proxy_session
-FROM ready_jobs
-WHERE NOT needs_browser AND kind = t.name
-  AND (rate_key IS NULL OR rate_key <> ALL(CAST(:skip AS text[])))
-  AND (rate_key IS NULL OR rate_key <> ALL(CAST(:held_keys AS text[])))
-  AND kind <> ALL(CAST(:held_kinds AS text[]))
-  AND (crawl_id IS NULL OR crawl_id <> ALL(CAST(:held_crawls AS bigint[])))
-  AND (CAST(:only_kinds AS text[]) IS NULL OR kind = ANY(CAST(:only_kinds AS text[])))
-ORDER BY priority DESC, id LIMIT t.budget FOR UPDATE SKIP LOCKED
-) AS j
-"""
-)
-_TIGHT_SQL = {
-    ("rate_key", True): TIGHT_KEYS_SQL,
-    ("rate_key", False): TIGHT_KEYS_NO_BROWSER_SQL,
-    ("kind", True): TIGHT_KINDS_SQL,
-    ("kind", False): TIGHT_KINDS_NO_BROWSER_SQL,
-}
+_TIGHT_SQL = {"rate_key": TIGHT_KEYS_SQL, "kind": TIGHT_KINDS_SQL}
 
 
 def lock_pending_within_limits(
@@ -136,8 +97,9 @@ def lock_pending_within_limits(
             "names": list(budgets),
             "budgets": list(budgets.values()),
             "skip": skip,
+            "browser_ok": browser_ok,
             **holds.params(),
         }
-        jobs.extend(pending_jobs(conn.execute(_TIGHT_SQL[column, browser_ok], params)))
+        jobs.extend(pending_jobs(conn.execute(_TIGHT_SQL[column], params)))
     jobs.sort(key=lambda j: (-j.priority, j.id))
     return jobs
