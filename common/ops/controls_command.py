@@ -27,15 +27,6 @@ from scrapefleet.common.ops.one_line_errors import one_line_errors
 
 REASON_MAX_CHARS = 500
 
-HISTORY_SQL = (
-    "SELECT at, changed_by, scope, name, change, before, after, reason FROM control_changes"
-    " ORDER BY id DESC LIMIT :limit"
-)
-LIST_SQL = (
-    "SELECT scope, name, paused, concurrency, per_minute, changed_by, changed_at, reason"
-    " FROM live_controls ORDER BY scope, name"
-)
-
 
 def who() -> str:
     """The operator as the log and the audit show them: the CLI and the login name."""
@@ -168,12 +159,11 @@ def unlimit(
 @click.pass_obj
 def list_controls(obj: Any, as_json: bool) -> None:
     """What an operator holds now: pauses and live limits, with who, when and why."""
-    import sqlalchemy as sa
-
     from scrapefleet.common.db.engines import wrapped_errors
+    from scrapefleet.common.reads.live_control_rows import control_rows
 
     with one_line_errors(), wrapped_errors(), obj.read_engine().connect() as conn:
-        rows = [dict(r._mapping) for r in conn.execute(sa.text(LIST_SQL))]
+        rows = control_rows(conn)
     if as_json:
         for row in rows:
             echo(json.dumps(row, default=str))
@@ -199,12 +189,11 @@ def list_controls(obj: Any, as_json: bool) -> None:
 @click.pass_obj
 def history(obj: Any, rows: int) -> None:
     """Every live control change, newest first: who, when, what, before and after, why."""
-    import sqlalchemy as sa
-
     from scrapefleet.common.db.engines import wrapped_errors
+    from scrapefleet.common.reads.live_control_rows import control_changes
 
     with one_line_errors(), wrapped_errors(), obj.read_engine().connect() as conn:
-        changes = conn.execute(sa.text(HISTORY_SQL), {"limit": rows}).all()
+        changes = control_changes(conn, rows)
     if not changes:
         echo("no live control was ever changed")
         return

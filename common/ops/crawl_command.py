@@ -146,38 +146,6 @@ def start(conn: Any, request: CrawlRequest, *, max_attempts: int) -> int:
     )
 
 
-CRAWL_SQL = "SELECT * FROM crawls WHERE crawl_id = :id"
-# What the crawl's first page said about its site: a seed that redirected moved it.
-SITE_MOVED_SQL = (
-    "SELECT result ->> 'site_moved' FROM ("
-    "  SELECT result FROM jobs WHERE crawl_id = :id AND depth = 0"
-    "  UNION ALL SELECT result FROM jobs_archive WHERE crawl_id = :id AND depth = 0) j"
-    " WHERE result ->> 'site_moved' IS NOT NULL LIMIT 1"
-)
-BY_DEPTH_SQL = (
-    "SELECT depth, status, count(*) AS jobs FROM ("
-    "  SELECT depth, status FROM jobs WHERE crawl_id = :id"
-    "  UNION ALL SELECT depth, status FROM jobs_archive WHERE crawl_id = :id) j"
-    " GROUP BY depth, status ORDER BY depth, status"
-)
-
-
-def read_crawl(conn: Any, crawl_id: int) -> dict[str, Any]:
-    """The crawls view's row, and jobs by depth and status; NotFound when there is none."""
-    import sqlalchemy as sa
-
-    row = conn.execute(sa.text(CRAWL_SQL), {"id": crawl_id}).mappings().one_or_none()
-    if row is None:
-        raise NotFound(f"no crawl {crawl_id}")
-    shown = dict(row)
-    by_depth: dict[int, dict[str, int]] = {}
-    for depth, status, jobs in conn.execute(sa.text(BY_DEPTH_SQL), {"id": crawl_id}):
-        by_depth.setdefault(depth, {})[status] = jobs
-    shown["by_depth"] = by_depth
-    shown["site_moved"] = conn.execute(sa.text(SITE_MOVED_SQL), {"id": crawl_id}).scalar()
-    return shown
-
-
 def render_crawl(crawl: dict[str, Any]) -> list[str]:
     reached = "-" if crawl["depth_reached"] is None else crawl["depth_reached"]
     lines = [
@@ -292,6 +260,8 @@ def crawls() -> None:
 def crawls_show(obj: Any, crawl_id: int, as_json: bool) -> None:
     """Pages done / pending / failed, by depth, and the depth reached."""
     with _one_line_errors(), obj.client.engine.connect() as conn:
+        from scrapefleet.common.reads.crawl_figures import read_crawl
+
         shown = read_crawl(conn, crawl_id)
     if as_json:
         echo(json.dumps(shown, default=str))

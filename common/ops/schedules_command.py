@@ -23,17 +23,6 @@ import click
 from scrapefleet.common.ops.cli_context import echo
 from scrapefleet.common.ops.one_line_errors import one_line_errors
 
-LIST_SQL = (
-    "SELECT name, cron, every_s, timezone, paused, next_run_at, last_slot, last_outcome,"
-    " last_lag_s, last_jobs, last_completed, last_failed, last_unfinished"
-    " FROM schedules ORDER BY name"
-)
-SHOW_SQL = "SELECT * FROM schedules WHERE name = :name"
-RUNS_SQL = (
-    "SELECT r.slot, r.fired_at, r.outcome, r.missed, r.fired_by, cardinality(r.job_ids) AS jobs"
-    " FROM schedule_runs r JOIN schedule_defs d ON d.id = r.schedule_id"
-    " WHERE d.name = :name ORDER BY r.slot DESC LIMIT :limit"
-)
 RUNS_SHOWN = 10
 
 
@@ -124,10 +113,10 @@ def _refuse_not_before(jobs: list[Any], path: Path) -> None:
 @click.pass_obj
 def list_schedules(ctx: Any, as_json: bool) -> None:
     """Every schedule: next run, last run and how its jobs ended."""
-    import sqlalchemy as sa
+    from scrapefleet.common.reads.schedule_rows import schedule_rows
 
     with one_line_errors(), ctx.read_engine().connect() as conn:
-        rows = [dict(r) for r in conn.execute(sa.text(LIST_SQL)).mappings()]
+        rows = schedule_rows(conn)
     if as_json:
         for row in rows:
             echo(json.dumps(row, default=str))
@@ -156,17 +145,10 @@ def list_schedules(ctx: Any, as_json: bool) -> None:
 @click.pass_obj
 def show(ctx: Any, name: str) -> None:
     """One schedule as JSON: its fields, its last run, and its last runs."""
-    import sqlalchemy as sa
-
-    from scrapefleet.common.errors import NotFound
+    from scrapefleet.common.reads.schedule_rows import schedule
 
     with one_line_errors(), ctx.read_engine().connect() as conn:
-        row = conn.execute(sa.text(SHOW_SQL), {"name": name}).mappings().one_or_none()
-        if row is None:
-            raise NotFound(f"no schedule {name!r}")
-        shown = dict(row)
-        params = {"name": name, "limit": RUNS_SHOWN}
-        shown["runs"] = [dict(r) for r in conn.execute(sa.text(RUNS_SQL), params).mappings()]
+        shown = schedule(conn, name, RUNS_SHOWN)
     # The schedule's jobs as every job is shown: proxy passwords, cookies, tokens masked.
     from scrapefleet.common.masking import mask_document
 
@@ -190,25 +172,15 @@ def resume(ctx: Any, name: str) -> None:
 
 
 def _set_paused(ctx: Any, name: str, paused: bool) -> None:
-    import sqlalchemy as sa
-
     from scrapefleet.common import store
     from scrapefleet.common.db.engines import transaction
-    from scrapefleet.common.errors import NotFound
     from scrapefleet.common.jobs.recurrence import slots_of
+    from scrapefleet.common.reads.schedule_rows import schedule_slots
 
     with one_line_errors(), transaction(ctx.read_engine()) as conn:
         next_run_at = None
         if not paused:
-            row = conn.execute(
-                sa.text(
-                    "SELECT cron, timezone, every_s, created_at FROM schedule_defs"
-                    " WHERE name = :name"
-                ),
-                {"name": name},
-            ).first()
-            if row is None:
-                raise NotFound(f"no schedule {name!r}")
+            row = schedule_slots(conn, name)
             slots = slots_of(row.cron, row.timezone, row.every_s, row.created_at)
             next_run_at = slots.next_after(datetime.now(UTC))
         changed = store.set_schedule_paused(conn, name, paused, next_run_at)
@@ -234,20 +206,14 @@ def remove(ctx: Any, name: str) -> None:
 @click.pass_obj
 def run_now(ctx: Any, name: str) -> None:
     """Submit NAME's jobs now, as a run of its own (its slots are unchanged)."""
-    import sqlalchemy as sa
-
     from scrapefleet.common import store
     from scrapefleet.common.db.engines import transaction
-    from scrapefleet.common.errors import NotFound
     from scrapefleet.common.jobs.recurrence import RunOutcome
+    from scrapefleet.common.reads.schedule_rows import schedule_jobs
 
     now = datetime.now(UTC)
     with one_line_errors(), transaction(ctx.read_engine()) as conn:
-        row = conn.execute(
-            sa.text("SELECT id, jobs FROM schedule_defs WHERE name = :name"), {"name": name}
-        ).first()
-        if row is None:
-            raise NotFound(f"no schedule {name!r}")
+        row = schedule_jobs(conn, name)
         ids = store.record_run(
             conn,
             row.id,

@@ -38,152 +38,44 @@ COLUMNS = (
     "crawl_id",
     "depth",
 )
-# ResultFilter.params(): a part given as NULL matches every job. Each statement below holds it
-# word for word, once for jobs and once for jobs_archive (a test checks), and selects COLUMNS.
-RESULT_FILTER_SQL = """
-WHERE (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[])))
-  AND (CAST(:kind AS text) IS NULL OR kind = :kind)
-  AND (CAST(:host AS text) IS NULL OR host = :host)
-  AND (CAST(:since AS timestamptz) IS NULL OR coalesce(finished_at, created_at) >= :since)
-  AND (CAST(:profile AS text) IS NULL OR profile = :profile)
-  AND (CAST(:crawl AS bigint) IS NULL OR crawl_id = :crawl)
-  AND (CAST(:error_class AS text) IS NULL OR error_class = :error_class)
-  -- Ran there, or was rescued or released from there, at any attempt: job_events keeps the
-  -- host of every move, where jobs.host is only the last one.
-  -- Rescued only: the moves a rescue made (its audit row names the host).
-  AND (CAST(:was_on AS text) IS NULL OR (NOT CAST(:rescued AS boolean) AND host = :was_on)
-    OR id IN (SELECT job_id FROM job_events WHERE host = :was_on AND (NOT CAST(:rescued AS
-      boolean) OR (from_status = 'processing' AND message LIKE 'rescued:%'))))
-""".strip()
+# ResultFilter.params(), in the order of the arguments of matching_jobs (migration 0042): the
+# rows of the view jobs_with_archive (COLUMNS, of jobs and of jobs_archive) that the filter
+# matches, a part given as NULL matching every job. PostgreSQL inlines the function, so the
+# statements' ORDER BY and LIMIT read both tables' indexes. A test checks each statement calls
+# it so.
+MATCHING_JOBS_SQL = """matching_jobs(CAST(:statuses AS text[]), :kind, :host,
+  CAST(:since AS timestamptz), :profile, CAST(:crawl AS bigint), :error_class, :was_on,
+  CAST(:rescued AS boolean))"""
 # A listing: newest first, cut at the limit.
 LIST_RESULTS_SQL = statement(
     """
-SELECT * FROM (
-SELECT id, kind, status, host, attempts, created_at, started_at, finished_at, payload, result,
-  last_error, error_class, profile, crawl_id, depth
-FROM jobs
-WHERE (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[])))
-  AND (CAST(:kind AS text) IS NULL OR kind = :kind)
-  AND (CAST(:host AS text) IS NULL OR host = :host)
-  AND (CAST(:since AS timestamptz) IS NULL OR coalesce(finished_at, created_at) >= :since)
-  AND (CAST(:profile AS text) IS NULL OR profile = :profile)
-  AND (CAST(:crawl AS bigint) IS NULL OR crawl_id = :crawl)
-  AND (CAST(:error_class AS text) IS NULL OR error_class = :error_class)
-  -- Ran there, or was rescued or released from there, at any attempt: job_events keeps the
-  -- host of every move, where jobs.host is only the last one.
-  -- Rescued only: the moves a rescue made (its audit row names the host).
-  AND (CAST(:was_on AS text) IS NULL OR (NOT CAST(:rescued AS boolean) AND host = :was_on)
-    OR id IN (SELECT job_id FROM job_events WHERE host = :was_on AND (NOT CAST(:rescued AS
-      boolean) OR (from_status = 'processing' AND message LIKE 'rescued:%'))))
-UNION ALL
-SELECT id, kind, status, host, attempts, created_at, started_at, finished_at, payload, result,
-  last_error, error_class, profile, crawl_id, depth
-FROM jobs_archive
-WHERE (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[])))
-  AND (CAST(:kind AS text) IS NULL OR kind = :kind)
-  AND (CAST(:host AS text) IS NULL OR host = :host)
-  AND (CAST(:since AS timestamptz) IS NULL OR coalesce(finished_at, created_at) >= :since)
-  AND (CAST(:profile AS text) IS NULL OR profile = :profile)
-  AND (CAST(:crawl AS bigint) IS NULL OR crawl_id = :crawl)
-  AND (CAST(:error_class AS text) IS NULL OR error_class = :error_class)
-  -- Ran there, or was rescued or released from there, at any attempt: job_events keeps the
-  -- host of every move, where jobs.host is only the last one.
-  -- Rescued only: the moves a rescue made (its audit row names the host).
-  AND (CAST(:was_on AS text) IS NULL OR (NOT CAST(:rescued AS boolean) AND host = :was_on)
-    OR id IN (SELECT job_id FROM job_events WHERE host = :was_on AND (NOT CAST(:rescued AS
-      boolean) OR (from_status = 'processing' AND message LIKE 'rescued:%'))))
-) AS j
+SELECT * FROM matching_jobs(CAST(:statuses AS text[]), :kind, :host,
+  CAST(:since AS timestamptz), :profile, CAST(:crawl AS bigint), :error_class, :was_on,
+  CAST(:rescued AS boolean))
 ORDER BY id DESC LIMIT :limit
 """
 )
 # A whole export: oldest first.
 EXPORT_RESULTS_SQL = statement(
     """
-SELECT * FROM (
-SELECT id, kind, status, host, attempts, created_at, started_at, finished_at, payload, result,
-  last_error, error_class, profile, crawl_id, depth
-FROM jobs
-WHERE (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[])))
-  AND (CAST(:kind AS text) IS NULL OR kind = :kind)
-  AND (CAST(:host AS text) IS NULL OR host = :host)
-  AND (CAST(:since AS timestamptz) IS NULL OR coalesce(finished_at, created_at) >= :since)
-  AND (CAST(:profile AS text) IS NULL OR profile = :profile)
-  AND (CAST(:crawl AS bigint) IS NULL OR crawl_id = :crawl)
-  AND (CAST(:error_class AS text) IS NULL OR error_class = :error_class)
-  -- Ran there, or was rescued or released from there, at any attempt: job_events keeps the
-  -- host of every move, where jobs.host is only the last one.
-  -- Rescued only: the moves a rescue made (its audit row names the host).
-  AND (CAST(:was_on AS text) IS NULL OR (NOT CAST(:rescued AS boolean) AND host = :was_on)
-    OR id IN (SELECT job_id FROM job_events WHERE host = :was_on AND (NOT CAST(:rescued AS
-      boolean) OR (from_status = 'processing' AND message LIKE 'rescued:%'))))
-UNION ALL
-SELECT id, kind, status, host, attempts, created_at, started_at, finished_at, payload, result,
-  last_error, error_class, profile, crawl_id, depth
-FROM jobs_archive
-WHERE (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[])))
-  AND (CAST(:kind AS text) IS NULL OR kind = :kind)
-  AND (CAST(:host AS text) IS NULL OR host = :host)
-  AND (CAST(:since AS timestamptz) IS NULL OR coalesce(finished_at, created_at) >= :since)
-  AND (CAST(:profile AS text) IS NULL OR profile = :profile)
-  AND (CAST(:crawl AS bigint) IS NULL OR crawl_id = :crawl)
-  AND (CAST(:error_class AS text) IS NULL OR error_class = :error_class)
-  -- Ran there, or was rescued or released from there, at any attempt: job_events keeps the
-  -- host of every move, where jobs.host is only the last one.
-  -- Rescued only: the moves a rescue made (its audit row names the host).
-  AND (CAST(:was_on AS text) IS NULL OR (NOT CAST(:rescued AS boolean) AND host = :was_on)
-    OR id IN (SELECT job_id FROM job_events WHERE host = :was_on AND (NOT CAST(:rescued AS
-      boolean) OR (from_status = 'processing' AND message LIKE 'rescued:%'))))
-) AS j
+SELECT * FROM matching_jobs(CAST(:statuses AS text[]), :kind, :host,
+  CAST(:since AS timestamptz), :profile, CAST(:crawl AS bigint), :error_class, :was_on,
+  CAST(:rescued AS boolean))
 ORDER BY id
 """
 )
 COUNT_RESULTS_SQL = statement(
     """
-SELECT (
-SELECT count(*) FROM jobs
-WHERE (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[])))
-  AND (CAST(:kind AS text) IS NULL OR kind = :kind)
-  AND (CAST(:host AS text) IS NULL OR host = :host)
-  AND (CAST(:since AS timestamptz) IS NULL OR coalesce(finished_at, created_at) >= :since)
-  AND (CAST(:profile AS text) IS NULL OR profile = :profile)
-  AND (CAST(:crawl AS bigint) IS NULL OR crawl_id = :crawl)
-  AND (CAST(:error_class AS text) IS NULL OR error_class = :error_class)
-  -- Ran there, or was rescued or released from there, at any attempt: job_events keeps the
-  -- host of every move, where jobs.host is only the last one.
-  -- Rescued only: the moves a rescue made (its audit row names the host).
-  AND (CAST(:was_on AS text) IS NULL OR (NOT CAST(:rescued AS boolean) AND host = :was_on)
-    OR id IN (SELECT job_id FROM job_events WHERE host = :was_on AND (NOT CAST(:rescued AS
-      boolean) OR (from_status = 'processing' AND message LIKE 'rescued:%'))))
-) + (
-SELECT count(*) FROM jobs_archive
-WHERE (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[])))
-  AND (CAST(:kind AS text) IS NULL OR kind = :kind)
-  AND (CAST(:host AS text) IS NULL OR host = :host)
-  AND (CAST(:since AS timestamptz) IS NULL OR coalesce(finished_at, created_at) >= :since)
-  AND (CAST(:profile AS text) IS NULL OR profile = :profile)
-  AND (CAST(:crawl AS bigint) IS NULL OR crawl_id = :crawl)
-  AND (CAST(:error_class AS text) IS NULL OR error_class = :error_class)
-  -- Ran there, or was rescued or released from there, at any attempt: job_events keeps the
-  -- host of every move, where jobs.host is only the last one.
-  -- Rescued only: the moves a rescue made (its audit row names the host).
-  AND (CAST(:was_on AS text) IS NULL OR (NOT CAST(:rescued AS boolean) AND host = :was_on)
-    OR id IN (SELECT job_id FROM job_events WHERE host = :was_on AND (NOT CAST(:rescued AS
-      boolean) OR (from_status = 'processing' AND message LIKE 'rescued:%'))))
-)
+SELECT count(*) FROM matching_jobs(CAST(:statuses AS text[]), :kind, :host,
+  CAST(:since AS timestamptz), :profile, CAST(:crawl AS bigint), :error_class, :was_on,
+  CAST(:rescued AS boolean))
 """
 )
 # The finished ones among :ids (an archived job is finished).
 RESULTS_OF_SQL = statement(
     """
-SELECT id, kind, status, host, attempts, created_at, started_at, finished_at, payload, result,
-  last_error, error_class, profile, crawl_id, depth
-FROM jobs
+SELECT * FROM jobs_with_archive
 WHERE id = ANY(:ids) AND status IN ({job.completed}, {job.failed}, {job.cancelled})
-UNION ALL
-SELECT id, kind, status, host, attempts, created_at, started_at, finished_at, payload, result,
-  last_error, error_class, profile, crawl_id, depth
-FROM jobs_archive
-WHERE id = ANY(:ids)
 """
 )
 

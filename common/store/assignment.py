@@ -14,14 +14,14 @@ from sqlalchemy.engine import Connection
 
 from scrapefleet.common.store.controls import NO_HOLDS, Holds
 from scrapefleet.common.store.records import PendingJob
-from scrapefleet.common.store.sql_text import fill, statement
+from scrapefleet.common.store.sql_text import statement
 
 __all__ = [
     "ASSIGN_SQL",
+    "HELD_NOW",
     "LOCK_PENDING_NO_BROWSER_SQL",
     "LOCK_PENDING_SQL",
     "PENDING_COLUMNS",
-    "READY_NOW",
     "assign_jobs",
     "lock_pending_jobs",
     "pending_jobs",
@@ -34,112 +34,35 @@ __all__ = [
 # holds it back while that host has no slot. Pinned jobs are few (canaries, an operator's
 # checks) and are pending only after their host handed them back, so they are read like any.
 PENDING_COLUMNS = """id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile,
-  blocked_on_host, CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host,
-  pinned_host, proxy_pool, proxy_id, proxy_session"""
-# What makes a pending job assignable now besides its status: the conditions of the two
-# statements below, also read by common.store.rate_keys (which passes a Holds' params too); a
-# test checks that each statement holds them word for word.
-READY_NOW = fill(
-    """
-  AND (not_before IS NULL OR not_before <= now())
-  -- Jobs whose lock key is held by a queued or processing job are left out: they cannot be
-  -- assigned now, and reading them would let a large batch sharing one busy key fill the
-  -- whole scan window and starve every other pending job. The NOT EXISTS probes the unique
-  -- partial index on in-flight lock keys.
-  AND (lock_key IS NULL OR NOT EXISTS (
-    SELECT 1 FROM jobs AS held WHERE held.lock_key = jobs.lock_key
-    AND held.status IN {in_flight}))
-  -- A lock key is held, too, by an attempt ended in the database that may still run on its
-  -- host (rescued, stopped, timed out: migration 0016), the job's own included, until that
-  -- host confirms the end or its lingering_until passes (docs/attempts-and-locks.md).
-  AND (lock_key IS NULL OR NOT EXISTS (
-    SELECT 1 FROM jobs AS lingering WHERE lingering.lock_key = jobs.lock_key
-    AND lingering.lock_key IS NOT NULL AND lingering.lingering_until IS NOT NULL
-    AND lingering.lingering_until > now()))
-  -- The same for profiles: a job of a pool waits, unread, while every profile of its pool is
-  -- held by a job, cooling down, or bound to a host that is not active
-  -- (producer.profile_rules decides again, with the planner's clock).
-  AND (profile_pool IS NULL OR EXISTS (
-    SELECT 1 FROM unnest(jobs.profile_pool) AS pool(name)
-    WHERE NOT EXISTS (SELECT 1 FROM jobs AS held WHERE held.profile = pool.name
-      AND held.status IN {in_flight})
-    AND NOT EXISTS (SELECT 1 FROM profiles AS pr
-      LEFT JOIN hosts AS bound ON bound.name = pr.host WHERE pr.name = pool.name
-      AND (pr.cooldown_until > now()
-        OR (pr.host IS NOT NULL AND bound.state IS DISTINCT FROM {host.active})))))
-  -- The same for proxy pools: a job of a pool waits, unread, while no proxy of its pool can
-  -- take it: every one disabled, banned, cooling down or at its pool's per-proxy cap
-  -- (producer.proxy_rules decides again, with the planner's clock).
-  AND (proxy_pool IS NULL OR EXISTS (
-    SELECT 1 FROM proxies AS px JOIN proxy_pools AS pp ON pp.name = px.pool
-    WHERE px.pool = jobs.proxy_pool AND px.state <> 'disabled'
-    AND (px.banned_until IS NULL OR px.banned_until <= now())
-    AND (px.cooldown_until IS NULL OR px.cooldown_until <= now())
-    AND (SELECT count(*) FROM jobs AS held WHERE held.proxy_id = px.id
-      AND held.status IN {in_flight}) < pp.max_jobs_per_proxy))
-  -- What an operator paused live (common.store.controls.Holds: empty arrays, nothing held),
-  -- and the kinds no host with a free slot runs (only_kinds NULL: any kind).
+  blocked_on_host, lingering_on_host, pinned_host, proxy_pool, proxy_id, proxy_session"""
+# What the pending reads add to the view ready_jobs (migration 0042: the pending jobs the
+# database can tell may run now, their lock keys, profiles and proxies free): what an
+# operator paused live (common.store.controls.Holds: empty arrays, nothing held), and the
+# kinds no host with a free slot runs (only_kinds NULL: any kind). A test checks that each
+# pending read holds them word for word.
+HELD_NOW = """
   AND (rate_key IS NULL OR rate_key <> ALL(CAST(:held_keys AS text[])))
   AND kind <> ALL(CAST(:held_kinds AS text[]))
   AND (crawl_id IS NULL OR crawl_id <> ALL(CAST(:held_crawls AS bigint[])))
   AND (CAST(:only_kinds AS text[]) IS NULL OR kind = ANY(CAST(:only_kinds AS text[])))
 """
-)
-# The hot statement, named so that a test can EXPLAIN exactly what runs.
+# The hot statement, named so that a test can EXPLAIN exactly what runs. FOR UPDATE on the
+# view locks the rows of jobs under it, and the planner reads the view's conditions as if
+# they were written here: the pending jobs' partial index, as before the view.
+# Rate keys and kinds at their limit are left out (empty arrays: none), and so are those with
+# a little budget left: common.store.tight_budgets reads exactly that many of theirs, so that
+# no backlog on one key fills the batch.
 LOCK_PENDING_SQL = statement(
     """
 SELECT id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile,
-  blocked_on_host, CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host,
-  pinned_host, proxy_pool, proxy_id, proxy_session
-FROM jobs
-WHERE status = {job.pending}
-  AND (not_before IS NULL OR not_before <= now())
-  -- Jobs whose lock key is held by a queued or processing job are left out: they cannot be
-  -- assigned now, and reading them would let a large batch sharing one busy key fill the
-  -- whole scan window and starve every other pending job. The NOT EXISTS probes the unique
-  -- partial index on in-flight lock keys.
-  AND (lock_key IS NULL OR NOT EXISTS (
-    SELECT 1 FROM jobs AS held WHERE held.lock_key = jobs.lock_key
-    AND held.status IN {in_flight}))
-  -- A lock key is held, too, by an attempt ended in the database that may still run on its
-  -- host (rescued, stopped, timed out: migration 0016), the job's own included, until that
-  -- host confirms the end or its lingering_until passes (docs/attempts-and-locks.md).
-  AND (lock_key IS NULL OR NOT EXISTS (
-    SELECT 1 FROM jobs AS lingering WHERE lingering.lock_key = jobs.lock_key
-    AND lingering.lock_key IS NOT NULL AND lingering.lingering_until IS NOT NULL
-    AND lingering.lingering_until > now()))
-  -- The same for profiles: a job of a pool waits, unread, while every profile of its pool is
-  -- held by a job, cooling down, or bound to a host that is not active
-  -- (producer.profile_rules decides again, with the planner's clock).
-  AND (profile_pool IS NULL OR EXISTS (
-    SELECT 1 FROM unnest(jobs.profile_pool) AS pool(name)
-    WHERE NOT EXISTS (SELECT 1 FROM jobs AS held WHERE held.profile = pool.name
-      AND held.status IN {in_flight})
-    AND NOT EXISTS (SELECT 1 FROM profiles AS pr
-      LEFT JOIN hosts AS bound ON bound.name = pr.host WHERE pr.name = pool.name
-      AND (pr.cooldown_until > now()
-        OR (pr.host IS NOT NULL AND bound.state IS DISTINCT FROM {host.active})))))
-  -- The same for proxy pools: a job of a pool waits, unread, while no proxy of its pool can
-  -- take it: every one disabled, banned, cooling down or at its pool's per-proxy cap
-  -- (producer.proxy_rules decides again, with the planner's clock).
-  AND (proxy_pool IS NULL OR EXISTS (
-    SELECT 1 FROM proxies AS px JOIN proxy_pools AS pp ON pp.name = px.pool
-    WHERE px.pool = jobs.proxy_pool AND px.state <> 'disabled'
-    AND (px.banned_until IS NULL OR px.banned_until <= now())
-    AND (px.cooldown_until IS NULL OR px.cooldown_until <= now())
-    AND (SELECT count(*) FROM jobs AS held WHERE held.proxy_id = px.id
-      AND held.status IN {in_flight}) < pp.max_jobs_per_proxy))
-  -- What an operator paused live (common.store.controls.Holds: empty arrays, nothing held),
-  -- and the kinds no host with a free slot runs (only_kinds NULL: any kind).
+  blocked_on_host, lingering_on_host, pinned_host, proxy_pool, proxy_id, proxy_session
+FROM ready_jobs
+WHERE (rate_key IS NULL OR rate_key <> ALL(CAST(:skip_keys AS text[])))
+  AND kind <> ALL(CAST(:skip_kinds AS text[]))
   AND (rate_key IS NULL OR rate_key <> ALL(CAST(:held_keys AS text[])))
   AND kind <> ALL(CAST(:held_kinds AS text[]))
   AND (crawl_id IS NULL OR crawl_id <> ALL(CAST(:held_crawls AS bigint[])))
   AND (CAST(:only_kinds AS text[]) IS NULL OR kind = ANY(CAST(:only_kinds AS text[])))
-  -- Rate keys and kinds at their limit are left out the same way (empty arrays: none), and
-  -- so are those with a little budget left: common.store.rate_keys reads exactly that many
-  -- of theirs, so that no backlog on one key fills the batch.
-  AND (rate_key IS NULL OR rate_key <> ALL(CAST(:skip_keys AS text[])))
-  AND kind <> ALL(CAST(:skip_kinds AS text[]))
 ORDER BY priority DESC, id LIMIT :limit FOR UPDATE SKIP LOCKED
 """
 )
@@ -149,57 +72,15 @@ ORDER BY priority DESC, id LIMIT :limit FOR UPDATE SKIP LOCKED
 LOCK_PENDING_NO_BROWSER_SQL = statement(
     """
 SELECT id, priority, kind, rate_key, lock_key, needs_browser, profile_pool, profile,
-  blocked_on_host, CASE WHEN lingering_until > now() THEN lingering_host END AS lingering_on_host,
-  pinned_host, proxy_pool, proxy_id, proxy_session
-FROM jobs
-WHERE status = {job.pending} AND NOT needs_browser
-  AND (not_before IS NULL OR not_before <= now())
-  -- Jobs whose lock key is held by a queued or processing job are left out: they cannot be
-  -- assigned now, and reading them would let a large batch sharing one busy key fill the
-  -- whole scan window and starve every other pending job. The NOT EXISTS probes the unique
-  -- partial index on in-flight lock keys.
-  AND (lock_key IS NULL OR NOT EXISTS (
-    SELECT 1 FROM jobs AS held WHERE held.lock_key = jobs.lock_key
-    AND held.status IN {in_flight}))
-  -- A lock key is held, too, by an attempt ended in the database that may still run on its
-  -- host (rescued, stopped, timed out: migration 0016), the job's own included, until that
-  -- host confirms the end or its lingering_until passes (docs/attempts-and-locks.md).
-  AND (lock_key IS NULL OR NOT EXISTS (
-    SELECT 1 FROM jobs AS lingering WHERE lingering.lock_key = jobs.lock_key
-    AND lingering.lock_key IS NOT NULL AND lingering.lingering_until IS NOT NULL
-    AND lingering.lingering_until > now()))
-  -- The same for profiles: a job of a pool waits, unread, while every profile of its pool is
-  -- held by a job, cooling down, or bound to a host that is not active
-  -- (producer.profile_rules decides again, with the planner's clock).
-  AND (profile_pool IS NULL OR EXISTS (
-    SELECT 1 FROM unnest(jobs.profile_pool) AS pool(name)
-    WHERE NOT EXISTS (SELECT 1 FROM jobs AS held WHERE held.profile = pool.name
-      AND held.status IN {in_flight})
-    AND NOT EXISTS (SELECT 1 FROM profiles AS pr
-      LEFT JOIN hosts AS bound ON bound.name = pr.host WHERE pr.name = pool.name
-      AND (pr.cooldown_until > now()
-        OR (pr.host IS NOT NULL AND bound.state IS DISTINCT FROM {host.active})))))
-  -- The same for proxy pools: a job of a pool waits, unread, while no proxy of its pool can
-  -- take it: every one disabled, banned, cooling down or at its pool's per-proxy cap
-  -- (producer.proxy_rules decides again, with the planner's clock).
-  AND (proxy_pool IS NULL OR EXISTS (
-    SELECT 1 FROM proxies AS px JOIN proxy_pools AS pp ON pp.name = px.pool
-    WHERE px.pool = jobs.proxy_pool AND px.state <> 'disabled'
-    AND (px.banned_until IS NULL OR px.banned_until <= now())
-    AND (px.cooldown_until IS NULL OR px.cooldown_until <= now())
-    AND (SELECT count(*) FROM jobs AS held WHERE held.proxy_id = px.id
-      AND held.status IN {in_flight}) < pp.max_jobs_per_proxy))
-  -- What an operator paused live (common.store.controls.Holds: empty arrays, nothing held),
-  -- and the kinds no host with a free slot runs (only_kinds NULL: any kind).
+  blocked_on_host, lingering_on_host, pinned_host, proxy_pool, proxy_id, proxy_session
+FROM ready_jobs
+WHERE NOT needs_browser
+  AND (rate_key IS NULL OR rate_key <> ALL(CAST(:skip_keys AS text[])))
+  AND kind <> ALL(CAST(:skip_kinds AS text[]))
   AND (rate_key IS NULL OR rate_key <> ALL(CAST(:held_keys AS text[])))
   AND kind <> ALL(CAST(:held_kinds AS text[]))
   AND (crawl_id IS NULL OR crawl_id <> ALL(CAST(:held_crawls AS bigint[])))
   AND (CAST(:only_kinds AS text[]) IS NULL OR kind = ANY(CAST(:only_kinds AS text[])))
-  -- Rate keys and kinds at their limit are left out the same way (empty arrays: none), and
-  -- so are those with a little budget left: common.store.rate_keys reads exactly that many
-  -- of theirs, so that no backlog on one key fills the batch.
-  AND (rate_key IS NULL OR rate_key <> ALL(CAST(:skip_keys AS text[])))
-  AND kind <> ALL(CAST(:skip_kinds AS text[]))
 ORDER BY priority DESC, id LIMIT :limit FOR UPDATE SKIP LOCKED
 """
 )

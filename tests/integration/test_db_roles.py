@@ -141,6 +141,29 @@ def test_a_consumer_cannot_read_another_hosts_job(admin: Engine, own: Engine) ->
     assert "permission denied" in refused(own, "SELECT * FROM recent_failures")
 
 
+def test_the_shared_views_read_with_the_readers_own_rights(
+    fleet: Fleet, admin: Engine, own: Engine
+) -> None:
+    """ready_jobs and jobs_with_archive (migration 0042) are security_invoker views: a reader
+    needs the grants on the tables under them, so they widen no role's reach."""
+    queue(admin, OTHER)
+    for statement in (
+        "SELECT * FROM ready_jobs",
+        "SELECT * FROM jobs_with_archive",
+        "SELECT * FROM matching_jobs()",
+    ):
+        assert "permission denied" in refused(own, statement), statement
+    reporting = make_engine(fleet.url(fleet.names.reporting), pool_size=1)
+    try:
+        with reporting.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM matching_jobs()")).scalar_one() == 1
+            assert conn.execute(sa.text("SELECT count(*) FROM ready_jobs")).scalar_one() == 0
+        # Reading is all it may do: locking the rows under the view needs UPDATE on jobs.
+        assert "permission denied" in refused(reporting, "SELECT id FROM ready_jobs FOR UPDATE")
+    finally:
+        reporting.dispose()
+
+
 def test_a_consumer_cannot_update_a_hosts_trust_field(admin: Engine, own: Engine) -> None:
     assert "permission denied for table host_access" in refused(
         own, f"UPDATE host_access SET address = '203.0.113.9' WHERE host = '{OWN}'"

@@ -15,7 +15,7 @@ from psycopg import sql
 from sqlalchemy.engine import Connection, Engine
 
 from scrapefleet.common import store
-from scrapefleet.common.reads import queries
+from scrapefleet.common.reads import queries, results
 
 pytestmark = pytest.mark.integration
 
@@ -104,11 +104,18 @@ def test_hot_queries_use_partial_indexes_at_one_million_rows(engine: Engine) -> 
         # Rate limits: a key or kind with a little budget left, read for it alone; the
         # in-flight figures; the trailing minute's use.
         key = ["site-7.test"]
-        tight_key = _plan(conn, store.TIGHT_KEYS_SQL, names=key, budgets=[2], skip=none)
-        tight_kind = _plan(conn, store.TIGHT_KINDS_SQL, names=["noop"], budgets=[2], skip=none)
+        tight_key = _plan(
+            conn, store.TIGHT_KEYS_SQL, names=key, budgets=[2], skip=none, browser_ok=True
+        )
+        tight_kind = _plan(
+            conn, store.TIGHT_KINDS_SQL, names=["noop"], budgets=[2], skip=none, browser_ok=True
+        )
         rate_in_flight = _plan(conn, store.RATE_IN_FLIGHT_SQL)
         rate_window = _plan(conn, store.RATE_WINDOW_SQL)
         skipping = _plan(conn, store.LOCK_PENDING_SQL, limit=240, skip_keys=key, skip_kinds=none)
+        # A results listing: matching_jobs() inlined, newest first by the key of jobs.
+        newest = results.ResultFilter(limit=50)
+        listing = _plan(conn, results.LIST_RESULTS_SQL, **newest.params(), limit=50)
     with engine.begin() as conn:
         generic = [
             _generic_plan(conn, store.LOCK_PENDING_SQL, limit=240, skip_keys=none, skip_kinds=none),
@@ -116,8 +123,16 @@ def test_hot_queries_use_partial_indexes_at_one_million_rows(engine: Engine) -> 
                 conn, store.LOCK_PENDING_NO_BROWSER_SQL, limit=240, skip_keys=key, skip_kinds=none
             ),
             _generic_plan(conn, queries.FLEET_SNAPSHOT_SQL),
-            _generic_plan(conn, store.TIGHT_KEYS_SQL, names=key, budgets=[2], skip=none),
-            _generic_plan(conn, store.TIGHT_KINDS_SQL, names=["noop"], budgets=[2], skip=none),
+            _generic_plan(
+                conn, store.TIGHT_KEYS_SQL, names=key, budgets=[2], skip=none, browser_ok=True
+            ),
+            _generic_plan(
+                conn, store.TIGHT_KINDS_SQL, names=["noop"], budgets=[2], skip=none, browser_ok=True
+            ),
+            # No host takes a browser job now: the same index, browser jobs filtered out.
+            _generic_plan(
+                conn, store.TIGHT_KEYS_SQL, names=key, budgets=[2], skip=none, browser_ok=False
+            ),
             _generic_plan(conn, store.RATE_IN_FLIGHT_SQL),
             _generic_plan(conn, store.RATE_WINDOW_SQL),
             # The full cycle's rescue and requeue, on the same session.
@@ -144,6 +159,11 @@ def test_hot_queries_use_partial_indexes_at_one_million_rows(engine: Engine) -> 
         assert SEQ_SCAN_ON_JOBS not in _scans(plan), plan
     assert "jobs_started_at_idx" in rate_window, rate_window
     assert "jobs_pending_idx" in skipping, skipping
+    assert "Function Scan" not in listing, listing
+    assert ("Index Scan", "jobs") in _scans(listing), listing
+    assert SEQ_SCAN_ON_JOBS not in _scans(listing), listing
     assert "jobs_pending_idx" in generic[0], generic[0]
+    for plan in (generic[3], generic[5]):  # by key, with and without browser jobs
+        assert "jobs_pending_by_rate_key_idx" in plan, plan
     for plan in generic:
         assert SEQ_SCAN_ON_JOBS not in _scans(plan), plan

@@ -18,7 +18,7 @@ from scrapefleet.common.db.channels import keyed_channels
 from scrapefleet.common.db.engines import Listener, make_engine
 from scrapefleet.common.db.migrate import alembic_config
 from scrapefleet.common.db.tables import metadata
-from scrapefleet.common.reads import queries
+from scrapefleet.common.reads import queries, results
 from scrapefleet.common.store import NewJob
 from scrapefleet.common.store.statuses import HostState, JobStatus
 from tests.throwaway_db import throwaway_database
@@ -49,6 +49,18 @@ def test_views_answer(engine: Engine) -> None:
     assert counts == dict.fromkeys(
         ["pending", "queued", "processing", "completed", "failed", "cancelled"], 0
     )
+
+
+def test_the_shared_views_have_the_columns_their_statements_read(engine: Engine) -> None:
+    """The result reads return the rows of jobs_with_archive as they are (``SELECT *``), and
+    the pending reads select PENDING_COLUMNS from ready_jobs."""
+    with engine.connect() as conn:
+        archive = list(conn.execute(sa.text("SELECT * FROM jobs_with_archive LIMIT 0")).keys())
+        matching = list(conn.execute(sa.text("SELECT * FROM matching_jobs() LIMIT 0")).keys())
+        ready = list(conn.execute(sa.text("SELECT * FROM ready_jobs LIMIT 0")).keys())
+    assert archive == matching == list(results.COLUMNS)
+    pending = [c.strip() for c in store.PENDING_COLUMNS.split(",")]
+    assert ready[: len(pending)] == pending
 
 
 def test_the_views_and_checks_know_exactly_the_enums_statuses(engine: Engine) -> None:

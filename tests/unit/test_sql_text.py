@@ -11,7 +11,16 @@ from sqlalchemy.dialects import postgresql
 from scrapefleet.common.browser.profile_names import ProfileState
 from scrapefleet.common.constants import RATE_WINDOW_S
 from scrapefleet.common.db import job_tables
-from scrapefleet.common.reads import kind_waits, producer_status, progress, queries, results
+from scrapefleet.common.reads import crawl_figures as crawl_reads
+from scrapefleet.common.reads import (
+    kind_waits,
+    producer_status,
+    progress,
+    queries,
+    results,
+)
+from scrapefleet.common.reads import live_control_rows as control_reads
+from scrapefleet.common.reads import schedule_rows as schedule_reads
 from scrapefleet.common.store import (
     assignment,
     attempts,
@@ -94,6 +103,9 @@ MODULES = [
     events,
     roles,
     browser_stack,
+    control_reads,
+    crawl_reads,
+    schedule_reads,
 ]
 
 
@@ -113,18 +125,18 @@ def test_no_comment_in_a_statement_names_a_parameter(module: object) -> None:
             assert not sa.text(comment)._bindparams, f"{name}: {comment}"
 
 
-def test_the_pending_reads_hold_the_ready_conditions_word_for_word() -> None:
-    # common.store.tight_budgets reads pending jobs on its own: the assignment's conditions.
+def test_the_pending_reads_read_the_ready_view_with_the_holds_word_for_word() -> None:
+    # The view ready_jobs holds what makes a pending job ready; the holds are parameters.
     for clause in (
         assignment.LOCK_PENDING_SQL,
         assignment.LOCK_PENDING_NO_BROWSER_SQL,
         tight_budgets.TIGHT_KEYS_SQL,
-        tight_budgets.TIGHT_KEYS_NO_BROWSER_SQL,
         tight_budgets.TIGHT_KINDS_SQL,
-        tight_budgets.TIGHT_KINDS_NO_BROWSER_SQL,
     ):
-        assert assignment.READY_NOW in clause.text
+        assert "\nFROM ready_jobs\nWHERE " in clause.text
+        assert assignment.HELD_NOW in clause.text
         assert assignment.PENDING_COLUMNS.strip() in clause.text
+        assert "FROM jobs" not in clause.text
 
 
 def test_the_rate_window_is_the_constant_written_out() -> None:
@@ -184,10 +196,10 @@ def test_the_reads_hold_what_they_share_word_for_word() -> None:
     assert operator.JOB_FILTER_SQL in queries.JOBS_MATCHING_BY_STATUS_SQL.text
 
 
-def test_the_result_reads_hold_the_filter_on_both_tables_and_select_columns() -> None:
-    columns = ", ".join(results.COLUMNS)
+def test_the_result_reads_call_the_filter_function_with_every_part() -> None:
+    params = set(results.ResultFilter().params())
+    assert set(sa.text(results.MATCHING_JOBS_SQL)._bindparams) == params
     for clause in (results.LIST_RESULTS_SQL, results.EXPORT_RESULTS_SQL, results.COUNT_RESULTS_SQL):
-        assert clause.text.count(results.RESULT_FILTER_SQL) == 2
-    for clause in (results.LIST_RESULTS_SQL, results.EXPORT_RESULTS_SQL, results.RESULTS_OF_SQL):
-        selected = re.findall(r"SELECT (id, .*?)\nFROM", clause.text, re.S)
-        assert [" ".join(s.split()) for s in selected] == [columns, columns]
+        assert f"FROM {results.MATCHING_JOBS_SQL}\n" in clause.text + "\n"
+        assert "jobs_archive" not in clause.text
+    assert "FROM jobs_with_archive" in results.RESULTS_OF_SQL.text
