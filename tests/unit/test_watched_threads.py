@@ -53,8 +53,10 @@ def test_a_dead_task_of_a_watched_pool_is_noticed_and_still_raised_to_its_future
         future = pool.submit(broken)
         with pytest.raises(ValueError, match="task broke"):
             future.result(timeout=10)
-        assert pool.submit(lambda: threading.current_thread().name).result(10).startswith(
-            "session-pool"
+        assert (
+            pool.submit(lambda: threading.current_thread().name)
+            .result(10)
+            .startswith("session-pool")
         )
     finally:
         pool.shutdown()
