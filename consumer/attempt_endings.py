@@ -1,7 +1,9 @@
 """How a running consumer gives attempts up: timeouts, attempts stopped or rescued elsewhere, a
 lapsed lease; and what it then owes the database (a release, the confirmation that a given-up
-attempt's thread has returned). The bookkeeping is consumer.in_flight's; this part does the I/O
-around it: the failure recorded, the attempt's requests and browser ended, the statements.
+attempt's thread has returned). The bookkeeping is consumer.in_flight's; AttemptEndings does the
+I/O around it: the failure recorded, the attempt's requests and browser ended, the statements.
+The main thread, the heartbeat and the recorder's thread call it; it holds no state of its own
+beyond what it is given (the in-flight attempts and the lease have their own locks).
 """
 
 from __future__ import annotations
@@ -9,23 +11,55 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import replace
+
+from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
 from scrapefleet.common.db.engines import describe, transaction
 from scrapefleet.common.runtime.logging_setup import fields
+from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import ClaimedJob
 from scrapefleet.common.store.attempts import AttemptKey
+from scrapefleet.consumer.attempt_lease import AttemptLease
+from scrapefleet.consumer.browser.stack_supervisor import StackSupervisor
+from scrapefleet.consumer.in_flight import InFlightAttempts
 from scrapefleet.consumer.runner import Outcome
-from scrapefleet.consumer.running_base import RunningBase
+from scrapefleet.consumer.running_base import Clock
 
 # One logger for every part of the running consumer: its lines keep the name they had.
 log = logging.getLogger("scrapefleet.consumer.serving")
 
 
-class AttemptEndings(RunningBase):
-    def _expire_timed_out(self) -> None:
-        expired = self.attempts.expire(time.monotonic())
+Record = Callable[[ClaimedJob, Outcome], None]  # an outcome to the recorder
+
+
+class AttemptEndings:
+    def __init__(
+        self,
+        engine: Engine,
+        host: str,
+        settings: Settings,
+        attempts: InFlightAttempts,
+        lease: AttemptLease,
+        supervisor: StackSupervisor | None,
+        publish: Callable[[], None],
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self.engine = engine
+        self.host = host
+        self.settings = settings
+        self.attempts = attempts
+        self.lease = lease
+        self.supervisor = supervisor
+        self._publish_status = publish  # the status document, rewritten
+        self._clock = clock
+
+    def expire_timed_out(self, record: Record) -> None:
+        """Attempts past their time limit: a failure recorded for each, their thread made to
+        return."""
+        expired = self.attempts.expire(self._clock())
         if expired:
             self._publish_status()  # stuck threads: busy slots the database no longer counts
         for running in expired:
@@ -37,10 +71,10 @@ class AttemptEndings(RunningBase):
                 else "job_timeout_s"
             )
             timeout = Outcome.failed(f"TimeoutError: job exceeded {which} ({limit:g} s)")
-            self.recorder.submit(job, replace(timeout, still_running=True))
-            self._end_attempt(job)
+            record(job, replace(timeout, still_running=True))
+            self.end_attempt(job)
 
-    def _give_up(self, attempts: frozenset[AttemptKey]) -> None:
+    def give_up(self, attempts: frozenset[AttemptKey]) -> None:
         """Attempts no longer ours in the database (an operator stopped them, or the producer
         rescued them from a host it thought dead): end them here. Their browser session is
         ended so that their thread returns; their outcome is dropped."""
@@ -57,9 +91,9 @@ class AttemptEndings(RunningBase):
                 job.claim,
                 extra=fields(job=job.id, kind=job.kind, host=self.host, attempt=job.attempt),
             )
-            self._end_attempt(job)
+            self.end_attempt(job)
 
-    def _end_attempt(self, job: ClaimedJob) -> None:
+    def end_attempt(self, job: ClaimedJob) -> None:
         """Make a given-up attempt's thread return: its HTTP requests are closed, its browser
         is killed."""
         canceller = self.attempts.canceller(job.key)
@@ -68,7 +102,7 @@ class AttemptEndings(RunningBase):
         if self.supervisor is not None:
             self.supervisor.abandon(job.id, job.needs_browser)
 
-    def _confirm_ended(self) -> None:
+    def confirm_ended(self) -> None:
         """Tell the database which given-up attempts have ended here (their lock keys are free
         again); kept for the next heartbeat if it cannot be told now. An attempt whose release
         is still owed (fenced) waits for it: a confirmation before the release that records
@@ -83,18 +117,18 @@ class AttemptEndings(RunningBase):
             log.warning("could not confirm ended attempts %s: %s", ended, describe(exc))
             self.attempts.put_back_ended(ended)
 
-    def _on_attempts_written(self, jobs: list[ClaimedJob]) -> None:
+    def on_attempts_written(self, jobs: list[ClaimedJob]) -> None:
         """In the recorder's thread: these attempts' outcomes are in the database now; a
         timed-out one whose thread already returned can have its end confirmed."""
         if self.attempts.outcomes_written(jobs):
-            self._confirm_ended()
+            self.confirm_ended()
 
-    def _fence_if_lapsed(self) -> None:
+    def fence_if_lapsed(self) -> None:
         """No heartbeat reached the database for too long (consumer.attempt_lease): the
         producer may be about to hand these attempts on. End them here, claim nothing, and
         release them once the database answers (unless it rescued them meanwhile)."""
-        now = time.monotonic()
-        if not self._lease.lapsed(now):
+        now = self._clock()
+        if not self.lease.lapsed(now):
             return
         lost = self.attempts.fence_all()
         if not lost:
@@ -102,15 +136,15 @@ class AttemptEndings(RunningBase):
         log.warning(
             "no heartbeat reached the database for %.1f s: ending %d attempt(s) (job(s) %s)"
             " before the producer hands them on",
-            self._lease.silent_s(now),
+            self.lease.silent_s(now),
             len(lost),
             sorted(job.id for job in lost),
         )
         self._publish_status()
         for job in lost:
-            self._end_attempt(job)
+            self.end_attempt(job)
 
-    def _release_fenced(self) -> None:
+    def release_fenced(self) -> None:
         """The attempts the lapsed lease ended go back to pending (each only while still this
         host's by its claim), lingering while their threads run."""
         owed, running = self.attempts.fenced()
@@ -128,8 +162,8 @@ class AttemptEndings(RunningBase):
             return
         self.attempts.released(owed)
 
-    def _until_next_timeout(self) -> float:
+    def until_next_timeout(self) -> float:
         soonest = self.attempts.soonest_deadline()
         if soonest == math.inf:
             return math.inf
-        return max(0.01, soonest - time.monotonic())
+        return max(0.01, soonest - self._clock())

@@ -1,6 +1,8 @@
 """How a running consumer claims and runs its jobs: the claim (under the free slots, the stack's
 budgets and the poll schedule), light jobs in the claiming thread, the others in the pool, and
-their outcomes handed to the recorder.
+their outcomes handed to the recorder. Claimer is the main thread's; its ``work`` runs in the
+job threads, which touch nothing of it but what has a lock of its own (the in-flight attempts,
+the recorder, the wakeup).
 """
 
 from __future__ import annotations
@@ -8,26 +10,36 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+
+from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store, tracing_jobs
 from scrapefleet.common.actions.registry import get_action
 from scrapefleet.common.db.engines import transaction
+from scrapefleet.common.db.statement_connection import StatementConnection
 from scrapefleet.common.errors import UnknownAction
 from scrapefleet.common.http.request_cancel import RequestCanceller, cancellable
 from scrapefleet.common.reads import queries
 from scrapefleet.common.runtime import metrics
 from scrapefleet.common.store import ClaimedJob
-from scrapefleet.common.store.statuses import HostState
+from scrapefleet.consumer.attempt_endings import AttemptEndings
+from scrapefleet.consumer.attempt_lease import AttemptLease
 from scrapefleet.consumer.attempt_log import log_attempt
+from scrapefleet.consumer.browser.block_detection import BlockRules
 from scrapefleet.consumer.browser.job_setup import host_defaults
 from scrapefleet.consumer.browser.profile_sessions import job_proxy, profile_lease, profiles_root
+from scrapefleet.consumer.browser.stack_supervisor import StackSupervisor
+from scrapefleet.consumer.config import ConsumerConfig
+from scrapefleet.consumer.in_flight import InFlightAttempts
+from scrapefleet.consumer.recorder import OutcomeRecorder
 from scrapefleet.consumer.runner import DriverLease, Outcome, leases_from, run_job
-from scrapefleet.consumer.running_base import RunningBase
+from scrapefleet.consumer.running_base import NOT_CLAIMING_STATES, Clock, HostStateView, Wakeup
 
 # One logger for every part of the running consumer: its lines keep the name they had.
 log = logging.getLogger("scrapefleet.consumer.serving")
 
-NOT_CLAIMING_STATES = (HostState.DRAINING, HostState.DISABLED)
 # A light job (common.actions.registry) that took longer than this held up the claiming thread.
 LIGHT_SLOW_S = 0.1
 
@@ -58,31 +70,53 @@ def _built_in(kind: str) -> bool:
     return get_action(kind).func.__module__.startswith("scrapefleet.")
 
 
-class Claiming(RunningBase):
-    def _claim_on_schedule(self) -> tuple[int, float]:
+class Claimer:
+    def __init__(
+        self,
+        config: ConsumerConfig,
+        engine: Engine,
+        capacity: int,
+        *,
+        attempts: InFlightAttempts,
+        recorder: OutcomeRecorder,
+        endings: AttemptEndings,
+        supervisor: StackSupervisor | None,
+        statements: StatementConnection,
+        executor: Executor,
+        host_state: HostStateView,
+        lease: AttemptLease,
+        wakeup: Wakeup,
+        publish: Callable[[], None],
+        after_write: Callable[[], None],
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.settings = config.settings
+        self.host = config.host
+        self.engine = engine
+        self.capacity = capacity  # the host row's, not the setting's
+        self.attempts = attempts
+        self.recorder = recorder
+        self._endings = endings
+        self.supervisor = supervisor
+        self._statements = statements
+        self.executor = executor  # the job threads
+        self._host_state = host_state
+        self._lease = lease
+        self._wakeup = wakeup
+        self._publish_status = publish
+        self._on_outcomes_written = after_write  # outcomes written here, for light jobs
+        self._clock = clock
+        self._block_rules = BlockRules.from_settings(config.settings)  # once, not per job
+        self._slow_light_kinds: set[str] = set()  # warned about (_run_light)
+
+    def claim_on_schedule(self) -> tuple[int, float]:
         """Claim if the poll schedule says so; the jobs claimed and the seconds until its next
         claim."""
-        assert self._poll is not None
-        with self._poll_lock:
-            started = time.monotonic()
-            due_in = self._poll.claim_due_in(started)
-            if due_in == 0:
-                self._poll.claim_started()
-        if due_in > 0:
-            return 0, due_in
-        try:
-            claimed = self._claim()
-        except BaseException:
-            with self._poll_lock:
-                self._poll.claim_now(time.monotonic())
-            raise
-        with self._poll_lock:
-            now = time.monotonic()
-            self._poll.claimed(started, now, claimed)
-            return claimed, self._poll.claim_due_in(now)
+        return self._wakeup.on_schedule(self.claim)
 
-    def _claim(self) -> int:
-        if self._db_state in NOT_CLAIMING_STATES or self._lease.lapsed(time.monotonic()):
+    def claim(self) -> int:
+        if self._host_state.value in NOT_CLAIMING_STATES or self._lease.lapsed(self._clock()):
             return 0
         # An outcome not yet written keeps its job 'processing' in the database: its slot is
         # not free yet, or the database would count more than capacity on this host.
@@ -106,7 +140,7 @@ class Claiming(RunningBase):
         tracing_jobs.claimed(claim.jobs, self.host, began_ns)
         in_flight = self.attempts.claimed(
             claim.jobs,
-            time.monotonic(),
+            self._clock(),
             self._time_limit_s,
             since_restart=claim.jobs_since_restart,
             since_boot=claim.jobs_since_boot,
@@ -119,25 +153,25 @@ class Claiming(RunningBase):
                 claim.jobs, in_flight, claim.jobs_since_restart, claim.jobs_since_boot
             )
             # A job's time runs from when it can run: not while the stack was starting.
-            self.attempts.restamp(claim.jobs, time.monotonic())
+            self.attempts.restamp(claim.jobs, self._clock())
         light: list[ClaimedJob] = []
         for job in claim.jobs:  # the others started first: they run beside the light ones
             if _is_light(job):
                 light.append(job)
             else:
-                self.executor.submit(self._work, job)
+                self.executor.submit(self.work, job)
         if light:
             self._run_light(light)
         return len(claim.jobs)
 
-    def _maintain(self) -> None:
+    def maintain(self) -> None:
         """Let the supervisor restart or reboot once nothing runs here (stuck threads aside)."""
         if self.supervisor is None:
             return
         busy, browser_busy = self.attempts.busy_and_browser()
         self.supervisor.step(busy, self.recorder.outstanding, browser_busy)
 
-    def _looks_idle(self) -> bool:
+    def looks_idle(self) -> bool:
         if self.attempts.busy:
             return False
         if self.recorder.outstanding:
@@ -150,7 +184,7 @@ class Claiming(RunningBase):
 
     # -- jobs -----------------------------------------------------------------------
 
-    def _work(self, job: ClaimedJob) -> None:
+    def work(self, job: ClaimedJob) -> None:
         """In a pool thread."""
         self._hand_over([(job, self._attempt(job))])
 
@@ -159,9 +193,9 @@ class Claiming(RunningBase):
         (common.actions.registry), their completions written together from this thread."""
         finished = []
         for job in jobs:
-            started = time.monotonic()
+            started = self._clock()
             finished.append((job, self._attempt(job)))
-            took_s = time.monotonic() - started
+            took_s = self._clock() - started
             if (
                 took_s > LIGHT_SLOW_S
                 and job.kind not in self._slow_light_kinds
@@ -198,7 +232,7 @@ class Claiming(RunningBase):
                 lease = profile_lease(lease, root, job.profile, proxy, owner, agent)
         elif self.config.driver_factory is not None:
             lease = leases_from(self.config.driver_factory)
-        started = time.monotonic()
+        started = self._clock()
         outcome = run_job(
             job,
             lease=lease,
@@ -214,7 +248,7 @@ class Claiming(RunningBase):
         retried = (
             outcome.status == "failed" and outcome.retryable and job.attempt < job.max_attempts
         )
-        duration_s = time.monotonic() - started
+        duration_s = self._clock() - started
         metrics.observe_job(job.kind, outcome.status, duration_s, retried=retried)
         log_attempt(job, self.host, outcome.status, retried, duration_s, outcome.error)
         # A job without a browser changes nothing of the stack's state: not told.
@@ -248,26 +282,6 @@ class Claiming(RunningBase):
                 outcomes[job.key].status,
             )
         if given_up:
-            self._confirm_ended()  # its lock key is free again
+            self._endings.confirm_ended()  # its lock key is free again
             self._publish_status()  # the stuck threads' slots are free again
-            self._claim_soon()
-
-    def _claim_soon(self) -> None:
-        """Let the main loop claim now: with LISTEN it claims on every wake; polling, the
-        schedule's next claim is brought forward."""
-        if self._poll is not None:
-            with self._poll_lock:
-                self._poll.claim_now(time.monotonic())
-        self._wake.set()
-
-    def _on_outcomes_written(self) -> None:
-        """After outcomes were written (by the recorder's thread, or by the claiming thread for
-        light jobs): slots are free now; claim if more may be queued, or, polling, once the
-        producer has had a moment to refill them."""
-        more_queued = self.attempts.more_queued
-        if self._poll is not None:
-            with self._poll_lock:
-                self._poll.slot_freed(time.monotonic(), more_queued=more_queued)
-            self._wake.set()
-        elif more_queued or self.lifecycle.stopping:
-            self._wake.set()
+            self._wakeup.claim_soon()

@@ -1,11 +1,14 @@
 """The running part of one consumer: its loops, threads and in-flight jobs (see consumer.daemon
 for the threads and how it stops, docs/consumer-threads.md for who owns what).
 
-RunningConsumer is put together from parts named for their job: consumer.claiming (claims, the
-jobs and their outcomes), consumer.attempt_endings (timeouts, attempts given up, what the
-database is owed), consumer.heartbeat (heartbeat, LISTEN, status document), consumer.stopping
-(the drain and the stop). What is in flight is consumer.in_flight's, under its own lock; the
-side threads are started and watched by common.runtime.side_threads.
+RunningConsumer wires objects named for their job, each given what it needs when it is built:
+consumer.claiming.Claimer (claims, the jobs and their outcomes), consumer.attempt_endings
+.AttemptEndings (timeouts, attempts given up, what the database is owed), consumer.heartbeat
+(Heartbeat, AssignmentListener, StatusPublisher), consumer.stopping.Stopper (the drain and the
+stop), and what they share (consumer.running_base: the host state as last learnt, the wakeup
+and its inbox). What is in flight is consumer.in_flight's, under its own lock; the side threads
+are started and watched by common.runtime.side_threads. Other threads never call into the main
+loop: the stack supervisor posts its events to the wakeup's inbox, which the main loop drains.
 """
 
 from __future__ import annotations
@@ -24,29 +27,33 @@ from scrapefleet.common.db.pooler import listen_url
 from scrapefleet.common.db.statement_connection import StatementConnection
 from scrapefleet.common.errors import ScrapefleetError
 from scrapefleet.common.runtime import metrics
-from scrapefleet.common.runtime.lifecycle import DaemonState, Lifecycle
+from scrapefleet.common.runtime.lifecycle import Lifecycle
 from scrapefleet.common.runtime.side_threads import SideThreads, ThreadDied
-from scrapefleet.common.status.document import HOST_STATES
 from scrapefleet.common.store import Registration
-from scrapefleet.common.store.statuses import HostState
 from scrapefleet.consumer.attempt_endings import AttemptEndings
 from scrapefleet.consumer.attempt_lease import AttemptLease
 from scrapefleet.consumer.browser.artifact_janitor import ArtifactJanitor
-from scrapefleet.consumer.browser.block_detection import BlockRules
 from scrapefleet.consumer.browser.stack_supervisor import StackSupervisor
-from scrapefleet.consumer.claiming import (
-    NOT_CLAIMING_STATES,
-    Claiming,
-    _built_in,
-    time_limit_s,
-)
+from scrapefleet.consumer.claiming import Claimer, _built_in, time_limit_s
 from scrapefleet.consumer.config import ConsumerConfig
-from scrapefleet.consumer.heartbeat import DB_RETRY_MAX_S, Heartbeat
+from scrapefleet.consumer.heartbeat import (
+    DB_RETRY_MAX_S,
+    AssignmentListener,
+    Heartbeat,
+    StatusPublisher,
+)
 from scrapefleet.consumer.in_flight import InFlightAttempts
 from scrapefleet.consumer.poll_schedule import PollSchedule
 from scrapefleet.consumer.recorder import OutcomeRecorder
+from scrapefleet.consumer.running_base import (
+    HostStateMoved,
+    HostStateView,
+    Posted,
+    StackCounterSet,
+    Wakeup,
+)
 from scrapefleet.consumer.status_writer import StatusReporter, read_boot_id
-from scrapefleet.consumer.stopping import OWN_DRAIN_REASON, Stopping
+from scrapefleet.consumer.stopping import OWN_DRAIN_REASON, Stopper
 
 __all__ = ["OWN_DRAIN_REASON", "RunningConsumer", "_built_in", "time_limit_s"]
 
@@ -57,7 +64,7 @@ IDLE_POLLS_TO_EXIT = 2  # run(until_idle=True): idle for this many polls -> exit
 EXIT_THREAD_DIED = 1  # the exit code of a consumer stopped by the death of a side thread
 
 
-class RunningConsumer(Claiming, AttemptEndings, Heartbeat, Stopping):
+class RunningConsumer:
     """The running part of one consumer, built by ``open`` once its host is registered."""
 
     @classmethod
@@ -76,7 +83,7 @@ class RunningConsumer(Claiming, AttemptEndings, Heartbeat, Stopping):
             # The host turns active when this transaction commits: its status document is
             # fresh before that, so the producer never probes an active host and finds the
             # document of its last run (a stale one is a failed probe: a false offline).
-            running._publish_status()
+            running.status.publish()
         running._start_threads()
         log.info(
             "consumer %s started: capacity %d, state %s, %d interrupted job(s) recovered",
@@ -96,57 +103,122 @@ class RunningConsumer(Claiming, AttemptEndings, Heartbeat, Stopping):
         boot_id: str,
     ) -> None:
         settings = config.settings
+        clock = time.monotonic
         self.config = config
         self.settings = settings
-        self._block_rules = BlockRules.from_settings(settings)  # compiled once, not per job
         self.engine = engine
-        self.host = config.host
+        self.host = host = config.host
         self.lifecycle = lifecycle
-        self.capacity = registration.capacity  # the host row's, not the setting's
-        self._wake = threading.Event()
-        self._closed = threading.Event()  # set last: the heartbeat stops
-        self.attempts = InFlightAttempts(
+        self.capacity = capacity = registration.capacity  # the host row's, not the setting's
+        closed = threading.Event()  # set last: the heartbeat stops
+        self.attempts = attempts = InFlightAttempts(
             registration.jobs_since_restart, registration.jobs_since_boot
         )
-        self._lease = AttemptLease.for_rescue_after(settings.rescue_after_s, time.monotonic())
+        lease = AttemptLease.for_rescue_after(settings.rescue_after_s, clock())
         # Without a LISTEN connection, claims follow a schedule (consumer.poll_schedule).
         polling = listen_url(settings, engine.url) is None
-        self._poll = PollSchedule(settings.consumer_poll_s) if polling else None
-        self._poll_lock = threading.Lock()
-        self._db_state = registration.state
-        self._db_state_lock = threading.Lock()
-        self._published = None
-        self._slow_light_kinds: set[str] = set()
+        self.wakeup = wakeup = Wakeup(
+            PollSchedule(settings.consumer_poll_s) if polling else None, clock
+        )
+        host_state = HostStateView(registration.state)
         # Every side thread, watched: one that dies stops this consumer (cold), which then
         # exits non-zero.
-        self.threads = SideThreads(self._on_thread_death, lambda: lifecycle.stopping)
+        self.threads = threads = SideThreads(self._on_thread_death, lambda: lifecycle.stopping)
         # The kinds it can run, for the producer to place jobs only where their kind is.
-        self.reporter = StatusReporter(settings.state_dir, self.host, boot_id, action_kinds())
-        self.executor = ThreadPoolExecutor(self.capacity, thread_name_prefix=f"job-{self.host}")
+        reporter = StatusReporter(settings.state_dir, host, boot_id, action_kinds())
+        executor = ThreadPoolExecutor(capacity, thread_name_prefix=f"job-{host}")
         self.supervisor: StackSupervisor | None = None
         if config.owns_browser_stack:
+            # Its thread posts what it changed of the consumer's; the main loop applies it.
             self.supervisor = StackSupervisor(
                 settings,
                 engine,
-                self.host,
-                self.capacity,
-                on_host_state=self._set_own_state,
-                on_stack_counter=self.attempts.set_since_restart,
-                threads=self.threads,
+                host,
+                capacity,
+                on_host_state=lambda state: wakeup.post(HostStateMoved(state)),
+                on_stack_counter=lambda count: wakeup.post(StackCounterSet(count)),
+                threads=threads,
             )
+        supervisor = self.supervisor
+        self.status = status = StatusPublisher(
+            config,
+            capacity,
+            lifecycle=lifecycle,
+            attempts=attempts,
+            host_state=host_state,
+            supervisor=supervisor,
+            reporter=reporter,
+        )
+        self._host_state = host_state
         # The claims and the batches of completions, each one statement, hundreds a second at
         # full load: on a connection held open rather than through the engine's pool.
-        self._statements = StatementConnection(
-            engine.url, settings, application_name=f"scrapefleet-consumer {self.host}"
+        statements = StatementConnection(
+            engine.url, settings, application_name=f"scrapefleet-consumer {host}"
         )
-        self.recorder = OutcomeRecorder(
+        self.endings = endings = AttemptEndings(
+            engine, host, settings, attempts, lease, supervisor, status.publish, clock
+        )
+
+        def after_write() -> None:
+            wakeup.outcomes_written(more_queued=attempts.more_queued, stopping=lifecycle.stopping)
+
+        self.recorder = recorder = OutcomeRecorder(
             engine,
-            self.host,
+            host,
             settings,
-            statements=self._statements,
-            after_write=self._on_outcomes_written,
+            statements=statements,
+            after_write=after_write,
             give_up=lambda: lifecycle.cold,
-            written=self._on_attempts_written,
+            written=endings.on_attempts_written,
+        )
+        self.claimer = Claimer(
+            config,
+            engine,
+            capacity,
+            attempts=attempts,
+            recorder=recorder,
+            endings=endings,
+            supervisor=supervisor,
+            statements=statements,
+            executor=executor,
+            host_state=host_state,
+            lease=lease,
+            wakeup=wakeup,
+            publish=status.publish,
+            after_write=after_write,
+            clock=clock,
+        )
+        self.heartbeat = Heartbeat(
+            settings,
+            engine,
+            host,
+            attempts=attempts,
+            lease=lease,
+            endings=endings,
+            host_state=host_state,
+            wakeup=wakeup,
+            reporter=reporter,
+            publish=status.publish,
+            closed=closed,
+            clock=clock,
+        )
+        self.listener = None if polling else AssignmentListener(
+            settings, engine, host, lifecycle, wakeup
+        )  # fmt: skip
+        self.stopper = Stopper(
+            settings,
+            engine,
+            host,
+            lifecycle=lifecycle,
+            attempts=attempts,
+            recorder=recorder,
+            endings=endings,
+            supervisor=supervisor,
+            threads=threads,
+            executor=executor,
+            statements=statements,
+            publish=status.publish,
+            closed=closed,
         )
         self.janitor = ArtifactJanitor(settings, lifecycle.stop_event)
         lifecycle.on_change(self._on_lifecycle_change)
@@ -160,9 +232,9 @@ class RunningConsumer(Claiming, AttemptEndings, Heartbeat, Stopping):
             supervisor.start()
         self.janitor.start(self.threads)
         self.recorder.start(self.threads)
-        loops = [(self._heartbeat_loop, "heartbeat")]
-        if self._poll is None:
-            loops.append((self._listen_loop, "listen"))
+        loops = [(self.heartbeat.loop, "heartbeat")]
+        if self.listener is not None:
+            loops.append((self.listener.loop, "listen"))
         else:  # polling by choice, or a transaction pooler (it never delivers a NOTIFY)
             log.info(
                 "no LISTEN connection (consumer_wakeup=%s, database_pooler=%s): claims every %g s",
@@ -180,19 +252,12 @@ class RunningConsumer(Claiming, AttemptEndings, Heartbeat, Stopping):
         return self.attempts.running
 
     @property
+    def stuck(self) -> int:
+        return self.attempts.stuck
+
+    @property
     def state(self) -> str:
-        if self.lifecycle.state is DaemonState.STOPPED:
-            return HostState.OFFLINE
-        if self.lifecycle.stopping:
-            return HostState.DRAINING
-        db_state = self._db_state
-        # 'offline' in the database is the producer's verdict on reachability; this consumer is
-        # alive and serving, which is what its own document says.
-        if db_state == HostState.OFFLINE or db_state not in HOST_STATES:
-            return HostState.ACTIVE
-        if self.supervisor is not None and db_state not in NOT_CLAIMING_STATES:
-            return self.supervisor.maintenance_state or db_state
-        return db_state
+        return self.status.state
 
     # -- serving --------------------------------------------------------------------
 
@@ -203,12 +268,16 @@ class RunningConsumer(Claiming, AttemptEndings, Heartbeat, Stopping):
             if self.lifecycle.started():  # the document says so (_on_lifecycle_change)
                 self._main_loop(until_idle)
             self.lifecycle.request_stop("idle" if until_idle else "stop requested")
-            self._hand_back_queued()
+            self.stopper.hand_back_queued()
             if not self.lifecycle.drain_until(self._drained, DRAIN_CHECK_S):
-                self._let_go_of_in_flight()
+                self.stopper.let_go_of_in_flight()
         finally:
-            self._finish()
+            self.stopper.finish()
         return EXIT_THREAD_DIED if self.threads.died is not None else 0
+
+    def _drained(self) -> bool:
+        self._apply_posted()  # the stack's thread still runs while jobs drain
+        return self.stopper.drained()
 
     def _on_thread_death(self, died: ThreadDied) -> None:
         """A side thread died (common.runtime.side_threads logged it): a consumer without its
@@ -219,21 +288,24 @@ class RunningConsumer(Claiming, AttemptEndings, Heartbeat, Stopping):
         poll_s = self.settings.consumer_poll_s
         failures = 0
         idle_since: float | None = None
+        claimer, endings = self.claimer, self.endings
         while self.lifecycle.is_running:
-            self._wake.clear()
-            self._fence_if_lapsed()
-            self._expire_timed_out()
+            self.wakeup.clear()
+            self._apply_posted()
+            endings.fence_if_lapsed()
+            endings.expire_timed_out(self.recorder.submit)
             wait_s = poll_s
             try:
-                if self._poll is None:
-                    claimed = self._claim()
+                if not self.wakeup.polling:
+                    claimed = claimer.claim()
                 else:
-                    claimed, wait_s = self._claim_on_schedule()
-                self._maintain()
-                self._publish_if_changed()
+                    claimed, wait_s = claimer.claim_on_schedule()
+                claimer.maintain()
+                self._apply_posted()  # what the stack's thread did in that step
+                self.status.publish_if_changed()
                 failures = 0
                 if until_idle:
-                    if claimed or not self._looks_idle():
+                    if claimed or not claimer.looks_idle():
                         idle_since = None
                     elif idle_since is None:
                         idle_since = time.monotonic()
@@ -245,20 +317,28 @@ class RunningConsumer(Claiming, AttemptEndings, Heartbeat, Stopping):
                 self._log_loop_error(exc, wait_s)
             if self.supervisor is not None:
                 wait_s = min(wait_s, self.supervisor.next_check_s())
-            self._wake.wait(min(wait_s, self._until_next_timeout()))
+            self.wakeup.wait(min(wait_s, endings.until_next_timeout()))
 
     def _on_lifecycle_change(self) -> None:
         """In the thread that moved the lifecycle: the loops look again, and the producer reads
         the change (draining: no more work here) without waiting for a heartbeat."""
-        self._wake.set()
-        self._publish_status()
+        self.wakeup.wake()
+        self.status.publish()
 
-    def _set_own_state(self, state: str) -> None:
-        """The supervisor changed the host's state in the database (restarting, disabled...)."""
-        with self._db_state_lock:
-            self._db_state = state
-        self._publish_status()
-        self._claim_soon()
+    def _apply_posted(self) -> None:
+        """The main thread: what other threads posted for it, in order."""
+        for event in self.wakeup.take_posted():
+            self._apply(event)
+
+    def _apply(self, event: Posted) -> None:
+        if isinstance(event, HostStateMoved):
+            # The supervisor changed the host's state in the database (restarting,
+            # disabled...): nothing more is claimed until it is active again.
+            self._host_state.replace(event.state)
+            self.status.publish()
+            self.wakeup.claim_soon()
+        else:
+            self.attempts.set_since_restart(event.count)
 
     def _log_loop_error(self, exc: Exception, retry_in_s: float) -> None:
         if isinstance(exc, ScrapefleetError):  # database away, host row removed: one line

@@ -1,17 +1,30 @@
 """How a running consumer stops (consumer.daemon says when and how): queued jobs handed back,
-the drain, the cold stop's attempts let go, and the host left offline.
+the drain, the cold stop's attempts let go, and the host left offline. Stopper is the main
+thread's, once its loop has ended.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
 from scrapefleet.common.db.engines import describe, transaction
+from scrapefleet.common.db.statement_connection import StatementConnection
 from scrapefleet.common.errors import DatabaseUnavailable
+from scrapefleet.common.runtime.lifecycle import Lifecycle
+from scrapefleet.common.runtime.side_threads import SideThreads
+from scrapefleet.common.settings import Settings
 from scrapefleet.common.store.statuses import HostState
+from scrapefleet.consumer.attempt_endings import AttemptEndings
+from scrapefleet.consumer.browser.stack_supervisor import StackSupervisor
 from scrapefleet.consumer.heartbeat import DB_RETRY_MAX_S
-from scrapefleet.consumer.running_base import RunningBase
+from scrapefleet.consumer.in_flight import InFlightAttempts
+from scrapefleet.consumer.recorder import OutcomeRecorder
 
 # One logger for every part of the running consumer: its lines keep the name they had.
 log = logging.getLogger("scrapefleet.consumer.serving")
@@ -24,17 +37,44 @@ OWN_DRAIN_REASON = "consumer stopping"
 COLD_WRITE_GRACE_S = 2.0
 
 
-class Stopping(RunningBase):
-    @property
-    def stuck(self) -> int:
-        return self.attempts.stuck
+class Stopper:
+    def __init__(
+        self,
+        settings: Settings,
+        engine: Engine,
+        host: str,
+        *,
+        lifecycle: Lifecycle,
+        attempts: InFlightAttempts,
+        recorder: OutcomeRecorder,
+        endings: AttemptEndings,
+        supervisor: StackSupervisor | None,
+        threads: SideThreads,
+        executor: ThreadPoolExecutor,
+        statements: StatementConnection,
+        publish: Callable[[], None],
+        closed: threading.Event,
+    ) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.host = host
+        self.lifecycle = lifecycle
+        self.attempts = attempts
+        self.recorder = recorder
+        self._endings = endings
+        self.supervisor = supervisor
+        self.threads = threads
+        self.executor = executor
+        self._statements = statements
+        self._publish_status = publish
+        self._closed = closed  # set last: the heartbeat stops
 
-    def _drained(self) -> bool:
+    def drained(self) -> bool:
         """In-flight jobs done (or timed out) and every outcome written."""
-        self._expire_timed_out()
+        self._endings.expire_timed_out(self.recorder.submit)
         return self.attempts.busy == 0 and self.recorder.outstanding == 0
 
-    def _hand_back_queued(self) -> None:
+    def hand_back_queued(self) -> None:
         """Host to draining (unless an operator already chose its state), queued jobs back to
         pending for the other hosts. Retried while the database is away, until the stop turns
         cold."""
@@ -65,7 +105,7 @@ class Stopping(RunningBase):
                     return
                 wait_s = min(wait_s * 2, DB_RETRY_MAX_S)
 
-    def _let_go_of_in_flight(self) -> None:
+    def let_go_of_in_flight(self) -> None:
         """Cold stop: the jobs still running are not waited for. They end as after a crash
         (store.recover_host_jobs: back to pending with the attempt counted, failed on the last
         one), now if the database answers, else at the next start or by the producer's rescue.
@@ -92,7 +132,7 @@ class Stopping(RunningBase):
             len(ended),
         )
 
-    def _finish(self) -> None:
+    def finish(self) -> None:
         self.lifecycle.request_stop("stopped")  # the loop ended by an exception: still a stop
         cold = self.lifecycle.cold
         self.recorder.close(COLD_WRITE_GRACE_S if cold else self.lifecycle.drain_left_s() + 1)
@@ -116,8 +156,8 @@ class Stopping(RunningBase):
         self._publish_status()
         self.executor.shutdown(wait=False, cancel_futures=True)
         self._statements.close()
-        if self.stuck:
-            log.warning("%d job thread(s) still busy at exit, not waited for", self.stuck)
+        if self.attempts.stuck:
+            log.warning("%d job thread(s) still busy at exit, not waited for", self.attempts.stuck)
         log.info(
             "consumer %s stopped (%s%s)",
             self.host,

@@ -78,7 +78,7 @@ def package_version() -> str:
         return "unknown"
 
 
-class Producer(ProducerCycle, AssignmentStep):
+class Producer(ProducerCycle):
     """``probe``: the probe for every host (tests inject one); by default local hosts read
     their status file and hosts with an address are asked over SSH. ``name``: this process in
     the ``producers`` table (default host:pid; tests running several in one process name
@@ -115,11 +115,11 @@ class Producer(ProducerCycle, AssignmentStep):
         self._wake: WakeListener | None = None
         self._standby_logged = False
         self._closed = False
-        self._paused = False
         self.operator_jobs = OperatorJobs(
             engine, settings, lambda: self.is_leader, self.identity.name
         )
         self._rates = RateControl(settings)
+        self._assignment = AssignmentStep(settings, self.identity, self._leader, self._rates)
         self._assignments = AssignmentTally()
         self._monotonic = time.monotonic
         self._start_grace = StartGrace(settings.probe_start_grace_s)

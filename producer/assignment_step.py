@@ -5,31 +5,59 @@ the rate limits learnt from the last attempts, each host's free slots from the r
 (producer.recent_probes) and the database's counts, the pending jobs that may run, then the
 plan (producer.planner, a pure function) written by common.store. Apart from the cycle because
 it is the hot path: a wake cycle is this step alone, a handful of indexed queries.
+AssignmentStep is the cycle's (one at a time, under the producer's cycle lock); it is given what
+it reads when it is built, and the last probes with each call.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from scrapefleet.common import store, tracing_jobs
 from scrapefleet.common.reads import queries
+from scrapefleet.common.settings import Settings
+from scrapefleet.common.store.fleet import ProducerIdentity
+from scrapefleet.producer.leader import LeaderSession
 from scrapefleet.producer.planner import host_slots, plan_assignments, runnable_kinds
-from scrapefleet.producer.producer_base import ProducerBase
 from scrapefleet.producer.profile_steps import profile_placement
 from scrapefleet.producer.proxy_steps import lease_assigned, proxy_placement
-from scrapefleet.producer.recent_probes import current_probes
+from scrapefleet.producer.rate_steps import RateControl
+from scrapefleet.producer.recent_probes import Probed, current_probes
 
 # One logger for every part of the producer: its lines keep the name they had.
 log = logging.getLogger("scrapefleet.producer.assigner")
 
 
-class AssignmentStep(ProducerBase):
-    def _assign(self, *, record_cycle: bool = False) -> list[str]:
-        """Assign what fits; the host of each job assigned."""
+class AssignmentStep:
+    def __init__(
+        self,
+        settings: Settings,
+        identity: ProducerIdentity,
+        leader: LeaderSession,
+        rates: RateControl,
+    ) -> None:
+        self.settings = settings
+        self.identity = identity
+        self._leader = leader
+        self._rates = rates
+        self._paused = False  # as last read from fleet_control, to log changes once
+
+    def assign(
+        self,
+        probed: Mapping[str, Probed],
+        kinds: Mapping[str, frozenset[str]],
+        *,
+        record_cycle: bool = False,
+        full_cycle_s: float | None = None,
+    ) -> list[str]:
+        """Assign what fits, by the last full cycle's probes (``probed``, and the kinds each
+        host runs); the host of each job assigned. ``record_cycle``: a full cycle, which
+        records this producer's row with ``full_cycle_s``."""
         with self._leader.transaction() as conn:
             if record_cycle:  # a full cycle: one upsert of this producer's row, never per wake
-                store.record_leader_cycle(conn, self.identity, self.last_full_cycle_duration_s)
+                store.record_leader_cycle(conn, self.identity, full_cycle_s)
             # An operator's fleet-wide pause (dashboard), read every cycle with the hosts.
             snapshot = queries.fleet_snapshot(conn)
             if self._note_pause(snapshot.paused):
@@ -41,11 +69,11 @@ class AssignmentStep(ProducerBase):
             in_flight = snapshot.in_flight
             slots = host_slots(
                 snapshot.hosts,
-                current_probes(self._probed, in_flight),
+                current_probes(dict(probed), in_flight),
                 in_flight,
                 self.settings.min_memory_available_fraction,
                 snapshot.browser_in_flight,
-                self._kinds,
+                dict(kinds),
             )
             free = sum(s.free for s in slots)
             if free == 0:

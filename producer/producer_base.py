@@ -1,11 +1,10 @@
 """What every part of the producer holds, declared once.
 
-producer.assigner.Producer is put together from parts named for their job:
-producer.producer_cycle (one cycle: the lead, the full cycle's probe, health and rescue) and
-producer.assignment_step (what fits, assigned, every cycle); the daemon around them (its
-scheduler, wake listener and stop) is producer.assigner's own. Each part reads the fields
-declared here and calls the few methods another part provides. The fields are set by
-Producer.__init__ only.
+producer.assigner.Producer is the daemon (its scheduler, wake listener and stop) around
+producer.producer_cycle (one cycle: the lead, the full cycle's probe, health and rescue), which
+reads the fields declared here; the assignment every cycle ends with is an object of its own
+(producer.assignment_step.AssignmentStep), given what it needs when it is built. The fields are
+set by Producer.__init__ only.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ from scrapefleet.common.runtime.sd_notify import Notifier
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store.fleet import ProducerIdentity
 from scrapefleet.producer.assignment_report import AssignmentTally
+from scrapefleet.producer.assignment_step import AssignmentStep
 from scrapefleet.producer.leader import LeaderSession
 from scrapefleet.producer.probe import Probe
 from scrapefleet.producer.rate_steps import RateControl
@@ -38,8 +38,8 @@ class ProducerBase:
     _kinds: dict[str, frozenset[str]]  # what each host runs, as last probed
     _cycle_lock: threading.Lock  # one cycle at a time, full or wake
     _standby_logged: bool
-    _paused: bool  # as last read from fleet_control, to log changes once
     _rates: RateControl
+    _assignment: AssignmentStep  # the cycle's last step
     _assignments: AssignmentTally  # said once a minute, not once a cycle
     _monotonic: Callable[[], float]
     _start_grace: StartGrace
@@ -54,7 +54,3 @@ class ProducerBase:
     @property
     def is_leader(self) -> bool:
         return self._leader.is_leader
-
-    # Provided by a part, called by another.
-    def _assign(self, *, record_cycle: bool = False) -> list[str]:
-        raise NotImplementedError

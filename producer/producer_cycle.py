@@ -128,7 +128,12 @@ class ProducerCycle(ProducerBase):
             transitions = self._record_health(hosts, results)
             rescued, requeued = self._rescue()
             report = replace(report, transitions=transitions, rescued=rescued, requeued=requeued)
-        assigned = self._assign(record_cycle=full)
+        assigned = self._assignment.assign(
+            self._probed,
+            self._kinds,
+            record_cycle=full,
+            full_cycle_s=self.last_full_cycle_duration_s,
+        )
         if summary := self._assignments.add(assigned, self._monotonic()):
             log.info("%s", summary)
         paced = self._rates.next_paced_start(datetime.now(UTC))

@@ -1,7 +1,8 @@
 """The consumer's side threads: each one named, started here, and watched.
 
 Every background thread of the daemon (heartbeat, listener, recorder, artifact janitor, the
-browser stack's own thread and its short-lived helpers) is started through one SideThreads.
+browser stack's own thread and its short-lived helpers, the session pools' keep-alive and
+workers) is started through one SideThreads, or runs work wrapped by its ``watch``.
 A thread that raises, or a lasting one that returns while the daemon is not stopping, is a
 death: one line names the thread and its error, and ``on_death`` stops the daemon, which then
 exits non-zero. A daemon missing its heartbeat or its recorder would otherwise keep claiming
@@ -19,11 +20,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any, ParamSpec, TypeVar
 
 from scrapefleet.common.db.engines import describe
 
 log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,23 @@ class SideThreads:
         thread.start()
         return thread
 
+    def watch(self, name: str, work: Callable[P, T]) -> Callable[P, T]:
+        """``work`` as a pool's thread runs it: an exception it raises is a death (a pool
+        would keep it in a future nobody reads), then raised on as before."""
+
+        def watched(*args: P.args, **kwargs: P.kwargs) -> T:
+            try:
+                return work(*args, **kwargs)
+            except BaseException as exc:
+                self._death(ThreadDied(name, f"{type(exc).__name__}: {describe(exc)}"))
+                raise
+
+        return watched
+
+    def executor(self, name: str, workers: int) -> ThreadPoolExecutor:
+        """A pool of ``workers`` threads called ``name``_<n>, each task watched."""
+        return _WatchedPool(self, name, workers)
+
     def join(self, timeout_s: float) -> None:
         """Wait for the lasting threads to return, ``timeout_s`` for all of them together."""
         deadline = time.monotonic() + timeout_s
@@ -97,3 +120,13 @@ class SideThreads:
         log.error("thread %s died: %s; stopping the consumer", died.name, died.error)
         if first and self._on_death is not None:
             self._on_death(died)
+
+
+class _WatchedPool(ThreadPoolExecutor):
+    def __init__(self, threads: SideThreads, name: str, workers: int) -> None:
+        super().__init__(max_workers=workers, thread_name_prefix=name)
+        self._watch = threads
+        self._name = name
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        return super().submit(self._watch.watch(self._name, fn), *args, **kwargs)

@@ -25,11 +25,11 @@ action (consumer.browser.selenium_actions.translated_errors -> StackError).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
@@ -41,6 +41,7 @@ from scrapefleet.common.browser.isolation import (
 )
 from scrapefleet.common.error_lines import first_line
 from scrapefleet.common.errors import StackError
+from scrapefleet.common.runtime.side_threads import SideThreads
 from scrapefleet.consumer.browser.driver_sessions import (
     BIDI_COMMAND_TIMEOUT_S,
     BrowserLaunch,
@@ -79,6 +80,7 @@ class SessionPool(SessionPoolViews):
         session_permits: SessionPermits | None = None,
         permit_wait_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        threads: SideThreads | None = None,
     ) -> None:
         if size < 1:
             raise ValueError(f"a session pool needs at least one slot (size={size})")
@@ -95,7 +97,9 @@ class SessionPool(SessionPoolViews):
         self._closed = False
         self._waiting_for_prepared = 0
         self._owed = 0  # sessions to give back to the permits as soon as a job returns one
-        self._background = ThreadPoolExecutor(max_workers=size, thread_name_prefix="session-pool")
+        # Its threads are watched (common.runtime.side_threads): the consumer's, given.
+        threads = threads or SideThreads()
+        self._background = threads.executor("session-pool", size)
         self._stop = threading.Event()
         self.replaced = 0  # dead sessions found and replaced, for logs and tests
         self.retired = 0  # sessions quit after their job budget, for logs and tests
@@ -103,11 +107,8 @@ class SessionPool(SessionPoolViews):
         self._peak_leased = 0  # the most leases at once: how many sessions the jobs needed
         self._keepalive: threading.Thread | None = None
         if keepalive_s is not None:
-            self._keepalive = threading.Thread(
-                target=self._keep_alive, args=(keepalive_s,), name="session-keepalive",
-                daemon=True,
-            )  # fmt: skip
-            self._keepalive.start()
+            run = functools.partial(self._keep_alive, keepalive_s)
+            self._keepalive = threads.start("session-keepalive", run, lasting=False)
 
     # -- what a job thread calls --------------------------------------------------------------
 

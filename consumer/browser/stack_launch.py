@@ -19,6 +19,7 @@ from typing import Any
 
 from scrapefleet.common.db.engines import describe
 from scrapefleet.common.errors import StackError
+from scrapefleet.common.runtime.side_threads import SideThreads
 from scrapefleet.common.settings import Settings
 from scrapefleet.consumer.browser.session_permits import SessionPermits
 from scrapefleet.consumer.browser.sessions import SessionPool
@@ -29,8 +30,11 @@ log = logging.getLogger(__name__)
 
 FIRST_SESSION_TRIES = 3  # a stack's first browser session, while its Grid stays up
 
-# (session maker, size, keepalive_s, shared permits, permit wait) -> one stack's sessions
-PoolMaker = Callable[[Callable[[], Any], int, float, SessionPermits, float], SessionPool]
+# (session maker, size, keepalive_s, shared permits, permit wait, the watch of its threads)
+# -> one stack's sessions
+PoolMaker = Callable[
+    [Callable[[], Any], int, float, SessionPermits, float, SideThreads], SessionPool
+]
 StackMaker = Callable[[Path], BrowserStack]  # work directory -> a stack (tests give fakes)
 # The running stack, the next one and one retiring rotate between these directories.
 STACK_DIR_NAMES = tuple("abcdefgh"[:STACK_DIRECTORIES])
@@ -42,6 +46,7 @@ def session_pool(
     keepalive_s: float,
     permits: SessionPermits,
     permit_wait_s: float,
+    threads: SideThreads,
 ) -> SessionPool:
     return SessionPool(
         make_driver,
@@ -49,6 +54,7 @@ def session_pool(
         keepalive_s=keepalive_s,
         session_permits=permits,
         permit_wait_s=permit_wait_s,
+        threads=threads,
     )
 
 
@@ -65,8 +71,10 @@ class StackLauncher:
         capacity: int,
         make_pool: PoolMaker,
         make_stack: StackMaker | None,
+        threads: SideThreads,
     ) -> None:
         self.settings = settings
+        self._threads = threads  # the pools' threads are watched with the consumer's
         self.host = host
         self.capacity = capacity
         self.work_dirs = stack_work_dirs(settings.state_dir, host)
@@ -96,8 +104,9 @@ class StackLauncher:
         # Touched well within the Grid's session-timeout, which would reap an idle session.
         keepalive_s = self.settings.grid_session_timeout_s / 3
         pool = self._make_pool(
-            stack.new_driver, self.capacity, keepalive_s, permits, self._permit_wait_s
-        )
+            stack.new_driver, self.capacity, keepalive_s, permits, self._permit_wait_s,
+            self._threads,
+        )  # fmt: skip
         pool.retire_sessions_after(self.settings.browser_retire_every)
         try:
             stack.start()

@@ -141,7 +141,12 @@ class StackSupervisor(StackViews):
         self.settings = settings
         self.host = host
         self.capacity = capacity
-        self._launcher = StackLauncher(settings, host, capacity, make_pool, make_stack)
+        # Its helpers (next stack, retiring stacks, a session to end), the session pools'
+        # threads and its own thread, all watched.
+        self._threads = threads or SideThreads()
+        self._launcher = StackLauncher(
+            settings, host, capacity, make_pool, make_stack, self._threads
+        )
         self.records: StackRecords = records or StoreRecords(engine, host)
         self._clock = clock
         self._reboot = reboot
@@ -159,8 +164,6 @@ class StackSupervisor(StackViews):
         # How many browser jobs the host carries now (consumer.browser.load_limit); sampled
         # and adjusted at the main loop's step, read by claims and the status document.
         self._load = LoadLimit(host, capacity, cores, sample_load)
-        # Its helpers (next stack, retiring stacks, a session to end) and its own thread.
-        self._threads = threads or SideThreads()
         self._own = SerialThread(f"stack-{host}", self._threads)
 
     # -- what the daemon tells --------------------------------------------------------------
