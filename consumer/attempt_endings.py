@@ -17,7 +17,8 @@ from dataclasses import replace
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
-from scrapefleet.common.db.engines import describe, transaction
+from scrapefleet.common.db.engines import transaction
+from scrapefleet.common.error_lines import first_line
 from scrapefleet.common.runtime.logging_setup import fields
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import ClaimedJob
@@ -114,7 +115,7 @@ class AttemptEndings:
             with transaction(self.engine) as conn:
                 store.attempts_ended(conn, self.host, ended)
         except Exception as exc:
-            log.warning("could not confirm ended attempts %s: %s", ended, describe(exc))
+            log.warning("could not confirm ended attempts %s: %s", ended, first_line(exc))
             self.attempts.put_back_ended(ended)
 
     def on_attempts_written(self, jobs: list[ClaimedJob]) -> None:
@@ -158,7 +159,7 @@ class AttemptEndings:
                     linger = linger_s if key in running else None
                     store.release_job(conn, self.host, job.id, job.claim, reason, linger_s=linger)
         except Exception as exc:
-            log.warning("could not release attempts %s yet: %s", sorted(owed), describe(exc))
+            log.warning("could not release attempts %s yet: %s", sorted(owed), first_line(exc))
             return
         self.attempts.released(owed)
 

@@ -16,8 +16,9 @@ from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
 from scrapefleet.common.db.channels import host_channels
-from scrapefleet.common.db.engines import Listener, describe, sqlalchemy_url, transaction
+from scrapefleet.common.db.engines import Listener, sqlalchemy_url, transaction
 from scrapefleet.common.db.pooler import listen_url
+from scrapefleet.common.error_lines import first_line
 from scrapefleet.common.errors import DatabaseUnavailable
 from scrapefleet.common.runtime.lifecycle import DaemonState, Lifecycle
 from scrapefleet.common.settings import Settings
@@ -105,7 +106,7 @@ class Heartbeat:
             with transaction(self.engine) as conn:
                 beat = store.heartbeat(conn, self.host, running)
         except Exception as exc:
-            log.warning("heartbeat failed: %s", describe(exc))
+            log.warning("heartbeat failed: %s", first_line(exc))
             self._endings.fence_if_lapsed()
         else:
             self._lease.renew(sent_at)

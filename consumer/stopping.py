@@ -13,8 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
-from scrapefleet.common.db.engines import describe, transaction
+from scrapefleet.common.db.engines import transaction
 from scrapefleet.common.db.statement_connection import StatementConnection
+from scrapefleet.common.error_lines import first_line
 from scrapefleet.common.errors import DatabaseUnavailable
 from scrapefleet.common.runtime.lifecycle import Lifecycle
 from scrapefleet.common.runtime.side_threads import SideThreads
@@ -122,7 +123,7 @@ class Stopper:
                 "cold stop: job(s) %s left processing (%s); the next start of this consumer,"
                 " or the producer's rescue, sends them back",
                 let_go,
-                describe(exc),
+                first_line(exc),
             )
             return
         log.warning(
@@ -149,7 +150,7 @@ class Stopper:
                     conn, self.host, OWN_DRAIN_REASON, f"consumer stopped: {self.lifecycle.reason}"
                 )
         except Exception as exc:
-            log.warning("could not mark host %s offline: %s", self.host, describe(exc))
+            log.warning("could not mark host %s offline: %s", self.host, first_line(exc))
         self.lifecycle.stopped()
         self._closed.set()
         self.threads.join(self.settings.consumer_poll_s + 1)

@@ -46,7 +46,8 @@ from scrapefleet.common.constants import (
     PRODUCER_ADVISORY_LOCK_KEY,
     PRODUCER_ROWS_KEEP_S,
 )
-from scrapefleet.common.db.engines import describe, transaction, wrapped_errors
+from scrapefleet.common.db.engines import transaction, wrapped_errors
+from scrapefleet.common.error_lines import first_line
 from scrapefleet.common.errors import DatabaseUnavailable
 from scrapefleet.common.reads import queries
 from scrapefleet.common.runtime.lifecycle import PRODUCER_DRAIN_TIMEOUT_S, DaemonState, Lifecycle
@@ -182,7 +183,9 @@ class Producer(ProducerCycle):
                 spawn_limit = self.settings.spawn_per_host_per_minute
                 store.save_fleet_limits(conn, spawn_per_host_per_minute=spawn_limit)
         except Exception as exc:
-            log.warning("could not register this producer, its first cycle will: %s", describe(exc))
+            log.warning(
+                "could not register this producer, its first cycle will: %s", first_line(exc)
+            )
 
     def _interval_cycle(self) -> None:
         self._pace(self.run_cycle(full=True))
@@ -275,7 +278,7 @@ class Producer(ProducerCycle):
             with transaction(self._engine) as conn:
                 store.record_producer_stopped(conn, self.identity.name)
         except Exception as exc:  # stopping goes on; the row goes stale instead
-            log.debug("could not mark this producer stopped: %s", describe(exc))
+            log.debug("could not mark this producer stopped: %s", first_line(exc))
 
     def _idle(self) -> bool:
         try:

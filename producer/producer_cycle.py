@@ -20,7 +20,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from scrapefleet.common import store
-from scrapefleet.common.db.engines import describe, is_connection_error, transaction
+from scrapefleet.common.db.engines import is_connection_error, transaction
+from scrapefleet.common.error_lines import first_line
 from scrapefleet.common.errors import DatabaseUnavailable, ProbeError
 from scrapefleet.common.reads import queries
 from scrapefleet.common.runtime import metrics
@@ -96,7 +97,7 @@ class ProducerCycle(ProducerBase):
     def _cycle_failed(self, exc: Exception) -> str:
         self._rates.lost_lead()  # what it learnt this cycle was rolled back with the cycle
         if isinstance(exc, DatabaseUnavailable) or is_connection_error(exc):
-            reason = describe(exc)
+            reason = first_line(exc)
             log.warning("database connection lost mid-cycle, retrying next cycle: %s", reason)
             # The server dropped the session, and the lock with it: reconnect and retake.
             self._leader.drop()

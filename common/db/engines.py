@@ -271,11 +271,6 @@ def is_connection_error(exc: BaseException) -> bool:
     return isinstance(cause, psycopg.OperationalError | psycopg.InterfaceError)
 
 
-def describe(exc: BaseException) -> str:
-    """The database's error in one line (common.error_lines.first_line)."""
-    return first_line(exc)
-
-
 def unavailable(exc: BaseException) -> DatabaseUnavailable:
     """The error to raise (from ``exc``) for a lost or refused connection."""
     return DatabaseUnavailable(f"database unavailable: {first_line(exc)}")

@@ -24,7 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
-from scrapefleet.common.db.engines import describe
+from scrapefleet.common.error_lines import first_line
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class SideThreads:
             try:
                 return work(*args, **kwargs)
             except BaseException as exc:
-                self._death(ThreadDied(name, f"{type(exc).__name__}: {describe(exc)}"))
+                self._death(ThreadDied(name, first_line(exc, named=True)))
                 raise
 
         return watched
@@ -106,7 +106,7 @@ class SideThreads:
         try:
             target()
         except BaseException as exc:
-            self._death(ThreadDied(name, f"{type(exc).__name__}: {describe(exc)}"))
+            self._death(ThreadDied(name, first_line(exc, named=True)))
             log.debug("thread %s died", name, exc_info=True)
             return
         if lasting and self._stopping is not None and not self._stopping():

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from scrapefleet.common.db.engines import describe
+from scrapefleet.common.error_lines import first_line
 from scrapefleet.common.errors import StackError
 from scrapefleet.common.runtime.side_threads import SideThreads
 from scrapefleet.common.settings import Settings
@@ -114,7 +114,7 @@ class StackLauncher:
         except Exception as exc:
             pool.close()
             stack.stop()
-            error = str(exc) if isinstance(exc, StackError) else describe(exc)
+            error = str(exc) if isinstance(exc, StackError) else first_line(exc)
             return error.strip() or type(exc).__name__
         pool.warm(warm)
         return pool
@@ -146,7 +146,7 @@ class StackLauncher:
                 log.warning(
                     "the first browser session of %s failed (%s); trying again (%d more)",
                     self.host,
-                    describe(exc),
+                    first_line(exc),
                     tries_left,
                 )
                 tries_left -= 1
