@@ -31,7 +31,7 @@ RATE_FACTOR_RECOVERY: Final = 1.25  # each completion on a slowed key scales its
 PUSHBACK_LOG_EVERY_S: Final = 60.0  # a key's push-backs are warned of once per this, then summed
 
 
-# Browser stack maintenance (consumer/browser/stack_supervisor.py).
+# Browser stack maintenance (consumer/browser/supervisor/stack_supervisor.py).
 HUNG_SESSION_GRACE_S: Final = 15.0  # a timed-out job's thread still busy this long after its
 #                                     session was killed -> the whole stack is restarted
 REBOOT_WAIT_S: Final = 600.0  # reboot command ran but the host still runs -> restart instead

@@ -22,12 +22,12 @@ from scrapefleet.common.error_lines import first_line
 from scrapefleet.common.runtime.logging_setup import fields
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import ClaimedJob
-from scrapefleet.common.store.attempts import AttemptKey
+from scrapefleet.common.store.consuming.attempts import AttemptKey
 from scrapefleet.consumer.attempt_lease import AttemptLease
-from scrapefleet.consumer.browser.stack_supervisor import StackSupervisor
+from scrapefleet.consumer.browser.supervisor.stack_supervisor import StackSupervisor
 from scrapefleet.consumer.in_flight import InFlightAttempts
 from scrapefleet.consumer.runner import Outcome
-from scrapefleet.consumer.running_base import Clock
+from scrapefleet.consumer.running_state import Clock
 
 # One logger for every part of the running consumer: its lines keep the name they had.
 log = logging.getLogger("scrapefleet.consumer.serving")

@@ -27,15 +27,19 @@ from scrapefleet.common.store import ClaimedJob
 from scrapefleet.consumer.attempt_endings import AttemptEndings
 from scrapefleet.consumer.attempt_lease import AttemptLease
 from scrapefleet.consumer.attempt_log import log_attempt
-from scrapefleet.consumer.browser.block_detection import BlockRules
-from scrapefleet.consumer.browser.job_setup import host_defaults
-from scrapefleet.consumer.browser.profile_sessions import job_proxy, profile_lease, profiles_root
-from scrapefleet.consumer.browser.stack_supervisor import StackSupervisor
+from scrapefleet.consumer.browser.actions.block_detection import BlockRules
+from scrapefleet.consumer.browser.actions.job_setup import host_defaults
+from scrapefleet.consumer.browser.sessions.profile_sessions import (
+    job_proxy,
+    profile_lease,
+    profiles_root,
+)
+from scrapefleet.consumer.browser.supervisor.stack_supervisor import StackSupervisor
 from scrapefleet.consumer.config import ConsumerConfig
 from scrapefleet.consumer.in_flight import InFlightAttempts
 from scrapefleet.consumer.recorder import OutcomeRecorder
 from scrapefleet.consumer.runner import DriverLease, Outcome, leases_from, run_job
-from scrapefleet.consumer.running_base import NOT_CLAIMING_STATES, Clock, HostStateView, Wakeup
+from scrapefleet.consumer.running_state import NOT_CLAIMING_STATES, Clock, HostStateView, Wakeup
 
 # One logger for every part of the running consumer: its lines keep the name they had.
 log = logging.getLogger("scrapefleet.consumer.serving")

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from scrapefleet.common.actions.registry import load_user_actions, longest_time_limit_s
 from scrapefleet.common.settings import Settings
-from scrapefleet.consumer.browser import artifacts
+from scrapefleet.consumer.browser.actions import artifacts
 from scrapefleet.consumer.runner import CaptureFailure, DriverFactory
 
 

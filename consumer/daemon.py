@@ -13,10 +13,11 @@ Threads, each with one job:
 - stack (with ``settings.browser``): carries out the browser stack's actions, see below.
 docs/consumer-threads.md lists them with their names and owners.
 
-The browser stack (when ``settings.browser``) belongs to a consumer.browser.stack_supervisor, which
-the main loop consults before and after each claim and lets do restarts and reboots between
-them, on the supervisor's own thread; failure artifacts are captured per failed browser
-attempt and pruned hourly (consumer.browser.artifact_janitor).
+The browser stack (when ``settings.browser``) belongs to a
+consumer.browser.supervisor.stack_supervisor, which the main loop consults before and after each
+claim and lets do restarts and reboots between them, on the supervisor's own thread; failure
+artifacts are captured per failed browser attempt and pruned hourly
+(consumer.browser.actions.artifact_janitor).
 
 What a consumer is (consumer.config.ConsumerConfig) is fixed before it starts; what it holds
 while it runs (consumer.serving.RunningConsumer) is built in one place once its host is
@@ -46,7 +47,7 @@ from sqlalchemy.engine import Engine
 
 from scrapefleet.common.runtime.lifecycle import Lifecycle
 from scrapefleet.common.settings import Settings
-from scrapefleet.consumer.browser.stack_supervisor import StackSupervisor
+from scrapefleet.consumer.browser.supervisor.stack_supervisor import StackSupervisor
 from scrapefleet.consumer.config import ConsumerConfig
 from scrapefleet.consumer.runner import CaptureFailure, DriverFactory
 from scrapefleet.consumer.serving import RunningConsumer

@@ -26,10 +26,10 @@ from scrapefleet.common.status.document import HOST_STATES, BrowserState
 from scrapefleet.common.store.statuses import HostState
 from scrapefleet.consumer.attempt_endings import AttemptEndings
 from scrapefleet.consumer.attempt_lease import AttemptLease
-from scrapefleet.consumer.browser.stack_supervisor import StackSupervisor
+from scrapefleet.consumer.browser.supervisor.stack_supervisor import StackSupervisor
 from scrapefleet.consumer.config import ConsumerConfig
 from scrapefleet.consumer.in_flight import InFlightAttempts
-from scrapefleet.consumer.running_base import NOT_CLAIMING_STATES, Clock, HostStateView, Wakeup
+from scrapefleet.consumer.running_state import NOT_CLAIMING_STATES, Clock, HostStateView, Wakeup
 from scrapefleet.consumer.status_writer import Snapshot, StatusReporter
 
 # One logger for every part of the running consumer: its lines keep the name they had.

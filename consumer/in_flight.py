@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from scrapefleet.common.http.request_cancel import RequestCanceller
 from scrapefleet.common.store import ClaimedJob
-from scrapefleet.common.store.attempts import AttemptKey
+from scrapefleet.common.store.consuming.attempts import AttemptKey
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ the action, and what the attempt's failure says about the proxy. Pure, no I/O.
 - The leased URL (credentials included) replaces the payload's ``proxy_pool`` in a copy of the
   payload the attempt runs with, never in the job's row: as the browser option ``proxy`` for a
   browser action (the runner applies it, answering the proxy's 407 itself:
-  consumer.browser.job_setup), as the param ``proxy`` for an action whose params have one
+  consumer.browser.actions.job_setup), as the param ``proxy`` for an action whose params have one
   (``http_get``).
 - A failure is the proxy's **block** when the site or the proxy refused this exit address: an
   HTTP status the pool names (403, 429 by default) or the proxy's own 407; it is the proxy's

@@ -17,13 +17,13 @@ A failure carries its class (common.actions.error_classes.classify of what the a
 ``permanent`` one is not retried, a ``rate_limited`` one carries the wait its site asked for.
 
 Browser actions get their driver from ``lease(isolation)``, a context manager (the browser
-stack's session pool plugs its own in: consumer.browser.sessions) held for the action and the
-failure capture; ``driver_factory`` (a new driver per job, quit after it) is the simpler form tests
-use. Inside the lease the job's browser options (its payload's ``browser`` over the host's
-``browser_defaults``) are applied and its requests logged (consumer.browser.job_setup) before
-the action runs; a failure capture finds that log (consumer.browser.network_log).
-``capture_failure`` (optional) saves screenshots and HTML of a failed browser attempt and
-returns their paths.
+stack's session pool plugs its own in: consumer.browser.sessions.session_pool) held for the action
+and the failure capture; ``driver_factory`` (a new driver per job, quit after it) is the simpler
+form tests use. Inside the lease the job's browser options (its payload's ``browser`` over the
+host's ``browser_defaults``) are applied and its requests logged
+(consumer.browser.actions.job_setup) before the action runs; a failure capture finds that log
+(consumer.browser.actions.network_log). ``capture_failure`` (optional) saves screenshots and HTML of
+a failed browser attempt and returns their paths.
 """
 
 from __future__ import annotations
@@ -50,14 +50,18 @@ from scrapefleet.common.errors import StackError, SubmitError, UnknownAction, ti
 from scrapefleet.common.http.session_jar import HttpSession, in_session, stored_jar
 from scrapefleet.common.identities.proxy_pools import PROXY_POOL_KEY, SESSION_KEY
 from scrapefleet.common.store import ClaimedJob
-from scrapefleet.consumer.browser import (  # noqa: F401  (they register the browser actions)
+from scrapefleet.consumer.browser.actions import (  # noqa: F401  (they register the browser actions)
     crawl_browser,
     renderer_deaths,
     selenium_actions,
 )
-from scrapefleet.consumer.browser.block_detection import NO_RULES, BlockRules, blocking_rules
-from scrapefleet.consumer.browser.job_setup import job_browser
-from scrapefleet.consumer.browser.selenium_actions import screenshots_into
+from scrapefleet.consumer.browser.actions.block_detection import (
+    NO_RULES,
+    BlockRules,
+    blocking_rules,
+)
+from scrapefleet.consumer.browser.actions.job_setup import job_browser
+from scrapefleet.consumer.browser.actions.selenium_actions import screenshots_into
 from scrapefleet.consumer.proxy_use import proxy_verdict, scrub, with_leased_proxy
 
 DriverFactory = Callable[[], Any]

@@ -5,7 +5,7 @@ RunningConsumer wires objects named for their job, each given what it needs when
 consumer.claiming.Claimer (claims, the jobs and their outcomes), consumer.attempt_endings
 .AttemptEndings (timeouts, attempts given up, what the database is owed), consumer.heartbeat
 (Heartbeat, AssignmentListener, StatusPublisher), consumer.stopping.Stopper (the drain and the
-stop), and what they share (consumer.running_base: the host state as last learnt, the wakeup
+stop), and what they share (consumer.running_state: the host state as last learnt, the wakeup
 and its inbox). What is in flight is consumer.in_flight's, under its own lock; the side threads
 are started and watched by common.runtime.side_threads. Other threads never call into the main
 loop: the stack supervisor posts its events to the wakeup's inbox, which the main loop drains.
@@ -32,8 +32,8 @@ from scrapefleet.common.runtime.side_threads import SideThreads, ThreadDied
 from scrapefleet.common.store import Registration
 from scrapefleet.consumer.attempt_endings import AttemptEndings
 from scrapefleet.consumer.attempt_lease import AttemptLease
-from scrapefleet.consumer.browser.artifact_janitor import ArtifactJanitor
-from scrapefleet.consumer.browser.stack_supervisor import StackSupervisor
+from scrapefleet.consumer.browser.actions.artifact_janitor import ArtifactJanitor
+from scrapefleet.consumer.browser.supervisor.stack_supervisor import StackSupervisor
 from scrapefleet.consumer.claiming import Claimer, _built_in, time_limit_s
 from scrapefleet.consumer.config import ConsumerConfig
 from scrapefleet.consumer.heartbeat import (
@@ -45,7 +45,7 @@ from scrapefleet.consumer.heartbeat import (
 from scrapefleet.consumer.in_flight import InFlightAttempts
 from scrapefleet.consumer.poll_schedule import PollSchedule
 from scrapefleet.consumer.recorder import OutcomeRecorder
-from scrapefleet.consumer.running_base import (
+from scrapefleet.consumer.running_state import (
     HostStateMoved,
     HostStateView,
     Posted,

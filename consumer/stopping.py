@@ -22,7 +22,7 @@ from scrapefleet.common.runtime.side_threads import SideThreads
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store.statuses import HostState
 from scrapefleet.consumer.attempt_endings import AttemptEndings
-from scrapefleet.consumer.browser.stack_supervisor import StackSupervisor
+from scrapefleet.consumer.browser.supervisor.stack_supervisor import StackSupervisor
 from scrapefleet.consumer.heartbeat import DB_RETRY_MAX_S
 from scrapefleet.consumer.in_flight import InFlightAttempts
 from scrapefleet.consumer.recorder import OutcomeRecorder

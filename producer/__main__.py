@@ -21,7 +21,7 @@ from scrapefleet.common.errors import DatabaseUnavailable, SettingsError
 from scrapefleet.common.runtime.lifecycle import StopSignals
 from scrapefleet.common.runtime.logging_setup import configure_logging
 from scrapefleet.common.settings import load_settings
-from scrapefleet.producer.assigner import Producer
+from scrapefleet.producer.producer_daemon import Producer
 
 PROG = "scrapefleet-producer"
 

@@ -3,11 +3,11 @@
 Two kinds of cycle, run one at a time (``_cycle_lock``): a full cycle, every
 ``producer_interval_s``, probes the hosts, records the results and the host-state changes,
 rescues stale jobs, then assigns; a wake cycle assigns only, with the probe results of the last
-full cycle (producer.recent_probes). A standby tries the lock at the interval only. A cycle
+full cycle (producer.probes.recent_probes). A standby tries the lock at the interval only. A cycle
 never raises for a database that went away: its report says so and the next one reconnects.
 
-Apart from the daemon (producer.assigner), which decides when a cycle runs, and from the
-assignment step (producer.assignment_step), which is the part every cycle shares.
+Apart from the daemon (producer.producer_daemon), which decides when a cycle runs, and from the
+assignment step (producer.assigning.assignment_step), which is the part every cycle shares.
 """
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ from scrapefleet.common.runtime import metrics
 from scrapefleet.common.runtime.logging_setup import fields
 from scrapefleet.common.status.document import HostStatus
 from scrapefleet.common.store.statuses import HostState
-from scrapefleet.producer.host_health import record_fleet_health
-from scrapefleet.producer.planner import host_kinds
-from scrapefleet.producer.probing import probe_target
-from scrapefleet.producer.producer_base import ProducerBase
-from scrapefleet.producer.recent_probes import Probed
+from scrapefleet.producer.assigning.planner import host_kinds
+from scrapefleet.producer.probes.probe_writes import record_fleet_health
+from scrapefleet.producer.probes.recent_probes import Probed
+from scrapefleet.producer.probes.routing_probe import probe_target
+from scrapefleet.producer.producer_state import ProducerBase
 
 # One logger for every part of the producer: its lines keep the name they had.
-log = logging.getLogger("scrapefleet.producer.assigner")
+log = logging.getLogger("scrapefleet.producer.producer_daemon")
 
 
 @dataclass(frozen=True)

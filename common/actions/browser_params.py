@@ -53,7 +53,7 @@ class ScreenshotParams(BaseModel):
 def _runs_on_a_consumer(_driver: Any, _params: BaseModel) -> dict[str, Any]:
     raise ScrapefleetError(
         "browser actions run in scrapefleet.consumer"
-        " (import scrapefleet.consumer.browser.selenium_actions)"
+        " (import scrapefleet.consumer.browser.actions.selenium_actions)"
     )
 
 

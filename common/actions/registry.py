@@ -251,7 +251,7 @@ PRIORITY_MIN, PRIORITY_MAX = -1_000_000, 1_000_000
 MAX_ATTEMPTS_LIMIT = 100
 ENTRY_POINT_GROUP = "scrapefleet.actions"  # installed packages' actions (load_user_actions)
 # The browser actions' params are declared in the library; their Selenium implementations are
-# registered when the consumer imports scrapefleet.consumer.browser.selenium_actions.
+# registered when the consumer imports scrapefleet.consumer.browser.actions.selenium_actions.
 BUILTIN_MODULES = (
     "scrapefleet.common.actions.builtin",
     "scrapefleet.common.crawl.action",

@@ -13,7 +13,7 @@ of four levels, each giving the job more of the browser fresh, at a higher price
   a job of another level a fresh user context. Refused at submit together with browser options
   or a profile (they are set per job; a shared context would carry them to the next job);
 - ``"cleared"`` (the default): the slot's warm user context and tab, cleared after every job
-  (consumer.browser.context_clearing): every cookie, and the localStorage, sessionStorage,
+  (consumer.browser.sessions.context_clearing): every cookie, and the localStorage, sessionStorage,
   IndexedDB, Cache Storage and service workers of the origin the job's pages were on. The HTTP cache
   and the site's renderer stay, as in one browser visiting many pages: a page that shares its
   CSS and scripts with the last one does not fetch them again. A job whose pages went to
@@ -27,8 +27,9 @@ of four levels, each giving the job more of the browser fresh, at a higher price
 
 A job asks with the payload key ``isolation``; an action with ``register(..., isolation=)``.
 A job's browser options (payload key ``browser``: a proxy, a user agent, a locale...) never
-need ``"session"``: Chromium takes each of them per user context (consumer.browser.job_setup).
-A persistent profile's job runs in a browser of its own whatever it asks.
+need ``"session"``: Chromium takes each of them per user context
+(consumer.browser.actions.job_setup). A persistent profile's job runs in a browser of its own
+whatever it asks.
 """
 
 from __future__ import annotations

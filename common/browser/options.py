@@ -6,8 +6,8 @@
      "block": ["images", "fonts"]}}
 
 Every browser action takes it, built-in or user-defined: the runner applies it to the job's
-browser before the action runs (scrapefleet.consumer.browser.job_setup), so an action never sees
-it. The host's ``browser_*`` settings are defaults; each option the job sets wins, and its
+browser before the action runs (scrapefleet.consumer.browser.actions.job_setup), so an action never
+sees it. The host's ``browser_*`` settings are defaults; each option the job sets wins, and its
 ``headers`` are merged over the host's by name.
 
 Pure and free of Selenium, so that ``submit`` refuses bad options (the field named, nothing

@@ -381,9 +381,10 @@ def robots_filter(robots: RobotsRules, user_agent: str, page_url: str) -> Callab
 def _runs_on_a_consumer(_driver: Any, _params: BaseModel) -> dict[str, Any]:
     raise ScrapefleetError(
         "crawl_browser runs in scrapefleet.consumer"
-        " (import scrapefleet.consumer.browser.crawl_browser)"
+        " (import scrapefleet.consumer.browser.actions.crawl_browser)"
     )
 
 
-# Declared here so that submit and spawn validate it; consumer.browser.crawl_browser runs it.
+# Declared here so that submit and spawn validate it; consumer.browser.actions.crawl_browser runs
+# it.
 register(BROWSER_CRAWL_KIND, BrowserCrawlParams, needs_browser=True)(_runs_on_a_consumer)

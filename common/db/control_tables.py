@@ -86,8 +86,9 @@ rate_keys = sa.Table(
 
 # ---------------------------------------------------------------- migration 0023: live controls
 
-# One row per rate key, kind or crawl an operator paused or limited live (common.store.controls);
-# the producer reads it every cycle. A row that neither pauses nor limits is deleted.
+# One row per rate key, kind or crawl an operator paused or limited live
+# (common.store.operating.controls); the producer reads it every cycle. A row that neither pauses
+# nor limits is deleted.
 live_controls = sa.Table(
     "live_controls",
     metadata,

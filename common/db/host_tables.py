@@ -41,7 +41,8 @@ hosts = sa.Table(
     sa.Column("browser_state", sa.Text),
     sa.Column("browser_reason", sa.Text),
     sa.Column("browser_retry_at", TS),
-    # Browser jobs it takes at once now, and why fewer than its capacity (consumer.browser.load).
+    # Browser jobs it takes at once now, and why fewer than its capacity
+    # (consumer.browser.supervisor.load_rules).
     sa.Column("browser_limit", sa.Integer),
     sa.Column("browser_limit_reason", sa.Text),
     # The action kinds its consumer runs, kind -> version (common.status.document); NULL: any.

@@ -16,7 +16,8 @@ from scrapefleet.common.db.schema_base import TS, metadata
 
 # One row per recurring submission: its cron in a time zone, the validated jobs it submits at
 # each slot, and the next slot, which the firing producer moves forward in the same conditional
-# UPDATE that claims the slot (common.store.schedules). Written by the CLI and the producer.
+# UPDATE that claims the slot (common.store.operating.schedules). Written by the CLI and the
+# producer.
 schedule_defs = sa.Table(
     "schedule_defs",
     metadata,

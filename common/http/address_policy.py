@@ -1,6 +1,6 @@
 """Which addresses a request may go to: pure functions over ``ipaddress`` values, shared by
 every place the fleet connects where someone else picked the address (the producer's webhooks,
-producer/egress.py under ``webhook_allow_networks``; the consumers' HTTP jobs,
+producer/webhooks/webhook_egress.py under ``webhook_allow_networks``; the consumers' HTTP jobs,
 common/http/job_egress.py under ``http_allow_networks``), and by the settings' own check of
 those two lists (``parse_networks``).
 
@@ -8,7 +8,7 @@ A job's submitter picks its callback_url and its page's URL, and a page picks wh
 redirects, so without a policy a fleet daemon would connect wherever it is told: its own loopback
 services (the database, a Selenium Grid), the cloud metadata endpoint (169.254.169.254), the
 private network it sits in. The caller resolves the name, checks every address it resolves to
-with these functions, and connects to a checked address (producer/webhook_http.py,
+with these functions, and connects to a checked address (producer/webhooks/webhook_http.py,
 common/http/pooling_transport.py), so a second DNS answer cannot switch it afterwards.
 Internal ranges are refused unless an operator lists them in the caller's allow setting.
 

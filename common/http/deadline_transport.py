@@ -6,7 +6,7 @@ of a deadline (a ``time.monotonic()`` value) that a callable returns: a fixed on
 POST, the current request's for a pooled connection (which outlives any one request).
 
 Used by the ``http_get`` client's transport (common.http.pooling_transport) and the webhook sender
-(producer.webhook_http).
+(producer.webhooks.webhook_http).
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ A job asks for a pool (payload key ``proxy_pool``, or its action's ``register(..
 proxy_pool=)``), never for a proxy URL with its password: the producer leases it a proxy of the
 pool as it assigns the job (the least recently used ready one under the pool's per-proxy cap),
 and the consumer reads that one proxy's credentials for that one attempt
-(common.store.proxies). A block charges the proxy, not the job: it cools down, with a back-off
-that grows with its consecutive blocks, and a proxy blocked ``ban_blocks`` times within
+(common.store.identity_pools.proxies). A block charges the proxy, not the job: it cools down, with a
+back-off that grows with its consecutive blocks, and a proxy blocked ``ban_blocks`` times within
 ``ban_window_s`` is banned for ``ban_s`` (or until an operator resets it).
 
 Pure and free of I/O: the CLI and submit refuse bad input here, naming the field, before

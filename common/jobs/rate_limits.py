@@ -6,7 +6,7 @@ at most ``concurrency`` jobs queued or running fleet-wide and at most ``per_minu
 started in the trailing minute. A key the site pushes back on (a rate-limited or blocked
 attempt) is slowed: its limits scaled down by a factor that halves per push-back and recovers a
 step per success, and paused until a Retry-After passed. These are plain values and pure
-functions; the producer (producer.rate_budget) applies them, the store keeps the state.
+functions; the producer (producer.assigning.rate_budget) applies them, the store keeps the state.
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 A schedule is a cron expression in a time zone, or an interval counted from the schedule's
 creation, and the jobs to submit at each of its periods (a *slot*: the cron time itself, or
 creation + k intervals; timezone-aware). The leading producer fires due schedules
-(producer.schedule_firing); the database keeps each slot to one run (common.store.schedules). Here,
-pure functions only: parsing the cron and the zone, the slots after a time, and the plan of
-one fire from the stored next slot and the time now.
+(producer.background.schedule_firing); the database keeps each slot to one run
+(common.store.operating.schedules). Here, pure functions only: parsing the cron and the zone, the
+slots after a time, and the plan of one fire from the stored next slot and the time now.
 
 After downtime several slots may have passed. ``catch_up``:
 

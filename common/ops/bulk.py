@@ -11,7 +11,7 @@ import enum
 from collections.abc import Iterable, Mapping, Sequence
 
 from scrapefleet.common.constants import BULK_CONFIRM_OVER_JOBS
-from scrapefleet.common.store.operator import CANCEL_SOURCES, retry_sources
+from scrapefleet.common.store.operating.job_commands import CANCEL_SOURCES, retry_sources
 from scrapefleet.common.store.records import JobFilter
 from scrapefleet.common.store.statuses import JobStatus
 

@@ -25,19 +25,19 @@ from scrapefleet.common.errors import (
     SubmitError,
 )
 from scrapefleet.common.ops.cli_context import CliContext, echo, fail, pass_ctx
-from scrapefleet.common.ops.controls_command import controls
-from scrapefleet.common.ops.crawl_command import crawl, crawls
-from scrapefleet.common.ops.db_grant_command import db_grant
-from scrapefleet.common.ops.jobs_command import jobs, results
+from scrapefleet.common.ops.commands.controls_command import controls
+from scrapefleet.common.ops.commands.crawl_command import crawl, crawls
+from scrapefleet.common.ops.commands.db_grant_command import db_grant
+from scrapefleet.common.ops.commands.jobs_command import jobs, results
+from scrapefleet.common.ops.commands.profiles_command import profiles
+from scrapefleet.common.ops.commands.proxies_command import proxies
+from scrapefleet.common.ops.commands.rate_limits_command import rate_limits
+from scrapefleet.common.ops.commands.schedules_command import schedules
+from scrapefleet.common.ops.commands.try_command import try_command
 from scrapefleet.common.ops.one_line_errors import one_line_errors
-from scrapefleet.common.ops.profiles_command import profiles
-from scrapefleet.common.ops.proxies_command import proxies
-from scrapefleet.common.ops.rate_limits_command import rate_limits
 from scrapefleet.common.ops.results_out import (
     jsonl_lines,
 )
-from scrapefleet.common.ops.schedules_command import schedules
-from scrapefleet.common.ops.try_command import try_command
 
 # The database layer, pydantic and the settings are imported inside the commands that use them:
 # `scrapefleet --help` needs none of them (tests/unit/test_store_statuses.py checks it).
@@ -251,7 +251,7 @@ def hosts_check(ctx: CliContext, name: str) -> None:
     failed (exit 1). Changes nothing in the database."""
     from scrapefleet.common.db import engines as database
     from scrapefleet.common.reads import queries
-    from scrapefleet.producer.probing import RoutingProbe, probe_target
+    from scrapefleet.producer.probes.routing_probe import RoutingProbe, probe_target
 
     # The probe logs a failure as a warning; here the reason is printed once, below.
     for noisy in ("scrapefleet.producer", "paramiko"):

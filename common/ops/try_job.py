@@ -3,8 +3,8 @@
 
 The job runs through the consumer's own runner (consumer.runner.run_job: the same validation,
 browser options, block detection and error classes as on a host), within its action's time
-limit. A browser action gets a headless Chromium of its own (consumer.browser.headless), started
-for this job and quit after it; whatever the job ended with, its page's screenshot and HTML
+limit. A browser action gets a headless Chromium of its own (consumer.browser.stack.headless),
+started for this job and quit after it; whatever the job ended with, its page's screenshot and HTML
 and every request the page made are saved in the output folder, with the traceback of a
 failure beside them.
 """
@@ -24,11 +24,11 @@ from scrapefleet.common.actions.registry import get_action
 from scrapefleet.common.browser.isolation import Isolation
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import ClaimedJob, NewJob
-from scrapefleet.consumer.browser.artifacts import capture_page
-from scrapefleet.consumer.browser.block_detection import BlockRules
-from scrapefleet.consumer.browser.headless import start_local_chrome
-from scrapefleet.consumer.browser.job_setup import host_defaults
-from scrapefleet.consumer.browser.network_log import recording
+from scrapefleet.consumer.browser.actions.artifacts import capture_page
+from scrapefleet.consumer.browser.actions.block_detection import BlockRules
+from scrapefleet.consumer.browser.actions.job_setup import host_defaults
+from scrapefleet.consumer.browser.actions.network_log import recording
+from scrapefleet.consumer.browser.stack.headless import start_local_chrome
 from scrapefleet.consumer.runner import DriverLease, Outcome, run_job
 
 TRY_JOB_ID = 0  # no row anywhere: the job exists only in this process

@@ -1,5 +1,5 @@
 """The live controls as `scrapefleet controls` lists them, and their audited changes. Reads
-only (common.store.controls changes them)."""
+only (common.store.operating.controls changes them)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@
     pool 'residential': 62% of its leases blocked in the last hour (31 of 50)
 
 The producer leases a pool's job a proxy only while one is ready (not disabled, banned or
-cooling down) and under its pool's per-proxy cap (producer.proxy_rules); `jobs show`, the
+cooling down) and under its pool's per-proxy cap (producer.assigning.proxy_rules); `jobs show`, the
 dashboard's job page and `status` say so in one line (common.identities.pool_wait_reason).
 """
 

@@ -1,7 +1,7 @@
 """Is a producer assigning, and since when not? Read from the producers' own rows.
 
-Each producer writes its row in ``producers`` (scrapefleet.common.store.fleet): the leader at
-every full cycle, a standby at every try for the lock. A producer that dies writes nothing, so
+Each producer writes its row in ``producers`` (scrapefleet.common.store.producing.fleet): the leader
+at every full cycle, a standby at every try for the lock. A producer that dies writes nothing, so
 the readers (``scrapefleet status``, the dashboard, the metrics) judge it by how old its row
 is: stale after max(PRODUCER_STALE_INTERVALS x its own interval, PRODUCER_STALE_MIN_S), the
 interval as the producer recorded it, not the reader's setting. A fleet where no producer ever
@@ -23,7 +23,7 @@ from sqlalchemy.engine import Connection
 
 from scrapefleet.common.constants import PRODUCER_STALE_INTERVALS, PRODUCER_STALE_MIN_S
 from scrapefleet.common.reads import queries
-from scrapefleet.common.store.fleet import ProducerRole
+from scrapefleet.common.store.producing.fleet import ProducerRole
 from scrapefleet.common.store.sql_text import statement
 
 NO_SECRET = "not sent: no webhook_secret configured"

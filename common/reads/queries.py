@@ -108,8 +108,8 @@ ORDER BY id
 """
 )
 JOB_STATUSES_SQL = statement("SELECT id, status FROM jobs WHERE id = ANY(:ids)")
-# The operator's filter is common.store.operator.JOB_FILTER_SQL word for word (a test checks):
-# what a retry or cancel would move.
+# The operator's filter is common.store.operating.job_commands.JOB_FILTER_SQL word for word (a test
+# checks): what a retry or cancel would move.
 JOBS_MATCHING_BY_STATUS_SQL = statement(
     """
 SELECT status, count(*) AS n

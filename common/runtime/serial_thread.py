@@ -1,9 +1,9 @@
 """One thread that carries out, in order, the work any other thread posts to it.
 
-The browser stack's supervisor (consumer.browser.stack_supervisor) owns its stacks and pools through
-one: the main loop, the job threads, the heartbeat and the supervisor's own helpers only post
-events, so that no two starts, stops or pool switches ever run at once, and the fields they
-replace have one writer.
+The browser stack's supervisor (consumer.browser.supervisor.stack_supervisor) owns its stacks and
+pools through one: the main loop, the job threads, the heartbeat and the supervisor's own helpers
+only post events, so that no two starts, stops or pool switches ever run at once, and the fields
+they replace have one writer.
 
 A poster may wait for its work (``wait=True``: it sees the work's exception, as if it had run
 the work itself) or not (a helper thread's answer, a browser to kill). Before ``start`` and

@@ -85,7 +85,7 @@ class BrowserSettings(BaseModel):
         ),
     )
 
-    # Browser stack: consumer/browser/stack.py, selenium_actions.py, artifacts.py.
+    # Browser stack: consumer/browser/stack/browser_stack.py, selenium_actions.py, artifacts.py.
     # Defaults are Debian's paths; the jar is searched in <repo>/.ci/node and /opt/scrapefleet.
     grid_jar: Path | None = Field(
         default=None, description="Selenium Server 4 jar; unset -> search the usual places"
@@ -126,7 +126,7 @@ class BrowserSettings(BaseModel):
     browser_agent_socket: Path | None = Field(
         default=None,
         description="with browser_user: the browser agent's socket, which starts and ends the"
-        " stack as that user (consumer.browser.browser_agent), so the consumer needs no"
+        " stack as that user (consumer.browser.agent.browser_agent), so the consumer needs no"
         " capability; unset -> the consumer switches users itself (needs root or CAP_SETUID)",
     )
     chromium_sandbox: bool | None = Field(

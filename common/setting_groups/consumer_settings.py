@@ -84,8 +84,8 @@ class ConsumerSettings(BaseModel):
             "before sends it back to pending without using an attempt"
         ),
     )
-    # How fetch_page and screenshot know a block page (consumer.browser.block_detection); any one
-    # match is a block.
+    # How fetch_page and screenshot know a block page (consumer.browser.actions.block_detection);
+    # any one match is a block.
     block_statuses: Annotated[list[int], NoDecode] = Field(
         default_factory=list,
         description=(

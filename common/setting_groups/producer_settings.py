@@ -152,7 +152,7 @@ class ProducerSettings(BaseModel):
         default=1000, ge=1, le=100_000, description="rows moved per transaction"
     )
 
-    # SSH probe: producer/ssh_probe.py. Fleet-wide defaults; a host's own row overrides
+    # SSH probe: producer/probes/ssh_probe.py. Fleet-wide defaults; a host's own row overrides
     # user, key file and known_hosts.
     ssh_user: str = Field(default="scrapefleet", description="service user on consumer hosts")
     ssh_key_file: Path | None = Field(default=None, description="producer's private key")

@@ -90,8 +90,8 @@ class HostStatus:
     # timeout, stopped, rescued): counted in ``running`` too. None from an older consumer.
     stuck: int | None = None
     # Browser jobs the host takes at once now: its capacity, or fewer while it is short of CPU
-    # or memory or its Grid answers late (consumer.browser.load), and why in one line. None
-    # from an older consumer (the producer then counts on the capacity).
+    # or memory or its Grid answers late (consumer.browser.supervisor.load_rules), and why in one
+    # line. None from an older consumer (the producer then counts on the capacity).
     browser_limit: int | None = None
     browser_limit_reason: str | None = None
     # The action kinds this consumer can run, each with the version of the package providing

@@ -1,9 +1,10 @@
 """hosts.browser_limit / browser_limit_reason: how many browser jobs a host takes at once now.
 
 A consumer short of CPU or memory, or whose Grid answers late, takes fewer browser jobs than its
-capacity (consumer.browser.load) and says so in its status document; the producer stores what
-it reads here at each probe, and ``host_load`` shows it to an operator: the limit, and one line
-saying why it is below the capacity (NULL when it is not, or from a consumer that predates it).
+capacity (consumer.browser.supervisor.load_rules) and says so in its status document; the producer
+stores what it reads here at each probe, and ``host_load`` shows it to an operator: the limit, and
+one line saying why it is below the capacity (NULL when it is not, or from a consumer that predates
+it).
 
 Revision ID: 0015
 Revises: 0014

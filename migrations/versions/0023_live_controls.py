@@ -29,7 +29,7 @@ branch_labels = None
 depends_on = None
 
 TS = sa.DateTime(timezone=True)
-SCOPES = ("rate_key", "kind", "crawl")  # common.store.controls.Scope
+SCOPES = ("rate_key", "kind", "crawl")  # common.store.operating.controls.Scope
 CHANGES = ("pause", "resume", "limit", "unlimit")
 NAME_MAX_CHARS = 200
 

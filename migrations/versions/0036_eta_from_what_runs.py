@@ -79,7 +79,7 @@ WITH RECURSIVE counts AS (
     FROM pending_kinds k WHERE k.kind IS NOT NULL
 ), reasons AS (
     -- Pending jobs that wait on something only an operator or a host can change (what
-    -- common.store.assignment leaves out of every pending read), with why.
+    -- common.store.producing.assignment leaves out of every pending read), with why.
     SELECT (SELECT count(*) FROM jobs j WHERE j.status = 'pending' AND j.rate_key = p.name)
                AS jobs,
            format('of rate key %L paused by an operator', p.name) AS why

@@ -5,7 +5,7 @@ keeps up to a hundred POSTs in flight: without its size, taking a hundred due ro
 800 MiB in the producer before the first POST ended. The column is generated from the payload
 (its JSON text's bytes, what the POST sends, give or take the key order), so no path that
 writes a payload can get it wrong, and the sender takes due rows only while their sizes fit
-what its memory budget has left (common.store.webhooks).
+what its memory budget has left (common.store.producing.webhook_deliveries).
 
 Adding a stored generated column rewrites the table once: the deliveries' rows, which the
 retention sweep keeps few.

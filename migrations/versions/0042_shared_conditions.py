@@ -5,8 +5,8 @@
   tell: retry time passed, lock key free (no job in flight holds it, no ended attempt may
   still run with it), a profile of their pool free and usable, a proxy of their pool able to
   take them. What an operator paused and the rate limits are the statements' own conditions
-  (they come as parameters). The producer's pending reads (common.store.assignment,
-  common.store.tight_budgets) select from it, ``FOR UPDATE SKIP LOCKED`` included:
+  (they come as parameters). The producer's pending reads (common.store.producing.assignment,
+  common.store.producing.tight_budgets) select from it, ``FOR UPDATE SKIP LOCKED`` included:
   PostgreSQL expands a simple view into the statement, locks the rows of ``jobs`` under it,
   and plans the whole on the pending jobs' partial indexes as before.
 - ``jobs_with_archive`` (view): the columns of a job's result, of ``jobs`` and of
@@ -62,7 +62,7 @@ WHERE status = 'pending'
     AND lingering.lingering_until > now()))
   -- The same for profiles: a job of a pool waits, unread, while every profile of its pool is
   -- held by a job, cooling down, or bound to a host that is not active
-  -- (producer.profile_rules decides again, with the planner's clock).
+  -- (producer.assigning.profile_rules decides again, with the planner's clock).
   AND (profile_pool IS NULL OR EXISTS (
     SELECT 1 FROM unnest(jobs.profile_pool) AS pool(name)
     WHERE NOT EXISTS (SELECT 1 FROM jobs AS held WHERE held.profile = pool.name
@@ -73,7 +73,7 @@ WHERE status = 'pending'
         OR (pr.host IS NOT NULL AND bound.state IS DISTINCT FROM 'active')))))
   -- The same for proxy pools: a job of a pool waits, unread, while no proxy of its pool can
   -- take it: every one disabled, banned, cooling down or at its pool's per-proxy cap
-  -- (producer.proxy_rules decides again, with the planner's clock).
+  -- (producer.assigning.proxy_rules decides again, with the planner's clock).
   AND (proxy_pool IS NULL OR EXISTS (
     SELECT 1 FROM proxies AS px JOIN proxy_pools AS pp ON pp.name = px.pool
     WHERE px.pool = jobs.proxy_pool AND px.state <> 'disabled'

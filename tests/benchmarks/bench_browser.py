@@ -47,9 +47,9 @@ from scrapefleet.common.db.engines import libpq_url, make_engine, sqlalchemy_url
 from scrapefleet.common.db.migrate import upgrade
 from scrapefleet.common.settings import Settings, load_settings
 from scrapefleet.common.store import NewJob
-from scrapefleet.consumer.browser.driver_sessions import quit_driver
-from scrapefleet.consumer.browser.selenium_actions import FetchPageParams, fetch_page
-from scrapefleet.consumer.browser.stack import BrowserStack
+from scrapefleet.consumer.browser.actions.selenium_actions import FetchPageParams, fetch_page
+from scrapefleet.consumer.browser.sessions.session_operations import quit_driver
+from scrapefleet.consumer.browser.stack.browser_stack import BrowserStack
 from scrapefleet.consumer.daemon import Consumer
 from tests.browser.site import LocalSite
 

@@ -26,16 +26,16 @@ from pathlib import Path
 
 import psutil
 
-from scrapefleet.consumer.browser import stack_driver
-from scrapefleet.consumer.browser.driver_sessions import (
+from scrapefleet.consumer.browser.actions.selenium_actions import FetchPageParams, fetch_page
+from scrapefleet.consumer.browser.sessions.session_operations import (
     close_context,
     open_context,
     quit_driver,
     tune_bidi,
 )
-from scrapefleet.consumer.browser.selenium_actions import FetchPageParams, fetch_page
-from scrapefleet.consumer.browser.sessions import SessionPool
-from scrapefleet.consumer.browser.stack import BrowserStack
+from scrapefleet.consumer.browser.sessions.session_pool import SessionPool
+from scrapefleet.consumer.browser.stack import grid_driver as stack_driver
+from scrapefleet.consumer.browser.stack.browser_stack import BrowserStack
 from tests.benchmarks.bench_browser import pages, settings_for
 from tests.benchmarks.doc_site import DocSite
 from tests.benchmarks.round_trips import counted_round_trips

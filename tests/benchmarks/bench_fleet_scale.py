@@ -36,8 +36,8 @@ from scrapefleet.common.errors import ProbeError
 from scrapefleet.common.settings import load_settings
 from scrapefleet.common.status.document import HostStatus, write_status
 from scrapefleet.common.store import HostSpec
-from scrapefleet.producer.assigner import Producer
-from scrapefleet.producer.probe import HostTarget, LocalProbe
+from scrapefleet.producer.probes.local_probe import HostTarget, LocalProbe
+from scrapefleet.producer.producer_daemon import Producer
 from tests.host_status_factory import status_for
 from tests.throwaway_db import throwaway_database
 

@@ -26,7 +26,7 @@ from scrapefleet.common import store
 from scrapefleet.common.api import validate_job
 from scrapefleet.common.db.engines import make_engine
 from scrapefleet.common.identities.proxy_pools import parse_proxy
-from scrapefleet.producer.assigner import Producer
+from scrapefleet.producer.producer_daemon import Producer
 from tests.integration.producer_helpers import (
     add_hosts,
     producer_settings,

@@ -65,9 +65,9 @@ from scrapefleet.common import store
 from scrapefleet.common.browser import isolation as browser_isolation
 from scrapefleet.common.settings import Settings, setting_default
 from scrapefleet.common.store import NewJob
-from scrapefleet.consumer.browser import stack as browser_stack
-from scrapefleet.consumer.browser.stack_driver import CHROME_ARGS
-from scrapefleet.consumer.browser.stack_processes import pss_bytes
+from scrapefleet.consumer.browser.stack import browser_stack
+from scrapefleet.consumer.browser.stack.grid_driver import CHROME_ARGS
+from scrapefleet.consumer.browser.stack.processes import pss_bytes
 from scrapefleet.consumer.daemon import Consumer
 from tests.benchmarks.bench_browser import FIRST_JOBS, MB, Run, bench_database, settings_for
 from tests.benchmarks.bench_contexts import kind_of

@@ -33,7 +33,7 @@ import psutil
 
 from scrapefleet.common.status.answer import status_answer_command
 from scrapefleet.common.status.document import HostStatus, status_path, write_status
-from scrapefleet.producer.ssh_probe import SSHProbe
+from scrapefleet.producer.probes.ssh_probe import SSHProbe
 from tests.benchmarks.cpu_use import tree_cpu_s
 from tests.fleet.harness import Fleet, FleetHost
 from tests.host_status_factory import status_for

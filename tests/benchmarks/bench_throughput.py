@@ -34,8 +34,8 @@ from scrapefleet.common.local.local_fleet import LocalFleet
 from scrapefleet.common.settings import load_settings
 from scrapefleet.common.status.document import write_status
 from scrapefleet.common.store import HostSpec, NewJob
-from scrapefleet.producer.assigner import Producer
-from scrapefleet.producer.probe import LocalProbe
+from scrapefleet.producer.probes.local_probe import LocalProbe
+from scrapefleet.producer.producer_daemon import Producer
 from tests.benchmarks.cpu_use import CpuMeter, describe, per_job_ms, postgres_processes, these
 from tests.host_status_factory import status_for
 from tests.throwaway_db import throwaway_database

@@ -1,8 +1,8 @@
 """Counting a browser job's round trips through the Grid: every classic WebDriver command
 (Selenium's ``RemoteConnection.execute``) and every BiDi command on a session's websocket
 (``WebSocketConnection._round_trip``, which both Selenium's typed modules and our raw
-``consumer.browser.bidi.command`` go through), by name, while the block runs. Events the browser
-sends unasked are not round trips and are not counted."""
+``consumer.browser.sessions.bidi.command`` go through), by name, while the block runs. Events the
+browser sends unasked are not round trips and are not counted."""
 
 from __future__ import annotations
 

@@ -56,7 +56,7 @@ from scrapefleet.common import store
 from scrapefleet.common.db.migrate import upgrade
 from scrapefleet.common.local.local_fleet import LocalFleet
 from scrapefleet.common.store import HostSpec, NewJob
-from scrapefleet.consumer.browser.stack_processes import WORK_DIR_ENV
+from scrapefleet.consumer.browser.stack.processes import WORK_DIR_ENV
 from tests.integration.request_log_site import RequestLog, request_log_site
 
 PG_VERSION = "15"

@@ -1,4 +1,4 @@
-"""A real browser agent process (consumer.browser.browser_agent) for a test, as a given user.
+"""A real browser agent process (consumer.browser.agent.browser_agent) for a test, as a given user.
 
 The agent runs as the browser's user, who cannot run this checkout's virtualenv Python when it
 lives under /root (0700): then the machine's own Python of the same version is used, with the
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tests.waiting import scaled, wait_for
 
-AGENT_MODULE = "scrapefleet.consumer.browser.browser_agent"
+AGENT_MODULE = "scrapefleet.consumer.browser.agent.browser_agent"
 SYSTEM_PYTHON = Path(f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}")
 
 

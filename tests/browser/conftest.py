@@ -16,8 +16,8 @@ from selenium.webdriver.remote.webdriver import WebDriver
 
 from scrapefleet.common.errors import StackError
 from scrapefleet.common.settings import Settings, load_settings
-from scrapefleet.consumer.browser.stack import BrowserStack, StackWebDriver
-from scrapefleet.consumer.browser.stack_host import find_grid_jar
+from scrapefleet.consumer.browser.stack.browser_stack import BrowserStack, StackWebDriver
+from scrapefleet.consumer.browser.stack.host_needs import find_grid_jar
 from tests.browser.site import LocalSite
 from tests.waiting import scaled
 

@@ -24,8 +24,8 @@ from scrapefleet.common.actions.registry import register
 from scrapefleet.common.db.engines import make_engine
 from scrapefleet.common.settings import Settings, load_settings
 from scrapefleet.common.store import NewJob
-from scrapefleet.consumer.browser.selenium_actions import navigate
-from scrapefleet.consumer.browser.stack_processes import is_gone
+from scrapefleet.consumer.browser.actions.selenium_actions import navigate
+from scrapefleet.consumer.browser.stack.processes import is_gone
 from scrapefleet.consumer.daemon import Consumer
 from tests.browser.conftest import stack_settings
 

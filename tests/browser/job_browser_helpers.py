@@ -12,9 +12,9 @@ import pytest
 
 from scrapefleet.common.browser.options import NO_OPTIONS, BrowserOptions
 from scrapefleet.common.store import ClaimedJob
-from scrapefleet.consumer.browser.artifacts import capture_into
-from scrapefleet.consumer.browser.sessions import SessionPool
-from scrapefleet.consumer.browser.stack import BrowserStack
+from scrapefleet.consumer.browser.actions.artifacts import capture_into
+from scrapefleet.consumer.browser.sessions.session_pool import SessionPool
+from scrapefleet.consumer.browser.stack.browser_stack import BrowserStack
 from scrapefleet.consumer.runner import Outcome, run_job
 from tests.browser.evidence_site import EvidenceSite
 

@@ -12,7 +12,7 @@ from selenium.webdriver.remote.command import Command
 
 from scrapefleet.common.actions.registry import get_action
 from scrapefleet.common.errors import SubmitError
-from scrapefleet.consumer.browser.selenium_actions import (
+from scrapefleet.consumer.browser.actions.selenium_actions import (
     ActionError,
     FetchPageParams,
     HttpError,
@@ -24,7 +24,7 @@ from scrapefleet.consumer.browser.selenium_actions import (
     navigate,
     screenshot,
 )
-from scrapefleet.consumer.browser.stack import BrowserStack, StackWebDriver
+from scrapefleet.consumer.browser.stack.browser_stack import BrowserStack, StackWebDriver
 from tests.browser.site import LINKS, LocalSite
 from tests.waiting import scaled
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from scrapefleet.consumer.browser.artifacts import capture_failure, prune_artifacts
-from scrapefleet.consumer.browser.stack import BrowserStack, StackWebDriver
+from scrapefleet.consumer.browser.actions.artifacts import capture_failure, prune_artifacts
+from scrapefleet.consumer.browser.stack.browser_stack import BrowserStack, StackWebDriver
 from tests.browser.site import LocalSite
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(60)]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from scrapefleet.common.browser.options import BrowserOptions
-from scrapefleet.consumer.browser.sessions import SessionPool
+from scrapefleet.consumer.browser.sessions.session_pool import SessionPool
 from tests.browser.evidence_site import EvidenceSite
 from tests.browser.job_browser_helpers import evidence_site, job_pool, run  # noqa: F401
 from tests.browser.recording_proxy import RecordingProxy

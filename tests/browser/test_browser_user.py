@@ -23,12 +23,12 @@ import pytest
 
 from scrapefleet.common.errors import StackError
 from scrapefleet.common.settings import Settings
-from scrapefleet.consumer.browser.agent_client import agent_profile_dir
-from scrapefleet.consumer.browser.driver_sessions import quit_driver
-from scrapefleet.consumer.browser.run_as import needs_no_sandbox
-from scrapefleet.consumer.browser.stack import BrowserStack
-from scrapefleet.consumer.browser.stack_host import find_grid_jar
-from scrapefleet.consumer.browser.stack_processes import TOKEN_ENV, WORK_DIR_ENV, is_gone
+from scrapefleet.consumer.browser.agent.agent_client import agent_profile_dir
+from scrapefleet.consumer.browser.sessions.session_operations import quit_driver
+from scrapefleet.consumer.browser.stack.browser_stack import BrowserStack
+from scrapefleet.consumer.browser.stack.host_needs import find_grid_jar
+from scrapefleet.consumer.browser.stack.processes import TOKEN_ENV, WORK_DIR_ENV, is_gone
+from scrapefleet.consumer.browser.stack.run_as import needs_no_sandbox
 from tests.browser.agent_process import running_agent
 from tests.browser.site import LocalSite
 from tests.waiting import scaled, wait_for
@@ -248,7 +248,7 @@ def test_a_profile_directory_is_made_by_the_agent_and_is_the_browser_users(
 HELD_CLIENT = """
 import sys, time
 from pathlib import Path
-from scrapefleet.consumer.browser.stack import BrowserStack
+from scrapefleet.consumer.browser.stack.browser_stack import BrowserStack
 from tests.browser.conftest import stack_settings
 artifacts, agent_socket, work = (Path(arg) for arg in sys.argv[1:4])
 settings = stack_settings(artifacts).model_copy(

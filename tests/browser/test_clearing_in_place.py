@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from scrapefleet.consumer.browser.context_clearing import blank_document
-from scrapefleet.consumer.browser.sessions import SessionPool
-from scrapefleet.consumer.browser.stack import BrowserStack
+from scrapefleet.consumer.browser.sessions.context_clearing import blank_document
+from scrapefleet.consumer.browser.sessions.session_pool import SessionPool
+from scrapefleet.consumer.browser.stack.browser_stack import BrowserStack
 from tests.browser.conftest import grid_session_ids
 from tests.browser.site import LocalSite
 from tests.waiting import wait_for

@@ -17,7 +17,7 @@ from sqlalchemy.engine import Engine
 from scrapefleet.common.actions.registry import register
 from scrapefleet.common.browser.isolation import ISOLATION_VALUES
 from scrapefleet.common.store import NewJob
-from scrapefleet.consumer.browser.selenium_actions import navigate
+from scrapefleet.consumer.browser.actions.selenium_actions import navigate
 from tests.browser.consumer_helpers import (
     consumer_settings,
     consumer_thread,

@@ -15,7 +15,7 @@ from scrapefleet.common.errors import ProbeError
 from scrapefleet.common.settings import load_settings
 from scrapefleet.common.status.document import read_status
 from scrapefleet.common.store import NewJob
-from scrapefleet.consumer.browser.stack_processes import is_gone
+from scrapefleet.consumer.browser.stack.processes import is_gone
 from tests.browser.consumer_helpers import (
     HOST,
     FirstStackChromium,

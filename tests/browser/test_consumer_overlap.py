@@ -14,8 +14,8 @@ import psutil
 import pytest
 from sqlalchemy.engine import Engine
 
-from scrapefleet.consumer.browser.stack import BrowserStack
-from scrapefleet.consumer.browser.stack_processes import is_gone
+from scrapefleet.consumer.browser.stack.browser_stack import BrowserStack
+from scrapefleet.consumer.browser.stack.processes import is_gone
 from scrapefleet.consumer.daemon import Consumer
 from tests.browser.conftest import grid_session_ids
 from tests.browser.consumer_helpers import (

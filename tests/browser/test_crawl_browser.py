@@ -11,9 +11,9 @@ import pytest
 from scrapefleet.common.actions.registry import get_action
 from scrapefleet.common.actions.spawn import Spawned
 from scrapefleet.common.crawl.action import BrowserCrawlParams, CrawlParams, crawl
-from scrapefleet.consumer.browser.crawl_browser import crawl_browser
-from scrapefleet.consumer.browser.selenium_actions import HttpError
-from scrapefleet.consumer.browser.stack import StackWebDriver
+from scrapefleet.consumer.browser.actions.crawl_browser import crawl_browser
+from scrapefleet.consumer.browser.actions.selenium_actions import HttpError
+from scrapefleet.consumer.browser.stack.browser_stack import StackWebDriver
 from tests.e2e.crawl_site import Site, serve_site
 from tests.integration.page_server import serve_pages
 

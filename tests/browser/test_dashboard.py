@@ -28,7 +28,7 @@ from scrapefleet.common.ops.dashboard.app import create_app
 from scrapefleet.common.ops.dashboard.server import DashboardServer
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import NewJob
-from scrapefleet.producer.assigner import Producer
+from scrapefleet.producer.producer_daemon import Producer
 from tests.browser.page_waits import wait_for_text
 from tests.integration.producer_helpers import (
     add_hosts,

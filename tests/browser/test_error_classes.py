@@ -18,8 +18,8 @@ from sqlalchemy.engine import Engine
 from scrapefleet.common.actions.bounded_regex import compile_pattern
 from scrapefleet.common.actions.error_classes import ErrorClass
 from scrapefleet.common.store import ClaimedJob, NewJob
-from scrapefleet.consumer.browser.block_detection import NO_RULES, BlockRules
-from scrapefleet.consumer.browser.sessions import SessionPool
+from scrapefleet.consumer.browser.actions.block_detection import NO_RULES, BlockRules
+from scrapefleet.consumer.browser.sessions.session_pool import SessionPool
 from scrapefleet.consumer.runner import Outcome, run_job
 from tests.browser.consumer_helpers import (
     HOST,

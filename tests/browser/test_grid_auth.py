@@ -16,8 +16,8 @@ from typing import Any
 import psutil
 import pytest
 
-from scrapefleet.consumer.browser.driver_sessions import quit_driver
-from scrapefleet.consumer.browser.stack import BrowserStack
+from scrapefleet.consumer.browser.sessions.session_operations import quit_driver
+from scrapefleet.consumer.browser.stack.browser_stack import BrowserStack
 from tests.browser.site import LocalSite
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from scrapefleet.common.settings import Settings
-from scrapefleet.consumer.browser.stack import BrowserStack
+from scrapefleet.consumer.browser.stack.browser_stack import BrowserStack
 from tests.waiting import scaled, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]

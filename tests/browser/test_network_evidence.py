@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from scrapefleet.consumer.browser.sessions import SessionPool
+from scrapefleet.consumer.browser.sessions.session_pool import SessionPool
 from tests.browser.evidence_site import PIXEL_TRACE, EvidenceSite, ray_of
 from tests.browser.job_browser_helpers import evidence_site, job_pool, run  # noqa: F401
 
@@ -88,7 +88,7 @@ def test_a_cleared_slot_subscribes_once_and_each_log_holds_its_own_job(
     """The network log's subscription outlives a job whose user context does ("cleared": one
     subscribe for three jobs; "context": one per job), and still no job's log shows another
     job's requests."""
-    from scrapefleet.consumer.browser import bidi as bidi_commands
+    from scrapefleet.consumer.browser.sessions import bidi as bidi_commands
 
     # A fresh slot first: the counting starts with the slot's subscribe.
     run(job_pool, "fetch_page", {"url": evidence_site.url("/page"), "isolation": "context"})

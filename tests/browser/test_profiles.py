@@ -16,7 +16,7 @@ from sqlalchemy.engine import Engine
 from scrapefleet.common import store
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import NewJob
-from scrapefleet.producer.assigner import Producer
+from scrapefleet.producer.producer_daemon import Producer
 from tests.browser.consumer_helpers import HOST, consumer_settings, consumer_thread, finished, rows
 from tests.browser.login_site import LoginSite
 from tests.browser.recording_proxy import RecordingProxy

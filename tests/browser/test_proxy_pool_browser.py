@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from scrapefleet.common.store import ClaimedJob
-from scrapefleet.consumer.browser.block_detection import NO_RULES
-from scrapefleet.consumer.browser.sessions import SessionPool
+from scrapefleet.consumer.browser.actions.block_detection import NO_RULES
+from scrapefleet.consumer.browser.sessions.session_pool import SessionPool
 from scrapefleet.consumer.runner import Outcome, run_job
 from tests.browser.job_browser_helpers import job_pool  # noqa: F401
 from tests.integration.exit_proxies import BlockingSite, ExitProxy

@@ -1,5 +1,6 @@
 """A renderer killed from outside is the host's fault; a page that crashes its renderer is the
-page's (consumer.browser.renderer_deaths), on the real stack through the consumer's own runner."""
+page's (consumer.browser.actions.renderer_deaths), on the real stack through the consumer's own
+runner."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ from typing import Any
 import pytest
 
 from scrapefleet.common.actions.registry import register
-from scrapefleet.consumer.browser.selenium_actions import navigate
-from scrapefleet.consumer.browser.sessions import SessionPool
-from scrapefleet.consumer.browser.stack import StackWebDriver, session_profile_dir
-from scrapefleet.consumer.browser.stack_processes import processes_naming
+from scrapefleet.consumer.browser.actions.selenium_actions import navigate
+from scrapefleet.consumer.browser.sessions.session_pool import SessionPool
+from scrapefleet.consumer.browser.stack.browser_stack import StackWebDriver, session_profile_dir
+from scrapefleet.consumer.browser.stack.processes import processes_naming
 from scrapefleet.consumer.runner import Outcome
 from tests.browser.job_browser_helpers import job_pool, run  # noqa: F401
 from tests.waiting import scaled, wait_for

@@ -12,17 +12,17 @@ import pytest
 
 from scrapefleet.common.browser.isolation import ISOLATION_VALUES, Isolation
 from scrapefleet.common.errors import StackError
-from scrapefleet.consumer.browser.driver_sessions import quit_driver
-from scrapefleet.consumer.browser.selenium_actions import (
+from scrapefleet.consumer.browser.actions.selenium_actions import (
     FetchPageParams,
     ScreenshotParams,
     fetch_page,
     navigate,
     screenshot,
 )
-from scrapefleet.consumer.browser.sessions import SessionPool
-from scrapefleet.consumer.browser.stack import BrowserStack, session_profile_dir
-from scrapefleet.consumer.browser.stack_processes import (
+from scrapefleet.consumer.browser.sessions.session_operations import quit_driver
+from scrapefleet.consumer.browser.sessions.session_pool import SessionPool
+from scrapefleet.consumer.browser.stack.browser_stack import BrowserStack, session_profile_dir
+from scrapefleet.consumer.browser.stack.processes import (
     end_processes_naming,
     is_gone,
     processes_naming,

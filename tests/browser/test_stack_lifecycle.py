@@ -14,12 +14,12 @@ import pytest
 
 from scrapefleet.common.errors import StackError
 from scrapefleet.common.settings import Settings
-from scrapefleet.consumer.browser import grid_jvm
-from scrapefleet.consumer.browser.selenium_actions import FetchPageParams, fetch_page
-from scrapefleet.consumer.browser.sessions import SessionPool
-from scrapefleet.consumer.browser.stack import BrowserStack
-from scrapefleet.consumer.browser.stack_host import find_grid_jar
-from scrapefleet.consumer.browser.stack_processes import is_gone
+from scrapefleet.consumer.browser.actions.selenium_actions import FetchPageParams, fetch_page
+from scrapefleet.consumer.browser.sessions.session_pool import SessionPool
+from scrapefleet.consumer.browser.stack import grid_jvm
+from scrapefleet.consumer.browser.stack.browser_stack import BrowserStack
+from scrapefleet.consumer.browser.stack.host_needs import find_grid_jar
+from scrapefleet.consumer.browser.stack.processes import is_gone
 from tests.browser.site import LocalSite
 from tests.waiting import scaled, wait_for
 

@@ -1,4 +1,4 @@
-"""A consumer killed with SIGKILL takes its browser stack with it (consumer.browser.stack_watchdog):
+"""A consumer killed with SIGKILL takes its browser stack with it (consumer.browser.stack.watchdog):
 Xvfb, the Grid, chromedriver and every browser process, the browser still loading the page of
 the attempt that is over."""
 
@@ -12,7 +12,7 @@ import psutil
 import pytest
 from sqlalchemy.engine import Engine
 
-from scrapefleet.consumer.browser.stack_processes import WORK_DIR_ENV, is_gone
+from scrapefleet.consumer.browser.stack.processes import WORK_DIR_ENV, is_gone
 from tests.browser.consumer_helpers import consumer_settings, fetch, queue_jobs
 from tests.browser.site import LocalSite
 from tests.integration.test_consumer import consumer_process

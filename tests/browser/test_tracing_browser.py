@@ -12,7 +12,7 @@ from sqlalchemy.engine import Engine
 
 from scrapefleet.common import tracing
 from scrapefleet.common.api import Client
-from scrapefleet.producer.assigner import Producer
+from scrapefleet.producer.producer_daemon import Producer
 from tests.browser.consumer_helpers import HOST, consumer_settings, consumer_thread, rows
 from tests.browser.login_site import LoginSite
 from tests.integration.producer_helpers import producer_settings

@@ -4,8 +4,11 @@ two modules of one name.
     library   scrapefleet.common (but ops/ and local/)   the migrations' location, nothing else
     producer  the library only                           (never the consumer, never the tools)
     consumer  the library and its browser                (never the producer, never the tools)
-    browser   scrapefleet.consumer.browser: the library only (never the claim loop: the daemon
-              drives the browser, the browser never reaches back into the daemon)
+    browser   scrapefleet.consumer.browser: the library and the agent's protocol only (never
+              the claim loop: the daemon drives the browser, the browser never reaches back
+              into the daemon)
+    agent     scrapefleet.consumer.browser.agent, a program of its own: the library, the
+              stack's processes and the profile folders only (AGENT_MAY_IMPORT)
     migrations the library only
     public    scrapefleet itself (the folder api/): the library only (it re-exports common.api)
     ops, local (the tools for people) anything: they sit above both daemons
@@ -31,12 +34,13 @@ FOLDERS = ("common", "producer", "consumer", "migrations", "api")
 ALLOWED: dict[str, set[str]] = {
     "library": {"library", "migrations"},  # `db upgrade` finds the migrations package
     "producer": {"library", "producer"},
-    "consumer": {"library", "consumer", "browser"},
-    "browser": {"library", "browser"},
+    "consumer": {"library", "consumer", "browser", "agent"},
+    "browser": {"library", "browser", "agent"},
+    "agent": {"library", "agent", "browser"},
     "migrations": {"library", "migrations"},
     "public": {"library"},
-    "ops": {"library", "ops", "local", "producer", "consumer", "browser"},
-    "local": {"library", "ops", "local", "producer", "consumer", "browser"},
+    "ops": {"library", "ops", "local", "producer", "consumer", "browser", "agent"},
+    "local": {"library", "ops", "local", "producer", "consumer", "browser", "agent"},
 }
 
 
@@ -56,7 +60,7 @@ def _layer(module: str) -> str:
     if parts[1] == "common":
         return parts[2] if len(parts) > 2 and parts[2] in ("ops", "local") else "library"
     if parts[1] == "consumer" and len(parts) > 2 and parts[2] == "browser":
-        return "browser"
+        return "agent" if len(parts) > 3 and parts[3] == "agent" else "browser"
     return parts[1]
 
 
@@ -192,16 +196,16 @@ def test_the_group_check_catches_a_reader_of_a_group(tmp_path: Path) -> None:
     crossings = _group_crossings(
         {
             **_sources(),
-            "scrapefleet.producer.probe": bad,
+            "scrapefleet.producer.probes.local_probe": bad,
             "scrapefleet.common.setting_groups.twin_settings": twin,
         }
     )
     assert crossings == [
         "twin.py (scrapefleet.common.setting_groups.twin_settings) imports "
         "scrapefleet.common.setting_groups.http_settings",
-        "probe.py (scrapefleet.producer.probe) imports "
+        "probe.py (scrapefleet.producer.probes.local_probe) imports "
         "scrapefleet.common.setting_groups.fleet_settings",
-        "probe.py (scrapefleet.producer.probe) imports "
+        "probe.py (scrapefleet.producer.probes.local_probe) imports "
         "scrapefleet.common.setting_groups.fleet_settings.FleetSettings",
     ]
 
@@ -227,5 +231,60 @@ def test_no_two_modules_share_a_name() -> None:
 
 
 def test_the_name_check_catches_a_twin() -> None:
-    twins = ["scrapefleet.consumer.browser.sessions", "scrapefleet.producer.sessions"]
-    assert _same_names([*twins, "scrapefleet.consumer.serving"]) == {"sessions": sorted(twins)}
+    twins = [
+        "scrapefleet.consumer.browser.sessions.session_pool",
+        "scrapefleet.producer.session_pool",
+    ]
+    assert _same_names([*twins, "scrapefleet.consumer.serving"]) == {"session_pool": sorted(twins)}
+
+
+AGENT = "scrapefleet.consumer.browser.agent"
+# The browser agent is a program of its own, run as the browser's user beside the consumer: it
+# starts and ends stacks and readies profile folders, so it needs the library, the stack's
+# processes and the profile folders, never the supervisor, the session pool or the actions.
+AGENT_MAY_IMPORT = (
+    "scrapefleet.common",
+    AGENT,
+    "scrapefleet.consumer.browser.stack",
+    "scrapefleet.consumer.browser.sessions.profile_sessions",
+)
+
+
+def _agent_crossings(sources: dict[str, Path]) -> list[str]:
+    broken = []
+    for module, path in sorted(sources.items()):
+        if not module.startswith(AGENT + "."):
+            continue
+        for imported in sorted(_imports(path, module, top_level_only=False)):
+            if not any(
+                imported == allowed or imported.startswith(allowed + ".")
+                for allowed in AGENT_MAY_IMPORT
+            ):
+                broken.append(f"{path.name} ({module}) imports {imported}")
+    return broken
+
+
+def test_the_agent_imports_only_what_it_runs() -> None:
+    sources = _sources()
+    assert any(module.startswith(AGENT + ".") for module in sources), "the agent was found"
+    assert _agent_crossings(sources) == []
+
+
+def test_the_agent_check_catches_the_supervisor_and_the_daemon(tmp_path: Path) -> None:
+    bad = tmp_path / "probe.py"
+    bad.write_text(
+        "from scrapefleet.consumer.browser.supervisor.stack_supervisor import StackSupervisor\n"
+        "from scrapefleet.consumer.serving import RunningConsumer\n"
+    )
+    module = f"{AGENT}.probe"
+    assert _agent_crossings({**_sources(), module: bad}) == [
+        f"probe.py ({module}) imports scrapefleet.consumer.browser.supervisor.stack_supervisor",
+        f"probe.py ({module}) imports "
+        "scrapefleet.consumer.browser.supervisor.stack_supervisor.StackSupervisor",
+        f"probe.py ({module}) imports scrapefleet.consumer.serving",
+        f"probe.py ({module}) imports scrapefleet.consumer.serving.RunningConsumer",
+    ]
+    # The layers' check refuses the agent the claim loop as well.
+    assert f"probe.py ({module}) imports scrapefleet.consumer.serving" in _crossings(
+        {**_sources(), module: bad}
+    )

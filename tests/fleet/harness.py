@@ -37,7 +37,7 @@ from typing import Any
 
 from scrapefleet.common.status.answer import status_answer_command
 from scrapefleet.common.status.document import HostStatus
-from scrapefleet.producer.probe import HostTarget
+from scrapefleet.producer.probes.local_probe import HostTarget
 from tests.host_status_factory import status_for
 
 SSHD = "/usr/sbin/sshd"

@@ -31,7 +31,7 @@ from scrapefleet.common.settings import Settings, load_settings
 from scrapefleet.common.status.answer import status_answer_command
 from scrapefleet.common.status.document import parse_status, status_path
 from scrapefleet.common.store import HostSpec, NewJob
-from scrapefleet.producer.assigner import Producer
+from scrapefleet.producer.producer_daemon import Producer
 from tests.fleet.harness import Fleet, FleetHost
 from tests.waiting import wait_for
 

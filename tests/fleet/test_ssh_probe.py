@@ -17,7 +17,7 @@ import pytest
 from scrapefleet.common.errors import ProbeError
 from scrapefleet.common.status.answer import parse_status_answer
 from scrapefleet.common.status.document import HostStatus
-from scrapefleet.producer.ssh_probe import SSHProbe
+from scrapefleet.producer.probes.ssh_probe import SSHProbe
 from tests.fleet import harness
 from tests.fleet.harness import Fleet, FleetHost, default_status
 

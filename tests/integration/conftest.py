@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import Engine
 
-from scrapefleet.producer.assigner import Producer
+from scrapefleet.producer.producer_daemon import Producer
 from tests.integration.producer_helpers import producer_settings
 
 

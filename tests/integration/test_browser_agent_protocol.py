@@ -1,6 +1,6 @@
 """The browser agent refuses whatever is outside its protocol, with the reason, and lives on.
 
-A real agent process (consumer.browser.browser_agent) as this test's user; requests written on
+A real agent process (consumer.browser.agent.browser_agent) as this test's user; requests written on
 its socket byte for byte, as a compromised consumer could.
 """
 
@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from scrapefleet.common.errors import StackError
-from scrapefleet.consumer.browser.agent_client import AgentClient
-from scrapefleet.consumer.browser.agent_protocol import MAX_REQUEST_BYTES
+from scrapefleet.consumer.browser.agent.agent_client import AgentClient
+from scrapefleet.consumer.browser.agent.agent_protocol import MAX_REQUEST_BYTES
 from tests.browser.agent_process import running_agent
 from tests.waiting import scaled
 

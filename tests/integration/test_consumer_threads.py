@@ -19,7 +19,7 @@ from sqlalchemy.engine import Engine
 from scrapefleet.common.db.engines import Listener, make_engine
 from scrapefleet.common.runtime.serial_thread import SerialThread
 from scrapefleet.common.status.document import read_status
-from scrapefleet.consumer.browser.artifact_janitor import ArtifactJanitor
+from scrapefleet.consumer.browser.actions.artifact_janitor import ArtifactJanitor
 from scrapefleet.consumer.daemon import Consumer
 from scrapefleet.consumer.heartbeat import Heartbeat
 from scrapefleet.consumer.recorder import OutcomeRecorder

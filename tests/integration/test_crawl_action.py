@@ -11,7 +11,7 @@ import pytest
 from scrapefleet.common.actions.spawn import Spawned, validate_spawn
 from scrapefleet.common.crawl.action import CrawlParams, crawl
 from scrapefleet.common.http.client import HTTPStatusFailure
-from scrapefleet.common.ops.crawl_command import CrawlRequest
+from scrapefleet.common.ops.commands.crawl_command import CrawlRequest
 from tests.e2e.crawl_site import BRANCHING, Site, serve_site
 from tests.integration.page_server import serve_pages
 

@@ -8,7 +8,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from scrapefleet.common.ops.crawl_command import CrawlRequest, render_crawl, start
+from scrapefleet.common.ops.commands.crawl_command import CrawlRequest, render_crawl, start
 from scrapefleet.common.reads.crawl_figures import read_crawl
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]

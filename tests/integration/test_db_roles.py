@@ -28,7 +28,7 @@ from scrapefleet.common.ops.cli import cli
 from scrapefleet.common.ops.db_grant import GrantRequest, apply, role_names
 from scrapefleet.common.reads import queries
 from scrapefleet.common.store import HostSpec, NewJob
-from scrapefleet.producer.assigner import Producer
+from scrapefleet.producer.producer_daemon import Producer
 from tests.integration.producer_helpers import producer_settings
 from tests.integration.test_consumer import consumer_thread, make_settings
 from tests.throwaway_db import throwaway_database

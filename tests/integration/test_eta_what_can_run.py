@@ -15,8 +15,8 @@ from scrapefleet.common import store
 from scrapefleet.common.jobs.rate_limits import RateLimit
 from scrapefleet.common.reads.progress import read_progress
 from scrapefleet.common.store import HostSpec, NewJob
-from scrapefleet.common.store.controls import ControlChange, Scope, change_control
-from scrapefleet.common.store.fleet import ProducerIdentity
+from scrapefleet.common.store.operating.controls import ControlChange, Scope, change_control
+from scrapefleet.common.store.producing.fleet import ProducerIdentity
 from tests.cli_helpers import run_cli
 
 pytestmark = pytest.mark.timeout(60)

@@ -11,7 +11,7 @@ from sqlalchemy.engine import Engine
 
 from scrapefleet.common.errors import ProbeError
 from scrapefleet.common.status.document import HostStatus
-from scrapefleet.producer.assigner import Producer
+from scrapefleet.producer.producer_daemon import Producer
 from tests.host_status_factory import status_for
 from tests.integration.producer_helpers import add_hosts, producer_settings
 from tests.integration.test_health_isolation import FixedProbe

@@ -19,7 +19,7 @@ from scrapefleet.common.ops.dashboard.app import create_app
 from scrapefleet.common.reads.producer_status import NO_SECRET, ProducerStatus, read_producer_status
 from scrapefleet.common.settings import load_settings
 from scrapefleet.common.store import NewJob, ProducerIdentity
-from scrapefleet.producer.assigner import Producer
+from scrapefleet.producer.producer_daemon import Producer
 from tests.integration.producer_helpers import add_hosts, producer_settings, publish_status, submit
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]

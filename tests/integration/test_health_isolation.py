@@ -14,8 +14,8 @@ from scrapefleet.common import store
 from scrapefleet.common.errors import ProbeError
 from scrapefleet.common.status.document import HostStatus
 from scrapefleet.common.store import NewJob
-from scrapefleet.producer.assigner import Producer
-from scrapefleet.producer.probe import HostTarget
+from scrapefleet.producer.probes.local_probe import HostTarget
+from scrapefleet.producer.producer_daemon import Producer
 from tests.host_status_factory import status_for
 from tests.integration.producer_helpers import add_hosts, producer_settings
 

@@ -27,8 +27,8 @@ from scrapefleet.common.settings import load_settings
 from scrapefleet.common.status.document import HostStatus
 from scrapefleet.common.store import HostSpec, JobFilter, NewJob
 from scrapefleet.common.store.statuses import HostState
-from scrapefleet.producer.assigner import Producer
-from scrapefleet.producer.probe import HostTarget
+from scrapefleet.producer.probes.local_probe import HostTarget
+from scrapefleet.producer.producer_daemon import Producer
 from tests.host_status_factory import status_for
 from tests.integration.producer_helpers import producer_settings
 from tests.integration.test_db_roles import (  # noqa: F401  (fixtures)

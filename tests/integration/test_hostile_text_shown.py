@@ -105,7 +105,7 @@ def test_cookies_and_credentials_in_an_error_are_masked_everywhere(
 
 
 def test_a_webhook_body_carries_the_error_masked() -> None:
-    from scrapefleet.producer.webhook_sender import encode_body
+    from scrapefleet.producer.webhooks.webhook_sender import encode_body
 
     body = encode_body({"job_id": 1, "status": "failed", "error": LEAKY}).decode()
     assert SECRET not in body and "sid=***" in body

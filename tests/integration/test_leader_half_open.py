@@ -28,8 +28,8 @@ from sqlalchemy.engine import URL, Engine
 from scrapefleet.common.db.engines import make_engine, sqlalchemy_url
 from scrapefleet.common.errors import DatabaseUnavailable
 from scrapefleet.common.settings import Settings
-from scrapefleet.producer.assigner import Producer
 from scrapefleet.producer.leader import LeaderSession
+from scrapefleet.producer.producer_daemon import Producer
 from tests.integration.producer_helpers import producer_settings
 from tests.waiting import scaled, wait_for
 

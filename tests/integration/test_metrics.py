@@ -14,7 +14,7 @@ from sqlalchemy.engine import Engine
 from scrapefleet.common import store
 from scrapefleet.common.db.schema_base import JOB_STATUSES
 from scrapefleet.common.store import NewJob
-from scrapefleet.producer.assigner import Producer
+from scrapefleet.producer.producer_daemon import Producer
 from tests.integration.producer_helpers import (
     add_hosts,
     producer_settings,

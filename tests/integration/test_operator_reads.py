@@ -12,7 +12,7 @@ from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
 from scrapefleet.common.store import HostSpec, NewJob
-from scrapefleet.common.store.controls import ControlChange, Scope, change_control
+from scrapefleet.common.store.operating.controls import ControlChange, Scope, change_control
 from tests.cli_helpers import run_cli
 
 pytestmark = pytest.mark.timeout(60)

@@ -28,9 +28,9 @@ from scrapefleet.common.errors import ProbeError
 from scrapefleet.common.runtime.lifecycle import DaemonState
 from scrapefleet.common.status.document import HostStatus
 from scrapefleet.common.store import NewJob
-from scrapefleet.producer.assigner import Producer
-from scrapefleet.producer.probe import HostTarget
-from scrapefleet.producer.probing import RoutingProbe
+from scrapefleet.producer.probes.local_probe import HostTarget
+from scrapefleet.producer.probes.routing_probe import RoutingProbe
+from scrapefleet.producer.producer_daemon import Producer
 from tests.integration.producer_helpers import (
     GIB,
     PRODUCER_BIN,
@@ -393,7 +393,7 @@ class _TerminatingProbe:
 def test_a_dropped_connection_mid_cycle_is_survived(
     engine: Engine, database_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="scrapefleet.producer.assigner")
+    caplog.set_level(logging.WARNING, logger="scrapefleet.producer.producer_daemon")
     add_hosts(engine, {"h1": 6})
     publish_status(tmp_path, "h1")
     settings_ = producer_settings(database_url, tmp_path)
@@ -562,7 +562,7 @@ def test_a_rescue_names_the_host_its_jobs_were_taken_from(
         store.claim_jobs(conn, "h1", 2)
         conn.execute(sa.text("UPDATE jobs SET heartbeat_at = now() - interval '10 minutes'"))
     producer = make_producer()
-    with caplog.at_level(logging.WARNING, logger="scrapefleet.producer.assigner"):
+    with caplog.at_level(logging.WARNING, logger="scrapefleet.producer.producer_daemon"):
         assert producer.run_cycle().rescued == 2
     [line] = [r for r in caplog.records if r.getMessage().startswith("rescued jobs")]
     assert "count=2 hosts=h1:2 ids=" in line.getMessage()

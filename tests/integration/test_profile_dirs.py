@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from scrapefleet.common.errors import StackError
-from scrapefleet.consumer.browser.profile_sessions import profile_dir, ready_profile_dir
-from scrapefleet.consumer.browser.run_as import resolve_browser_user
+from scrapefleet.consumer.browser.sessions.profile_sessions import profile_dir, ready_profile_dir
+from scrapefleet.consumer.browser.stack.run_as import resolve_browser_user
 from tests.waiting import scaled
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]

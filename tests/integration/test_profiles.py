@@ -15,7 +15,7 @@ from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
 from scrapefleet.common.store import NewJob
-from scrapefleet.producer.assigner import Producer
+from scrapefleet.producer.producer_daemon import Producer
 from tests.cli_helpers import run_cli
 from tests.integration.producer_helpers import (
     add_hosts,

@@ -18,7 +18,7 @@ from scrapefleet.common.ops.dashboard.app import create_app
 from scrapefleet.common.reads.progress import read_progress, read_rows, render_progress
 from scrapefleet.common.settings import load_settings
 from scrapefleet.common.store import HostSpec, NewJob
-from scrapefleet.common.store.fleet import ProducerIdentity
+from scrapefleet.common.store.producing.fleet import ProducerIdentity
 from tests.cli_helpers import run_cli
 from tests.waiting import scaled
 

@@ -20,7 +20,7 @@ from scrapefleet.common.identities.proxy_pools import LeaseOutcome, parse_proxy
 from scrapefleet.common.ops.fleet_status import read_fleet_status
 from scrapefleet.common.reads.kind_waits import job_wait_reason
 from scrapefleet.common.store import NewJob
-from scrapefleet.producer.assigner import Producer
+from scrapefleet.producer.producer_daemon import Producer
 from tests.cli_helpers import run_cli
 from tests.integration.producer_helpers import (
     add_hosts,

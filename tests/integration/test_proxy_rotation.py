@@ -28,8 +28,8 @@ from scrapefleet.common.http import client as http_client
 from scrapefleet.common.identities.proxy_pools import parse_proxy
 from scrapefleet.common.ops.dashboard.app import create_app
 from scrapefleet.common.settings import load_settings
-from scrapefleet.producer.assigner import Producer
-from scrapefleet.producer.fleet_metrics import read_fleet_snapshot
+from scrapefleet.producer.background.fleet_metrics import read_fleet_snapshot
+from scrapefleet.producer.producer_daemon import Producer
 from tests.cli_helpers import run_cli
 from tests.integration.exit_proxies import BlockingSite, ExitProxy
 from tests.integration.producer_helpers import producer_settings, submit

@@ -13,7 +13,7 @@ from scrapefleet.common import store
 from scrapefleet.common.clock import utcnow
 from scrapefleet.common.jobs.rate_limits import RateLimit, Slowdown
 from scrapefleet.common.store import NewJob
-from scrapefleet.producer.fleet_metrics import read_fleet_snapshot
+from scrapefleet.producer.background.fleet_metrics import read_fleet_snapshot
 from tests.cli_helpers import run_cli
 from tests.integration.producer_helpers import exported_samples, submit
 

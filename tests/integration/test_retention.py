@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from scrapefleet.common.store import NewJob
-from scrapefleet.producer.retention_sweep import run_retention
+from scrapefleet.producer.background.retention_sweep import run_retention
 from tests.integration.producer_helpers import producer_settings, submit
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]

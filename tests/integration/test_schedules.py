@@ -23,9 +23,9 @@ from scrapefleet.common.jobs.recurrence import parse_cron, slots_of
 from scrapefleet.common.ops.dashboard.app import create_app
 from scrapefleet.common.settings import load_settings
 from scrapefleet.common.store import JobFilter, NewJob, ScheduleSpec
-from scrapefleet.producer.assigner import Producer
-from scrapefleet.producer.fleet_metrics import read_fleet_snapshot
-from scrapefleet.producer.schedule_firing import Fired, fire_due, fire_one
+from scrapefleet.producer.background.fleet_metrics import read_fleet_snapshot
+from scrapefleet.producer.background.schedule_firing import Fired, fire_due, fire_one
+from scrapefleet.producer.producer_daemon import Producer
 from tests.integration.producer_helpers import exported_samples, producer_settings
 from tests.waiting import scaled, wait_for
 

@@ -11,7 +11,7 @@ from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
 from scrapefleet.common.store import NewJob
-from scrapefleet.common.store.submit import REFRESH_STATISTICS_AFTER_ROWS
+from scrapefleet.common.store.operating.submit import REFRESH_STATISTICS_AFTER_ROWS
 from tests.integration.test_db_roles import (  # noqa: F401  (fixtures)
     Fleet,
     admin,

@@ -20,7 +20,7 @@ from scrapefleet.common.actions.registry import register
 from scrapefleet.common.actions.spawn import Child, Spawned
 from scrapefleet.common.api import Client
 from scrapefleet.common.jobs.submit_file import validate_job
-from scrapefleet.producer.assigner import Producer
+from scrapefleet.producer.producer_daemon import Producer
 from tests.integration.page_server import serve_pages
 from tests.integration.producer_helpers import producer_settings
 from tests.integration.test_consumer import HOST, consumer_thread, make_settings

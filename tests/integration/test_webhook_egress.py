@@ -28,9 +28,9 @@ from scrapefleet.common.jobs.webhook_signing import (
     verify,
 )
 from scrapefleet.common.store import NewJob
-from scrapefleet.producer import webhook_http
-from scrapefleet.producer.egress import IPAddress, parse_networks
-from scrapefleet.producer.webhook_sender import DeliveryRound, WebhookSender
+from scrapefleet.producer.webhooks import webhook_http
+from scrapefleet.producer.webhooks.webhook_egress import IPAddress, parse_networks
+from scrapefleet.producer.webhooks.webhook_sender import DeliveryRound, WebhookSender
 from tests.integration.producer_helpers import submit
 from tests.integration.test_webhooks import finish, hook_settings
 from tests.integration.webhook_receiver import Receiver

@@ -15,8 +15,8 @@ from sqlalchemy.engine import Engine
 
 from scrapefleet.common import store
 from scrapefleet.common.store import NewJob
-from scrapefleet.producer import webhook_sender
-from scrapefleet.producer.webhook_sender import WebhookSender
+from scrapefleet.producer.webhooks import webhook_sender
+from scrapefleet.producer.webhooks.webhook_sender import WebhookSender
 from tests.integration.producer_helpers import submit
 from tests.integration.test_webhooks import hook_settings
 from tests.integration.webhook_receiver import Receiver

@@ -22,8 +22,8 @@ from scrapefleet.common.jobs.submit_file import validate_job
 from scrapefleet.common.jobs.webhook_signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import NewJob
-from scrapefleet.producer.assigner import Producer
-from scrapefleet.producer.webhook_sender import WebhookSender
+from scrapefleet.producer.producer_daemon import Producer
+from scrapefleet.producer.webhooks.webhook_sender import WebhookSender
 from tests.integration.producer_helpers import producer_settings, submit
 from tests.integration.webhook_receiver import Receiver
 from tests.waiting import scaled, wait_for

@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.packaging, pytest.mark.timeout(120)]
 ROOT = Path(__file__).resolve().parents[2]
 MONITORING = ROOT / "docs" / "monitoring"
 # Where the instruments are declared: their names are string literals there.
-SOURCES = ("common/runtime/metrics.py", "producer/fleet_metrics.py")
+SOURCES = ("common/runtime/metrics.py", "producer/background/fleet_metrics.py")
 _NAME = re.compile(r"\bscrapefleet_[a-z_]+")
 _SERIES_SUFFIXES = ("_bucket", "_sum", "_count")
 

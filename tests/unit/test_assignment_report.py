@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scrapefleet.producer.assignment_report import AssignmentTally
+from scrapefleet.producer.assigning.assignment_report import AssignmentTally
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from scrapefleet.consumer.browser.bidi import WEBSOCKET_LOGGER
+from scrapefleet.consumer.browser.sessions.bidi import WEBSOCKET_LOGGER
 
 SECRET = 's3cret-\\"pw'
 

@@ -12,7 +12,7 @@ import pytest
 from scrapefleet.common.actions.bounded_regex import PatternTimeout
 from scrapefleet.common.constants import BLOCK_TITLE_MAX_CHARS
 from scrapefleet.common.settings import Settings
-from scrapefleet.consumer.browser.block_detection import BlockRules, block_reason
+from scrapefleet.consumer.browser.actions.block_detection import BlockRules, block_reason
 from tests.waiting import scaled
 
 pytestmark = pytest.mark.timeout(120)

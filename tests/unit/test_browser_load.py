@@ -1,4 +1,5 @@
-"""The browser limit's rules (consumer.browser.load) and what counts as slowness."""
+"""The browser limit's rules (consumer.browser.supervisor.load_rules) and what counts as
+slowness."""
 
 from __future__ import annotations
 
@@ -7,8 +8,14 @@ from selenium.common.exceptions import WebDriverException
 from urllib3.exceptions import MaxRetryError, ReadTimeoutError
 
 from scrapefleet.common.errors import StackError, timed_out
-from scrapefleet.consumer.browser import load as browser_load
-from scrapefleet.consumer.browser.load import BrowserLoad, LoadSample, adjust, note_slow, observe
+from scrapefleet.consumer.browser.supervisor import load_rules as browser_load
+from scrapefleet.consumer.browser.supervisor.load_rules import (
+    BrowserLoad,
+    LoadSample,
+    adjust,
+    note_slow,
+    observe,
+)
 
 AT_CAPACITY = BrowserLoad(capacity=6, cores=2, limit=6)  # a host that has climbed all the way
 CALM = dict(cpu_pressure=0.05, cpu_busy=0.3, memory_available=0.5)

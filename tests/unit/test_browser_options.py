@@ -15,8 +15,12 @@ from scrapefleet.common.browser.options import NO_OPTIONS, BrowserOptions
 from scrapefleet.common.errors import SubmitError
 from scrapefleet.common.settings import load_settings
 from scrapefleet.common.store import ClaimedJob
-from scrapefleet.consumer.browser.job_setup import blocked_url_patterns, host_defaults, proxy_config
-from scrapefleet.consumer.browser.network_log import NetworkLog
+from scrapefleet.consumer.browser.actions.job_setup import (
+    blocked_url_patterns,
+    host_defaults,
+    proxy_config,
+)
+from scrapefleet.consumer.browser.actions.network_log import NetworkLog
 from scrapefleet.consumer.runner import run_job
 
 URL = "https://shop.example/item/7"

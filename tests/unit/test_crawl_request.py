@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from scrapefleet.common.errors import SubmitError
-from scrapefleet.common.ops.crawl_command import CrawlRequest, render_crawl
+from scrapefleet.common.ops.commands.crawl_command import CrawlRequest, render_crawl
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -7,7 +7,7 @@ import pytest
 
 from scrapefleet.common.errors import ProbeError
 from scrapefleet.common.status.document import HostStatus
-from scrapefleet.producer.recent_probes import Probed, current_probes
+from scrapefleet.producer.probes.recent_probes import Probed, current_probes
 from tests.host_status_factory import status_for
 
 pytestmark = pytest.mark.timeout(10)

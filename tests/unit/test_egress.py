@@ -21,8 +21,8 @@ from scrapefleet.common.jobs.webhook_signing import (
     verify,
 )
 from scrapefleet.common.settings import load_settings
-from scrapefleet.producer import webhook_http
-from scrapefleet.producer.egress import (
+from scrapefleet.producer.webhooks import webhook_http
+from scrapefleet.producer.webhooks.webhook_egress import (
     IPAddress,
     classify,
     embedded_ipv4,

@@ -24,8 +24,8 @@ from scrapefleet.common.errors import SettingsError, SubmitError
 from scrapefleet.common.http.client import HTTPStatusFailure, InvalidRequestUrl
 from scrapefleet.common.settings import load_settings
 from scrapefleet.common.store import ClaimedJob
-from scrapefleet.consumer.browser.block_detection import BlockRules, block_reason
-from scrapefleet.consumer.browser.selenium_actions import HttpError, InvalidArgument
+from scrapefleet.consumer.browser.actions.block_detection import BlockRules, block_reason
+from scrapefleet.consumer.browser.actions.selenium_actions import HttpError, InvalidArgument
 from scrapefleet.consumer.runner import run_job
 
 pytestmark = pytest.mark.timeout(30)

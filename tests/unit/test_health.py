@@ -14,7 +14,7 @@ from scrapefleet.common.status.document import (
     parse_status,
     takes_browser_jobs,
 )
-from scrapefleet.producer.health import next_host_state
+from scrapefleet.producer.probes.host_state_rule import next_host_state
 from tests.host_status_factory import status_for
 
 THRESHOLD = 3

@@ -17,7 +17,7 @@ from scrapefleet.common.status.document import (
     status_path,
     write_status,
 )
-from scrapefleet.producer.probe import HostTarget, LocalProbe
+from scrapefleet.producer.probes.local_probe import HostTarget, LocalProbe
 from tests.host_status_factory import status_for
 from tests.waiting import scaled
 
@@ -145,7 +145,7 @@ def test_an_oversized_file_is_refused_after_a_bounded_read(tmp_path: Path) -> No
 def test_an_unforeseen_error_in_one_document_fails_that_host_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from scrapefleet.producer import probe as probe_module
+    from scrapefleet.producer.probes import local_probe as probe_module
 
     real_parse = probe_module.parse_status
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scrapefleet.consumer.browser.maintenance import (
+from scrapefleet.consumer.browser.supervisor.maintenance_policy import (
     claims_allowed,
     decide_maintenance,
     maintenance_due,

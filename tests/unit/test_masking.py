@@ -22,8 +22,8 @@ from scrapefleet.common.masking import (
     mask_url,
 )
 from scrapefleet.common.runtime.logging_setup import JsonFormatter, KeyValueFormatter
-from scrapefleet.consumer.browser.artifacts import capture_failure
-from scrapefleet.consumer.browser.network_log import NetworkLog
+from scrapefleet.consumer.browser.actions.artifacts import capture_failure
+from scrapefleet.consumer.browser.actions.network_log import NetworkLog
 
 pytestmark = pytest.mark.timeout(10)
 

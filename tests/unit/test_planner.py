@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from scrapefleet.common.errors import ProbeError
 from scrapefleet.common.reads.queries import HostRow
 from scrapefleet.common.status.document import HostStatus
-from scrapefleet.producer.planner import (
+from scrapefleet.producer.assigning.planner import (
     HostChoice,
     HostSlots,
     host_kinds,

@@ -1,4 +1,5 @@
-"""The planner's profile rules (producer.profile_rules) and profile names: pure, no database."""
+"""The planner's profile rules (producer.assigning.profile_rules) and profile names: pure, no
+database."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from scrapefleet.common.actions.registry import get_action
 from scrapefleet.common.browser.profile_names import payload_profile_pool
 from scrapefleet.common.errors import SubmitError
 from scrapefleet.common.store import PendingJob, ProfileRow
-from scrapefleet.producer.planner import HostChoice, HostSlots, plan_assignments
-from scrapefleet.producer.profile_rules import ProfilePlacement
+from scrapefleet.producer.assigning.planner import HostChoice, HostSlots, plan_assignments
+from scrapefleet.producer.assigning.profile_rules import ProfilePlacement
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 

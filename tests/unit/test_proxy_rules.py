@@ -1,5 +1,5 @@
-"""The planner's proxy rules (producer.proxy_rules) and what an attempt through a leased proxy
-makes of its failure (consumer.proxy_use): pure, no database, no socket."""
+"""The planner's proxy rules (producer.assigning.proxy_rules) and what an attempt through a leased
+proxy makes of its failure (consumer.proxy_use): pure, no database, no socket."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ from scrapefleet.common.store import (
 )
 from scrapefleet.consumer.proxy_use import proxy_verdict, scrub, with_leased_proxy
 from scrapefleet.consumer.runner import run_job
-from scrapefleet.producer.planner import HostSlots, plan_assignments
-from scrapefleet.producer.profile_rules import ProfilePlacement
-from scrapefleet.producer.proxy_rules import ProxyPlacement
+from scrapefleet.producer.assigning.planner import HostSlots, plan_assignments
+from scrapefleet.producer.assigning.profile_rules import ProfilePlacement
+from scrapefleet.producer.assigning.proxy_rules import ProxyPlacement
 
 NOW = datetime(2026, 11, 28, 9, 0, tzinfo=UTC)
 HOSTS = [HostSlots("h1", 6, 0, 6), HostSlots("h2", 6, 0, 6)]

@@ -7,7 +7,7 @@ import itertools
 from datetime import UTC, datetime, timedelta
 
 from scrapefleet.common.jobs.rate_limits import Slowdown
-from scrapefleet.producer.pushback_log import PushBackLog, pushback_line
+from scrapefleet.producer.assigning.pushback_log import PushBackLog, pushback_line
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 
@@ -56,7 +56,7 @@ def test_a_key_with_no_limit_is_paused_not_slowed() -> None:
 
 
 def test_rate_limits_says_a_key_with_no_limit_is_paused_not_slowed() -> None:
-    from scrapefleet.common.ops.rate_limits_command import held_by
+    from scrapefleet.common.ops.commands.rate_limits_command import held_by
 
     row = {
         "paused_until": None,

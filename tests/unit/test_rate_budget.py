@@ -20,9 +20,9 @@ from scrapefleet.common.jobs.rate_limits import (
     next_slowdown,
 )
 from scrapefleet.common.settings import load_settings
-from scrapefleet.producer.planner import HostSlots, plan_assignments
-from scrapefleet.producer.rate_budget import RateBudget, RateRules
-from scrapefleet.producer.rate_steps import next_paced_start
+from scrapefleet.producer.assigning.planner import HostSlots, plan_assignments
+from scrapefleet.producer.assigning.rate_budget import RateBudget, RateRules
+from scrapefleet.producer.assigning.rate_steps import next_paced_start
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 DAY = 86400.0

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from selenium.common.exceptions import WebDriverException
 
-from scrapefleet.consumer.browser.renderer_deaths import (
+from scrapefleet.consumer.browser.actions.renderer_deaths import (
     Death,
     RendererWatch,
     debugger_address,
@@ -19,7 +19,7 @@ from scrapefleet.consumer.browser.renderer_deaths import (
     killed_line,
     oom_kill_count,
 )
-from scrapefleet.consumer.browser.selenium_actions import RendererCrashed
+from scrapefleet.consumer.browser.actions.selenium_actions import RendererCrashed
 from tests.waiting import wait_for
 
 

@@ -15,7 +15,7 @@ from scrapefleet.common.browser.options import BrowserOptions
 from scrapefleet.common.errors import StackError, SubmitError
 from scrapefleet.common.jobs.submit_file import validate_job
 from scrapefleet.common.store import ClaimedJob
-from scrapefleet.consumer.browser.selenium_actions import (
+from scrapefleet.consumer.browser.actions.selenium_actions import (
     PageLoadTimeout,
     SelectorNotFound,
     translated_errors,

@@ -1,4 +1,4 @@
-"""The small objects a running consumer's threads share (consumer.running_base) and the
+"""The small objects a running consumer's threads share (consumer.running_state) and the
 decisions its parts make (consumer.heartbeat.reported_state), with a fake clock."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from scrapefleet.common.runtime.lifecycle import DaemonState
 from scrapefleet.consumer.heartbeat import reported_state
 from scrapefleet.consumer.poll_schedule import PollSchedule
-from scrapefleet.consumer.running_base import (
+from scrapefleet.consumer.running_state import (
     HostStateMoved,
     HostStateView,
     StackCounterSet,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from scrapefleet.consumer.browser.sessions import SessionPool
+from scrapefleet.consumer.browser.sessions.session_pool import SessionPool
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(30)

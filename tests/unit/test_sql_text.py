@@ -21,27 +21,21 @@ from scrapefleet.common.reads import (
 )
 from scrapefleet.common.reads import live_control_rows as control_reads
 from scrapefleet.common.reads import schedule_rows as schedule_reads
-from scrapefleet.common.store import (
+from scrapefleet.common.store import events
+from scrapefleet.common.store.consuming import attempts, blocks
+from scrapefleet.common.store.consuming import stack_reports as browser_stack
+from scrapefleet.common.store.identity_pools import profiles
+from scrapefleet.common.store.operating import controls, crawls, hosts, roles, schedules, submit
+from scrapefleet.common.store.operating import job_commands as operator
+from scrapefleet.common.store.producing import (
     assignment,
-    attempts,
-    blocks,
-    browser_stack,
-    controls,
-    crawls,
-    events,
     fleet,
-    hosts,
-    operator,
-    probes,
-    profiles,
     rate_keys,
     retention,
-    roles,
-    schedules,
-    submit,
     tight_budgets,
-    webhooks,
 )
+from scrapefleet.common.store.producing import probe_results as probes
+from scrapefleet.common.store.producing import webhook_deliveries as webhooks
 from scrapefleet.common.store.sql_text import fill, statement
 from scrapefleet.common.store.statuses import HostState, JobStatus, sources, sql_list
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from scrapefleet.producer.ssh_probe import RECONNECT_MAX_S, reconnect_delay_s
+from scrapefleet.producer.probes.ssh_probe import RECONNECT_MAX_S, reconnect_delay_s
 
 
 def test_first_failure_retries_at_the_next_round() -> None:

@@ -15,7 +15,7 @@ import pytest
 from scrapefleet.common.constants import HUNG_SESSION_GRACE_S
 from scrapefleet.common.settings import setting_default
 from scrapefleet.common.status.document import BrowserState
-from scrapefleet.consumer.browser.stack_events import (
+from scrapefleet.consumer.browser.supervisor.events_and_actions import (
     SET_ACTIVE,
     Action,
     CheckHealth,
@@ -52,7 +52,7 @@ from scrapefleet.consumer.browser.stack_events import (
     SwitchStacks,
     Tick,
 )
-from scrapefleet.consumer.browser.stack_states import (
+from scrapefleet.consumer.browser.supervisor.states import (
     AwaitingReboot,
     Closed,
     Draining,
@@ -75,7 +75,7 @@ from scrapefleet.consumer.browser.stack_states import (
     maintenance_state,
     next_check_s,
 )
-from scrapefleet.consumer.browser.stack_step import step
+from scrapefleet.consumer.browser.supervisor.step import step
 
 pytestmark = pytest.mark.timeout(10)
 

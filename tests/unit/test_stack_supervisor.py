@@ -1,5 +1,5 @@
-"""The stack supervisor (the I/O shell around consumer.browser.stack_step) driven the way the daemon
-drives it, with a fake stack, a fake clock, fake database records and a fake reboot.
+"""The stack supervisor (the I/O shell around consumer.browser.supervisor.step) driven the way the
+daemon drives it, with a fake stack, a fake clock, fake database records and a fake reboot.
 
 Nothing here starts a process or opens a connection: the supervisor's every outside effect goes
 through the fakes, so each test reads what it did from them.
@@ -25,9 +25,13 @@ from scrapefleet.common.errors import StackError
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.status.document import BrowserState
 from scrapefleet.common.store import ClaimedJob
-from scrapefleet.consumer.browser.load import LoadSample
-from scrapefleet.consumer.browser.stack import SessionStartPaused, StackHealth, StopReport
-from scrapefleet.consumer.browser.stack_events import (
+from scrapefleet.consumer.browser.stack.browser_stack import (
+    SessionStartPaused,
+    StackHealth,
+    StopReport,
+)
+from scrapefleet.consumer.browser.stack.launch import FIRST_SESSION_TRIES
+from scrapefleet.consumer.browser.supervisor.events_and_actions import (
     Record,
     RecordHostEvent,
     RecordRebootRequest,
@@ -38,8 +42,8 @@ from scrapefleet.consumer.browser.stack_events import (
     RecordStackSwitch,
     SetHostState,
 )
-from scrapefleet.consumer.browser.stack_launch import FIRST_SESSION_TRIES
-from scrapefleet.consumer.browser.stack_supervisor import StackSupervisor
+from scrapefleet.consumer.browser.supervisor.load_rules import LoadSample
+from scrapefleet.consumer.browser.supervisor.stack_supervisor import StackSupervisor
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(20)
@@ -414,7 +418,7 @@ def test_a_reboot_command_that_fails_restarts_the_stack_instead() -> None:
 def test_without_a_reboot_command_the_host_restarts_its_stack_instead_and_warns_once(
     command: str | None, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, "scrapefleet.consumer.browser.stack_supervisor")
+    caplog.set_level(logging.WARNING, "scrapefleet.consumer.browser.supervisor.stack_supervisor")
     host = Host(restart_every=0, reboot_every=8, reboot_command=command)
     host.run_browser_jobs(8)
     assert host.reboots == []

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from scrapefleet.consumer.browser import stack_host as browser_stack
+from scrapefleet.consumer.browser.stack import host_needs as browser_stack
 
 
 def test_a_lock_that_cannot_be_removed_means_try_another_display(

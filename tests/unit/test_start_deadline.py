@@ -1,5 +1,5 @@
 """A start deadline that gives back the time its process was paused
-(consumer.browser.start_deadline)."""
+(consumer.browser.stack.start_deadline)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from scrapefleet.consumer.browser.stack_control import XVFB_READY_TIMEOUT_S
-from scrapefleet.consumer.browser.stack_host import read_line as _read_line
-from scrapefleet.consumer.browser.start_deadline import STALL_S, RunningDeadline, paused_past
+from scrapefleet.consumer.browser.stack.host_needs import read_line as _read_line
+from scrapefleet.consumer.browser.stack.process_control import XVFB_READY_TIMEOUT_S
+from scrapefleet.consumer.browser.stack.start_deadline import STALL_S, RunningDeadline, paused_past
 
 
 def test_a_paused_sleep_is_given_back_and_slowness_is_not() -> None:

@@ -1,9 +1,9 @@
-"""The producer's start-up grace: which failed probes are recorded (producer.start_grace)."""
+"""The producer's start-up grace: which failed probes are recorded (producer.probes.start_grace)."""
 
 from __future__ import annotations
 
 from scrapefleet.common.errors import ProbeError
-from scrapefleet.producer.start_grace import StartGrace
+from scrapefleet.producer.probes.start_grace import StartGrace
 from tests.host_status_factory import status_for
 
 FAILED = ProbeError("no status file")

@@ -126,7 +126,7 @@ def test_off_the_daemons_load_no_opentelemetry_at_all() -> None:
     running through every helper import nothing of OpenTelemetry."""
     code = (
         "import sys\n"
-        "import scrapefleet.consumer.daemon, scrapefleet.producer.assigner\n"
+        "import scrapefleet.consumer.daemon, scrapefleet.producer.producer_daemon\n"
         "import scrapefleet.common.api\n"
         "from scrapefleet.common import tracing, tracing_jobs\n"
         "assert not tracing.start('x') and not tracing.start_for_client('x')\n"
@@ -157,7 +157,7 @@ def test_every_span_the_code_makes_is_in_the_reference_and_back() -> None:
         "common/tracing.py",
         "common/tracing_jobs.py",
         "consumer/runner.py",
-        "consumer/browser/selenium_actions.py",
+        "consumer/browser/actions/selenium_actions.py",
     ]
     used = set()
     for source in sources:

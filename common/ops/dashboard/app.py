@@ -315,7 +315,7 @@ def _install_object_pages(app: Flask, settings: Settings, engine: Engine) -> Non
         """One object list: ``columns`` of ``rows``; the next page starts after the last
         row's ``key`` when this page is full; ``link``: the job search field a row's key
         fills, to list its jobs (None: no link); ``scope``: each row gets a live pause or
-        resume control of that scope (common.store.controls)."""
+        resume control of that scope (common.store.operating.controls)."""
         more = rows[-1][key] if len(rows) == DASHBOARD_PAGE_ROWS else None
         return render_template(
             "objects.html",

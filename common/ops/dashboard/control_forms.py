@@ -50,7 +50,7 @@ from scrapefleet.common.reads import queries
 from scrapefleet.common.runtime.logging_setup import fields
 from scrapefleet.common.settings import Settings
 from scrapefleet.common.store import JobFilter
-from scrapefleet.common.store.controls import NAME_MAX_CHARS as CONTROL_NAME_MAX_CHARS
+from scrapefleet.common.store.operating.controls import NAME_MAX_CHARS as CONTROL_NAME_MAX_CHARS
 
 log = logging.getLogger(__name__)
 

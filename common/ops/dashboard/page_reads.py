@@ -199,7 +199,7 @@ def host_page(conn: Connection, name: str, events: int) -> dict[str, Any] | None
 # None: the first page), in a fixed order of a unique key, so a page never repeats or skips a
 # row when others are added meanwhile.
 
-# ``live_paused``: an operator paused it live (common.store.controls).
+# ``live_paused``: an operator paused it live (common.store.operating.controls).
 _CRAWLS_SQL = sa.text(
     "SELECT w.*, coalesce(c.paused, false) AS live_paused FROM crawls w"
     " LEFT JOIN live_controls c ON c.scope = 'crawl' AND c.name = w.crawl_id::text"

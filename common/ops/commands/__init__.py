@@ -1,0 +1,1 @@
+"""The admin CLI's command groups, one module each (``scrapefleet <group> ...``)."""

@@ -1,0 +1,2 @@
+"""The leading producer's background jobs beside assignment: webhooks, retention, schedules,
+metrics."""

@@ -1,0 +1,1 @@
+"""Webhooks: due deliveries POSTed, signed, to the addresses the egress policy allows."""
