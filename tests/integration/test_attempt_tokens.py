@@ -188,7 +188,7 @@ def test_a_host_frozen_across_the_rescue_never_runs_a_lock_key_twice(
     ):
         wait_started(engine, settings)
         j1 = _submit(engine, f"{site}/stream?job=J1&seconds={long_s}", "K")
-        wait_for(lambda: log.of("J1"), what="J1's request reached the site")
+        wait_for(lambda: log.of("J1"), 30, "J1's request reached the site")
         j2 = _submit(engine, f"{site}/stream?job=J2&seconds=0.3", "K")
         os.kill(consumer.pid, signal.SIGSTOP)
         try:
@@ -251,7 +251,7 @@ def test_a_consumer_whose_lease_lapsed_ends_and_hands_back_its_attempts(
         j1 = _submit(engine, f"{site}/stream?job=J1&seconds={scaled(20)}", "K")
         with engine.begin() as conn:
             store.assign_jobs(conn, [(j1, HOST)])
-        wait_for(lambda: log.of("J1"), what="J1's request reached the site")
+        wait_for(lambda: log.of("J1"), 30, "J1's request reached the site")
         os.kill(pid, signal.SIGSTOP)
         try:
             time_frozen = time.monotonic()
