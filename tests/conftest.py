@@ -76,25 +76,24 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.longrepr = f"skipped on CI, where it must run: {report.longrepr}"
 
 
-# The test command runs two pytest-xdist workers (pyproject's addopts) over the groups below:
-# a worker runs one group's tests one after another in their usual order, and takes the next
-# group when it is nearly done, in the order the groups are collected (--no-loadscope-reorder):
-# the two long ones first (the Ansible suite and the browsers), then the checks (ruff, mypy, the
-# documentation) with the database tests, and the unit tests, on whichever worker is free. The
-# suites spend most of their time waiting (on playbooks over SSH, browsers, daemons), so two
-# workers share two cores well. Within the browser group nothing runs beside its neighbours:
-# two browser stacks, or the demo's embedded PostgreSQL and the packaging test's, never start
-# at once.
+# The test command runs two pytest-xdist workers (pyproject's addopts), one per group below, each
+# running its group's tests one after another in their usual order. The suites spend most of
+# their time waiting (on playbooks over SSH, browsers, daemons), so the two share two cores
+# well: the Ansible suite with the database tests, the unit tests and the checks in one, the
+# browser, fleet, end-to-end and packaging tests in the other. Within a group nothing runs
+# beside its neighbours: two browser stacks, or the demo's embedded PostgreSQL and the
+# packaging test's, never start at once. (Four groups taken by whichever worker was free
+# made a run 12 minutes longer: the database and unit tests waited behind both long groups.)
 _WORKER_GROUPS = {
-    "ansible": "playbooks",
+    "ansible": "playbooks-and-database",
+    "checks": "playbooks-and-database",
+    "integration": "playbooks-and-database",
+    "unit": "playbooks-and-database",
     "benchmarks": "browsers-and-fleets",
     "browser": "browsers-and-fleets",
-    "checks": "database",
     "e2e": "browsers-and-fleets",
     "fleet": "browsers-and-fleets",
     "packaging": "browsers-and-fleets",
-    "integration": "database",
-    "unit": "unit",
 }
 
 
