@@ -17,7 +17,6 @@ import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -32,7 +31,13 @@ from scrapefleet.common.settings import load_settings
 from scrapefleet.producer.producer_daemon import Producer
 from tests.browser.consumer_helpers import consumer_settings, consumer_thread
 from tests.cli_helpers import run_cli
-from tests.integration.exit_proxies import BlockingSite, ExitProxy
+from tests.integration.exit_proxies import (
+    BlockingSite,
+    ExitProxy,
+    all_finished,
+    exit_proxies,
+    job_rows,
+)
 from tests.integration.producer_helpers import producer_settings, submit
 from tests.waiting import scaled, wait_for
 
@@ -48,12 +53,8 @@ COOLDOWN_S = 1.0
 
 @pytest.fixture
 def proxies() -> Iterator[list[ExitProxy]]:
-    started = [ExitProxy(a, f"fleet{n}", SECRET) for n, a in enumerate(ADDRESSES)]
-    for proxy in started:
-        proxy.__enter__()
-    yield started
-    for proxy in started:
-        proxy.__exit__()
+    with exit_proxies(ADDRESSES, "fleet", SECRET) as started:
+        yield started
 
 
 @pytest.fixture(autouse=True)
@@ -61,16 +62,6 @@ def fresh_client() -> Iterator[None]:
     http_client.close_shared_client()
     yield
     http_client.close_shared_client()
-
-
-def _jobs(engine: Engine, ids: list[int]) -> list[dict[str, Any]]:
-    with engine.connect() as conn:
-        rows = conn.execute(sa.text("SELECT * FROM jobs WHERE id = ANY(:ids)"), {"ids": ids})
-        return [dict(r._mapping) for r in rows]
-
-
-def _finished(engine: Engine, ids: list[int]) -> bool:
-    return all(j["status"] in ("completed", "failed") for j in _jobs(engine, ids))
 
 
 def test_a_pool_serves_browser_and_http_jobs_rotating_away_from_a_blocked_exit(
@@ -107,12 +98,12 @@ def test_a_pool_serves_browser_and_http_jobs_rotating_away_from_a_blocked_exit(
         producer = Producer(producer_settings(database_url, settings.state_dir), engine)
         producer.start()
         try:
-            wait_for(lambda: _finished(engine, ids), scaled(150), "200 jobs through the pool")
+            wait_for(lambda: all_finished(engine, ids), scaled(150), "200 jobs through the pool")
         finally:
             producer.stop()
     ran_s = time.monotonic() - began
 
-    rows = _jobs(engine, ids)
+    rows = job_rows(engine, ids)
     assert {r["status"] for r in rows} == {"completed"}, [r["last_error"] for r in rows]
     assert {r["attempts"] for r in rows} == {1}  # no attempt spent on a block
     assert sum(r["blocks"] for r in rows) == 2  # the burnt proxy's two blocks, then its ban

@@ -21,9 +21,14 @@ import threading
 import time
 import urllib.parse
 from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
 
 TEST_DOMAIN = ".test"
 
@@ -225,3 +230,23 @@ class ExitProxy:
                 self.wfile.write(body)
 
         return Handler
+
+
+@contextmanager
+def exit_proxies(addresses: Sequence[str], user: str, password: str) -> Iterator[list[ExitProxy]]:
+    """One ExitProxy per address (users ``<user>0``, ``<user>1``...), all stopped at the end."""
+    with ExitStack() as stack:
+        yield [
+            stack.enter_context(ExitProxy(address, f"{user}{n}", password))
+            for n, address in enumerate(addresses)
+        ]
+
+
+def job_rows(engine: Engine, ids: list[int]) -> list[dict[str, Any]]:
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT * FROM jobs WHERE id = ANY(:ids)"), {"ids": ids})
+        return [dict(r._mapping) for r in rows]
+
+
+def all_finished(engine: Engine, ids: list[int]) -> bool:
+    return all(j["status"] in ("completed", "failed") for j in job_rows(engine, ids))

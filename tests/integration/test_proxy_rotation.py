@@ -31,7 +31,13 @@ from scrapefleet.common.settings import load_settings
 from scrapefleet.producer.background.fleet_metrics import read_fleet_snapshot
 from scrapefleet.producer.producer_daemon import Producer
 from tests.cli_helpers import run_cli
-from tests.integration.exit_proxies import BlockingSite, ExitProxy
+from tests.integration.exit_proxies import (
+    BlockingSite,
+    ExitProxy,
+    all_finished,
+    exit_proxies,
+    job_rows,
+)
 from tests.integration.producer_helpers import producer_settings, submit
 from tests.integration.test_consumer import consumer_thread, make_settings, wait_started
 from tests.waiting import scaled, wait_for
@@ -49,12 +55,8 @@ COOLDOWN_S = 1.0
 
 @pytest.fixture
 def proxies() -> Iterator[list[ExitProxy]]:
-    started = [ExitProxy(a, f"user{n}", SECRET) for n, a in enumerate(ADDRESSES)]
-    for proxy in started:
-        proxy.__enter__()
-    yield started
-    for proxy in started:
-        proxy.__exit__()
+    with exit_proxies(ADDRESSES, "user", SECRET) as started:
+        yield started
 
 
 @pytest.fixture
@@ -99,16 +101,6 @@ def fleet(engine: Engine, database_url: str, tmp_path: Path) -> Iterator[Any]:
             producer.stop()
 
 
-def _jobs(engine: Engine, ids: list[int]) -> list[dict[str, Any]]:
-    with engine.connect() as conn:
-        rows = conn.execute(sa.text("SELECT * FROM jobs WHERE id = ANY(:ids)"), {"ids": ids})
-        return [dict(r._mapping) for r in rows]
-
-
-def _finished(engine: Engine, ids: list[int]) -> bool:
-    return all(j["status"] in ("completed", "failed") for j in _jobs(engine, ids))
-
-
 def test_a_pool_rotates_away_from_a_blocked_exit_and_bans_it(
     engine: Engine,
     database_url: str,
@@ -130,9 +122,9 @@ def test_a_pool_rotates_away_from_a_blocked_exit_and_bans_it(
         for i in range(JOBS)
     ]
     ids = submit(engine, jobs)
-    wait_for(lambda: _finished(engine, ids), scaled(60), f"{JOBS} jobs through the pool")
+    wait_for(lambda: all_finished(engine, ids), scaled(60), f"{JOBS} jobs through the pool")
 
-    rows = _jobs(engine, ids)
+    rows = job_rows(engine, ids)
     assert {r["status"] for r in rows} == {"completed"}, [r["last_error"] for r in rows]
     assert {r["attempts"] for r in rows} == {1}  # no attempt spent on a block
     assert sum(r["blocks"] for r in rows) == 2  # the burnt proxy's two blocks, then its ban
@@ -196,9 +188,9 @@ def test_a_job_pinned_to_the_blocked_proxy_meets_the_block_again(
         }
     )
     (job_id,) = submit(engine, [job])
-    wait_for(lambda: _finished(engine, [job_id]), scaled(30), "the pinned job")
+    wait_for(lambda: all_finished(engine, [job_id]), scaled(30), "the pinned job")
 
-    (row,) = _jobs(engine, [job_id])
+    (row,) = job_rows(engine, [job_id])
     # Without a pool nothing rotates: the same exit address is refused attempt after attempt.
     assert row["status"] == "failed"
     assert site.log.blocked[BURNT] == 3 and set(site.log.blocked) == {BURNT}
@@ -230,9 +222,9 @@ def _two_sites_in_sessions(engine: Engine, site: BlockingSite) -> None:
         for name in ("shop-a", "shop-b")
     ]
     ids = submit(engine, jobs)
-    wait_for(lambda: _finished(engine, ids), scaled(60), "two sites' sessions")
+    wait_for(lambda: all_finished(engine, ids), scaled(60), "two sites' sessions")
 
-    assert {r["status"] for r in _jobs(engine, ids)} == {"completed"}
+    assert {r["status"] for r in job_rows(engine, ids)} == {"completed"}
     seen = {name: set(site.log.by_site[f"{name}.test"]) for name in ("shop-a", "shop-b")}
     assert all(len(addresses) == 1 for addresses in seen.values()), seen  # one visitor each
     assert seen["shop-a"] != seen["shop-b"]  # and the two sessions on different exits
@@ -270,7 +262,7 @@ def test_a_crawls_children_inherit_its_pool_and_session_never_its_leased_url(
                         {"id": seed_id},
                     ).scalars()
                 )
-            return len(ids) == 4 and _finished(engine, ids)
+            return len(ids) == 4 and all_finished(engine, ids)
 
         wait_for(crawled, scaled(60), "the crawl's seed and its three children")
 
@@ -307,9 +299,9 @@ def test_a_session_used_up_starts_again_with_an_empty_jar(
             for i in range(8)
         ]
         ids = submit(engine, jobs)
-        wait_for(lambda: _finished(engine, ids), scaled(60), "two sessions' jobs")
+        wait_for(lambda: all_finished(engine, ids), scaled(60), "two sessions' jobs")
 
-    assert {r["status"] for r in _jobs(engine, ids)} == {"completed"}
+    assert {r["status"] for r in job_rows(engine, ids)} == {"completed"}
     visits = site.log.visits
     assert len(visits) == 8
     # Two sessions of four jobs each: each the site's one visitor (one cookie, one address),
